@@ -1,0 +1,1 @@
+"""Benchmarks: `mrope-tracker bench` (installed as mrope_tracker.bench)."""
