@@ -1,5 +1,21 @@
-"""mrope_tracker: exact, incremental M-RoPE positions for multimodal LLM serving."""
+"""mrope_tracker: exact, incremental M-RoPE positions for multimodal LLM serving.
+
+Public API:
+- `MRopeConfig.from_hf_config` reads what decides positions from a model config;
+- `prompt_positions` computes a whole prompt's (3, L) positions and delta;
+- `PromptLayout` keeps a prompt as O(items) segments and produces any slice;
+- `next_positions` writes decode positions in place;
+- `reference` holds the plain torch implementation of the same rules.
+"""
 
 from .config import SUPPORTED_MODEL_TYPES, MRopeConfig
+from .layout import PromptLayout
+from .positions import next_positions, prompt_positions
 
-__all__ = ["MRopeConfig", "SUPPORTED_MODEL_TYPES"]
+__all__ = [
+    "MRopeConfig",
+    "SUPPORTED_MODEL_TYPES",
+    "PromptLayout",
+    "prompt_positions",
+    "next_positions",
+]

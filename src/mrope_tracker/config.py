@@ -110,7 +110,6 @@ class MRopeConfig:
     seconds_per_chunk: float | None = attrs.field(default=None)
     # Packed copies for the kernels, derived in __attrs_post_init__.
     kernel_params: np.ndarray = attrs.field(init=False, repr=False, eq=False)
-    kernel_time_scale: np.ndarray = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         if self.family not in _FAMILY_CODES:
@@ -174,7 +173,7 @@ class MRopeConfig:
         }
         if len(set(ids.values())) != len(ids):
             raise ValueError(f"token ids: expected distinct special token ids, got {ids}")
-        params = np.full(codes.NUM_PARAMS, -1, dtype=np.int64)
+        params = np.full(codes.NUM_PARAMS, -1, dtype=np.float64)
         params[codes.P_FAMILY] = _FAMILY_CODES[self.family]
         params[codes.P_MERGE] = merge
         params[codes.P_IMAGE] = self.image_token_id
@@ -187,12 +186,10 @@ class MRopeConfig:
             params[codes.P_AUDIO_END] = self.audio_end_token_id
         params[codes.P_CHUNK] = chunk
         params[codes.P_SCALED] = 0 if r is None else 1
-        params.setflags(write=False)
         # float32: the reference multiplies in float32 (spec §2.2, D3).
-        scale = np.array([1.0 if r is None else r], dtype=np.float32)
-        scale.setflags(write=False)
+        params[codes.P_SCALE_R] = np.float32(1.0 if r is None else r)
+        # Writable on purpose (numba types read-only arrays apart); never written.
         object.__setattr__(self, "kernel_params", params)
-        object.__setattr__(self, "kernel_time_scale", scale)
 
     @property
     def is_omni(self) -> bool:

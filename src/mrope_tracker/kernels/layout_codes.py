@@ -36,7 +36,9 @@ KIND_LINEAR = 0
 KIND_CONST = 1
 KIND_GRID = 2
 
-# --- packed config (MRopeConfig.kernel_params) ------------------------------
+# --- packed config (MRopeConfig.kernel_params, float64) ----------------------
+# One float64 array carries the ids (exact below 2**53) and the float32 time
+# scale (exact in float64), so a kernel call passes one argument for it.
 P_FAMILY = 0
 P_MERGE = 1
 P_IMAGE = 2
@@ -48,7 +50,8 @@ P_AUDIO_START = 7
 P_AUDIO_END = 8
 P_CHUNK = 9  # Omni interleave chunk in positions; 0 for VL families
 P_SCALED = 10  # 1 when videos are scaled by tokens_per_second
-NUM_PARAMS = 11
+P_SCALE_R = 11  # tokens_per_second rounded to float32 (1.0 when unscaled)
+NUM_PARAMS = 12
 
 FAMILY_QWEN2_VL = 0
 FAMILY_QWEN2_5_VL = 1
@@ -76,3 +79,10 @@ ERR_RANGE_OVERLAP = 10  # a: modality, b: item index, c: previous end
 ERR_RANGE_OUT = 11  # a: modality, b: item index, c: range end
 ERR_RANGE_LENGTH = 12  # a: modality, b: item index, c: expected length
 ERR_AV_RANGE_CONTEXT = 13  # a: video index, b: offset (needs 2 tokens before and after)
+ERR_GRID_DIM = 14  # a: modality, b: item index, c: column (0 t, 1 h, 2 w) not positive
+ERR_GRID_MERGE = 15  # a: modality, b: item index, c: column not divisible by the merge size
+ERR_IMAGE_T = 16  # a: image index, b: t
+ERR_SP_VALUE = 17  # a: video index (NaN, infinite or negative)
+ERR_TAU_OVERFLOW = 18  # a: video index (temporal index past 2**31)
+ERR_AUDIO_SHORT = 19  # a: audio index, b: mel frames (fewer than one audio token)
+ERR_RANGE_NEGATIVE = 20  # a: modality, b: item index, c: bad value

@@ -1,0 +1,54 @@
+"""Kernels that write positions from a layout table.
+
+`fill_positions` produces any token range [start, end) of a prompt without
+touching the rest: a binary search finds the first row, then each row is
+written by the segment writers of position_rules.
+"""
+
+from . import layout_codes as C
+from .jit_options import helper, jit
+from .position_rules import write_linear, write_segment
+
+
+@helper
+def find_row(rows, row_begin, row_end, token):
+    """Index of the row in [row_begin, row_end) that holds `token` (rows are sorted)."""
+    lo = row_begin
+    hi = row_end - 1
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if rows[mid, C.COL_TOK_START] <= token:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@helper
+def fill_positions(out, out_col, rows, scales, row_begin, row_end, start, end):
+    """Write the positions of prompt tokens [start, end) into out[:, out_col:].
+
+    `rows[row_begin:row_end]` is one prompt's layout; [start, end) must lie
+    inside it (the callers check)."""
+    r = find_row(rows, row_begin, row_end, start)
+    token = start
+    col = out_col
+    while token < end:
+        row_start = rows[r, C.COL_TOK_START]
+        stop = min(end, row_start + rows[r, C.COL_TOK_LEN])
+        count = stop - token
+        write_segment(
+            out, col, token - row_start, count, rows[r, C.COL_KIND], rows[r, C.COL_BASE],
+            rows[r, C.COL_GRID_OFFSET], rows[r, C.COL_H], rows[r, C.COL_W], rows[r, C.COL_SCALED],
+            scales[r, C.SCALE_SP], scales[r, C.SCALE_R],
+        )  # fmt: skip
+        col += count
+        token = stop
+        r += 1
+
+
+@helper
+def write_next_positions(out, out_col, delta, context_len, num_new_tokens):
+    """Tokens past the prompt: index + delta on every row (spec §1.5).
+    Writes delta + context_len + n into out[:, out_col + n] for n < num_new_tokens."""
+    write_linear(out, out_col, context_len + delta, num_new_tokens)

@@ -1,0 +1,23 @@
+"""Kernels behind `mrope_tracker.prompt_positions`: one dispatch per call.
+
+The builder runs with a zero-row table and writes positions straight into
+the caller's (3, L) output, so nothing but a 10-slot state is allocated.
+"""
+
+import numpy as np
+
+from . import layout_codes as C
+from .jit_options import jit
+from .layout_build import NUM_STATE, S_MAX, build_from_tokens
+
+
+@jit
+def prompt_positions_kernel(out, ids, params, image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video):
+    """Fill out (3, L) with the prompt's positions. Returns (code, a, b, c, delta)."""
+    state = np.empty(NUM_STATE, np.int64)
+    no_rows = state[:0].reshape((0, C.NUM_COLS))
+    no_scales = video_sp[:0].reshape((0, C.NUM_SCALE_COLS))
+    code, a, b, c = build_from_tokens(
+        no_rows, no_scales, state, out, ids, params, image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video
+    )
+    return code, a, b, c, state[S_MAX] + 1 - ids.shape[0]

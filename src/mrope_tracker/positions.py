@@ -1,0 +1,117 @@
+"""Public one-shot entry points: a prompt's positions, and decode positions.
+
+`prompt_positions` is the fast path of the reference rules (spec §6.1): one
+numba call scans the tokens, builds the layout and writes the (3, L) output.
+`next_positions` is the in-place decode rule (spec §1.5), the seed PR's
+`get_next_input_positions`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .config import MRopeConfig
+from .inputs import NO_ITEMS, Items, as_config, as_index, as_token_ids, layout_error
+from .kernels.layout_build import text_positions
+from .kernels.layout_fill import write_next_positions
+from .kernels.prompt import prompt_positions_kernel
+
+__all__ = ["prompt_positions", "next_positions"]
+
+_INT64 = np.dtype(np.int64)
+
+
+def prompt_positions(
+    config: MRopeConfig,
+    token_ids,
+    *,
+    image_grid_thw=None,
+    video_grid_thw=None,
+    second_per_grid_ts=None,
+    audio_feature_lengths=None,
+    use_audio_in_video: bool = False,
+) -> tuple[np.ndarray, int]:
+    """M-RoPE positions of a whole prompt.
+
+    Returns ``(positions, delta)``: an int64 array of shape (3, L) (rows T, H,
+    W) and ``max(positions) + 1 - L``, the offset of every later token
+    (``index + delta`` on all rows).
+
+    `token_ids` is 1-D and integer (list, numpy array or torch tensor), with
+    each multimodal item expanded to its placeholder tokens. Grids are
+    (n, 3) ``(t, h, w)`` before spatial merging, one row per item in prompt
+    order. `second_per_grid_ts` holds one value per video (default 1.0).
+    `audio_feature_lengths` holds the mel-frame count of every audio track in
+    prompt order: audio clips, and with `use_audio_in_video` the tracks of
+    the videos too. Bad input raises ValueError or TypeError.
+    """
+    # Everything below is on the hot path of an engine's admission: checks
+    # are ordered so a ready int64 array costs a handful of attribute reads.
+    if type(config) is not MRopeConfig:
+        config = as_config(config)
+    ids = token_ids
+    if type(ids) is not np.ndarray or ids.dtype is not _INT64 or ids.ndim != 1:
+        ids = as_token_ids(ids)
+    else:
+        flags = ids.flags
+        if not (flags.c_contiguous and flags.writeable) or ids.shape[0] == 0:
+            ids = as_token_ids(ids)
+    out = np.empty((3, ids.shape[0]), _INT64)
+    if (
+        image_grid_thw is None
+        and video_grid_thw is None
+        and second_per_grid_ts is None
+        and audio_feature_lengths is None
+        and use_audio_in_video is False
+    ):
+        if text_positions(out, ids, config.kernel_params) < 0:
+            return out, 0
+        items = NO_ITEMS  # placeholders without grids: let the builder explain
+    else:
+        items = Items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
+    code, a, b, c, delta = prompt_positions_kernel(
+        out, ids, config.kernel_params, items.image_grid, items.video_grid, items.video_sp,
+        items.audio_lengths, items.use_audio_in_video,
+    )  # fmt: skip
+    if code:
+        raise layout_error(code, a, b, c, config, items, ids=ids)
+    return out, delta
+
+
+def next_positions(out, out_offset: int, delta: int, context_len: int, num_new_tokens: int) -> None:
+    """Write ``context_len + delta + n`` into every row of ``out[:, out_offset + n]``
+    for ``n < num_new_tokens``, in place (spec §1.5).
+
+    `out` is a C-contiguous int64 array (or CPU tensor) with at least 3 rows;
+    every row is written. The work is one jitted call.
+    """
+    if isinstance(out, torch.Tensor):
+        if out.device.type != "cpu":
+            raise ValueError(f"out: expected a CPU tensor or numpy array, got a tensor on {out.device}")
+        out = out.numpy()
+    if not isinstance(out, np.ndarray) or out.dtype != np.int64 or out.ndim != 2 or out.shape[0] < 3:
+        raise TypeError(f"out: expected an int64 array of shape (>=3, n), got {_what(out)}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out: expected a writable C-contiguous array (it is written in place)")
+    out_offset = as_index(out_offset, "out_offset")
+    num_new_tokens = as_index(num_new_tokens, "num_new_tokens")
+    context_len = as_index(context_len, "context_len")
+    delta = as_index(delta, "delta", minimum=-(2**62))
+    if out_offset + num_new_tokens > out.shape[1]:
+        raise ValueError(
+            f"num_new_tokens: expected out_offset + num_new_tokens <= out.shape[1] ({out.shape[1]}), "
+            f"got {out_offset} + {num_new_tokens}"
+        )
+    if out.shape[0] == 3:
+        write_next_positions(out, out_offset, delta, context_len, num_new_tokens)
+    else:  # more than 3 rows: fill each with the same values
+        out[:, out_offset : out_offset + num_new_tokens] = np.arange(
+            context_len + delta, context_len + delta + num_new_tokens, dtype=np.int64
+        )
+
+
+def _what(value) -> str:
+    if isinstance(value, np.ndarray):
+        return f"array of dtype {value.dtype} and shape {value.shape}"
+    return type(value).__name__

@@ -1,0 +1,75 @@
+"""Where a step's positions go: the persistent device buffer and its host staging.
+
+The model receives views of one persistent buffer, ``positions`` [3,
+max_num_tokens + 1]. The extra column keeps ``[:, :n]`` non-contiguous so
+torch.compile does not specialise on contiguity, as vLLM does (spec §5.1).
+
+- On the CPU (no staging), kernels write straight into that buffer.
+- With staging (always on CUDA), kernels write into one of a ring of host
+  buffers (pinned on CUDA) and one ``non_blocking`` copy moves it. The copy
+  covers the contiguous span from the buffer's first element to the end of
+  the step's columns in the last row, i.e. ``2 * (max_num_tokens + 1) + n``
+  elements: one memcpy with no device kernel or temporary, where a strided
+  ``[:, :n]`` copy would go through a pageable temporary and block (spec
+  §5.1; vLLM copies row by row instead).
+- A CUDA event per ring slot, recorded after its copy, is waited on before
+  the slot is written again, so an in-flight copy is never overwritten
+  however many steps are queued.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class PositionBuffers:
+    """Device buffer, optional staging ring, and the views handed to kernels."""
+
+    def __init__(self, max_num_tokens: int, device: torch.device, dtype: torch.dtype, staging: bool, num_staging: int, pin_memory: bool):
+        width = max_num_tokens + 1
+        self.width = width
+        self.device = device
+        # [3, max_num_tokens + 1] on the device; the model reads views of it
+        self.positions = torch.zeros((3, width), dtype=dtype, device=device)
+        self.staged = staging
+        if not staging:
+            self._host = [self.positions]
+            self._host_np = [self.positions.numpy()]
+            self._events = None
+        else:
+            # ring of [3, max_num_tokens + 1] host buffers (pinned on CUDA)
+            self._host = [torch.zeros((3, width), dtype=dtype, pin_memory=pin_memory) for _ in range(num_staging)]
+            self._host_np = [buf.numpy() for buf in self._host]
+            self._events = [torch.cuda.Event() for _ in range(num_staging)] if device.type == "cuda" else None
+        self._device_flat = self.positions.view(-1)
+        self._host_flat = [buf.view(-1) for buf in self._host]
+        self._next = 0
+        self._current = 0
+
+    def acquire(self) -> np.ndarray:
+        """The host array the next step writes into (waits for its last copy)."""
+        k = self._next
+        if self._events is not None:
+            self._events[k].synchronize()
+        self._current = k
+        return self._host_np[k]
+
+    def publish(self, num_tokens: int) -> torch.Tensor:
+        """Copy the written step to the device (when staged); return positions[:, :n]."""
+        if self.staged:
+            k = self._current
+            span = 2 * self.width + num_tokens
+            self._device_flat[:span].copy_(self._host_flat[k][:span], non_blocking=True)
+            if self._events is not None:
+                self._events[k].record()
+            self._next = (k + 1) % len(self._host)
+        return self.positions[:, :num_tokens]
+
+    def host_buffers(self) -> list[torch.Tensor]:
+        return list(self._host)
+
+    def nbytes(self) -> dict[str, int]:
+        device_bytes = self.positions.numel() * self.positions.element_size()
+        host_bytes = sum(buf.numel() * buf.element_size() for buf in self._host) if self.staged else 0
+        return {"device_positions": device_bytes, "host_staging": host_bytes}
