@@ -5,12 +5,16 @@ Public API:
 - `prompt_positions` computes a whole prompt's (3, L) positions and delta;
 - `PromptLayout` keeps a prompt as O(items) segments and produces any slice;
 - `next_positions` writes decode positions in place;
+- `PositionTracker` keeps running requests' positions for a model runner;
+- `warmup` compiles every kernel ahead of the first request;
 - `reference` holds the plain torch implementation of the same rules.
 """
 
 from .config import SUPPORTED_MODEL_TYPES, MRopeConfig
 from .layout import PromptLayout
 from .positions import next_positions, prompt_positions
+from .tracker import PositionTracker
+from .warmup import warmup
 
 __all__ = [
     "MRopeConfig",
@@ -18,4 +22,6 @@ __all__ = [
     "PromptLayout",
     "prompt_positions",
     "next_positions",
+    "PositionTracker",
+    "warmup",
 ]

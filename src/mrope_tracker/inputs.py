@@ -104,6 +104,10 @@ def as_ranges(value, name: str) -> np.ndarray:
     (such as vLLM's PlaceholderRange)."""
     if value is None:
         return EMPTY_RANGES
+    if type(value) is np.ndarray and value.dtype is _INT64 and value.ndim == 2 and value.shape[1] == 2:
+        flags = value.flags
+        if flags.c_contiguous and flags.writeable:
+            return value
     if isinstance(value, (list, tuple)) and value and hasattr(value[0], "offset"):
         try:
             value = [(int(item.offset), int(item.length)) for item in value]
@@ -173,13 +177,16 @@ def as_config(config) -> MRopeConfig:
     return MRopeConfig.from_hf_config(config)
 
 
-def as_index(value, name: str, minimum: int = 0) -> int:
-    """A plain int >= minimum (numpy integers accepted, bools refused)."""
+_INDEX_LIMIT = 2**62  # keeps every sum of indices inside int64 in the kernels
+
+
+def as_index(value, name: str, minimum: int = 0, maximum: int = _INDEX_LIMIT) -> int:
+    """A plain int in [minimum, maximum] (numpy integers accepted, bools refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: expected an int, got {_describe(value)}")
     value = operator.index(value)
-    if value < minimum:
-        raise ValueError(f"{name}: expected an int >= {minimum}, got {value}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name}: expected an int in [{minimum}, {maximum}], got {value}")
     return value
 
 

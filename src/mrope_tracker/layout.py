@@ -60,12 +60,16 @@ class Ranges:
         self.image = as_ranges(image_ranges, "image_ranges")
         self.video = as_ranges(video_ranges, "video_ranges")
         self.audio = as_ranges(audio_ranges, "audio_ranges")
-        for name, rng, grid, grid_name in (
-            ("image_ranges", self.image, items.image_grid, "image_grid_thw"),
-            ("video_ranges", self.video, items.video_grid, "video_grid_thw"),
-        ):
-            if rng.shape[0] != grid.shape[0]:
-                raise ValueError(f"{name}: expected one range per {grid_name} row ({grid.shape[0]}), got {rng.shape[0]}")
+        if self.image.shape[0] != items.image_grid.shape[0]:
+            raise ValueError(
+                f"image_ranges: expected one range per image_grid_thw row ({items.image_grid.shape[0]}), "
+                f"got {self.image.shape[0]}"
+            )
+        if self.video.shape[0] != items.video_grid.shape[0]:
+            raise ValueError(
+                f"video_ranges: expected one range per video_grid_thw row ({items.video_grid.shape[0]}), "
+                f"got {self.video.shape[0]}"
+            )
         tracks = self.audio.shape[0] + (self.video.shape[0] if items.use_audio_in_video else 0)
         if tracks != items.audio_lengths.shape[0]:
             what = f"{self.audio.shape[0]} audio ranges" + (

@@ -14,7 +14,7 @@ import torch
 from .config import MRopeConfig
 from .inputs import NO_ITEMS, Items, as_config, as_index, as_token_ids, layout_error
 from .kernels.layout_build import text_positions
-from .kernels.layout_fill import write_next_positions
+from .kernels.next_positions import next_positions_kernel
 from .kernels.prompt import prompt_positions_kernel
 
 __all__ = ["prompt_positions", "next_positions"]
@@ -81,34 +81,54 @@ def prompt_positions(
 
 def next_positions(out, out_offset: int, delta: int, context_len: int, num_new_tokens: int) -> None:
     """Write ``context_len + delta + n`` into every row of ``out[:, out_offset + n]``
-    for ``n < num_new_tokens``, in place (spec §1.5).
+    for ``n < num_new_tokens``, in place (spec §1.5): the positions of tokens
+    past the prompt.
 
-    `out` is a C-contiguous int64 array (or CPU tensor) with at least 3 rows;
-    every row is written. The work is one jitted call.
+    `out` is a writable 2-D int64 numpy array (or CPU tensor), e.g. a runner's
+    (3, max_num_tokens + 1) staging buffer. The work is one jitted call; the
+    checks before it are attribute reads, since engines call this per request.
     """
+    if type(out) is not np.ndarray or out.dtype is not _INT64 or out.ndim != 2 or not out.flags.writeable:
+        out = _as_out(out)
+    if type(out_offset) is int and type(delta) is int and type(context_len) is int and type(num_new_tokens) is int:
+        try:
+            code = next_positions_kernel(out, out_offset, delta, context_len, num_new_tokens)
+        except OverflowError:  # a Python int past int64: rejected below
+            code = -1
+    else:
+        code = -1
+    if code:
+        _next_positions_error(out, out_offset, delta, context_len, num_new_tokens)
+
+
+def _as_out(out) -> np.ndarray:
     if isinstance(out, torch.Tensor):
         if out.device.type != "cpu":
             raise ValueError(f"out: expected a CPU tensor or numpy array, got a tensor on {out.device}")
         out = out.numpy()
-    if not isinstance(out, np.ndarray) or out.dtype != np.int64 or out.ndim != 2 or out.shape[0] < 3:
-        raise TypeError(f"out: expected an int64 array of shape (>=3, n), got {_what(out)}")
-    if not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError("out: expected a writable C-contiguous array (it is written in place)")
+    if not isinstance(out, np.ndarray) or out.dtype != _INT64 or out.ndim != 2:
+        raise TypeError(f"out: expected a 2-D int64 array, got {_what(out)}")
+    if not out.flags.writeable:
+        raise ValueError("out: expected a writable array (it is written in place)")
+    if out.dtype is not _INT64:  # a non-native int64 dtype object
+        raise TypeError(f"out: expected native-endian int64, got {out.dtype}")
+    return out
+
+
+def _next_positions_error(out, out_offset, delta, context_len, num_new_tokens) -> None:
+    """Raise the error for a call the kernel refused (or could not be given)."""
     out_offset = as_index(out_offset, "out_offset")
     num_new_tokens = as_index(num_new_tokens, "num_new_tokens")
     context_len = as_index(context_len, "context_len")
-    delta = as_index(delta, "delta", minimum=-(2**62))
+    as_index(delta, "delta", minimum=-(2**62))
     if out_offset + num_new_tokens > out.shape[1]:
         raise ValueError(
             f"num_new_tokens: expected out_offset + num_new_tokens <= out.shape[1] ({out.shape[1]}), "
             f"got {out_offset} + {num_new_tokens}"
         )
-    if out.shape[0] == 3:
-        write_next_positions(out, out_offset, delta, context_len, num_new_tokens)
-    else:  # more than 3 rows: fill each with the same values
-        out[:, out_offset : out_offset + num_new_tokens] = np.arange(
-            context_len + delta, context_len + delta + num_new_tokens, dtype=np.int64
-        )
+    if context_len + num_new_tokens + delta < 0:
+        raise ValueError(f"delta: expected non-negative positions, got context_len {context_len} + delta {delta}")
+    raise AssertionError("next_positions: the kernel refused valid arguments")  # internal invariant
 
 
 def _what(value) -> str:

@@ -31,9 +31,20 @@ __all__ = ["PositionTracker"]
 
 _INT64 = np.dtype(np.int64)
 _PLAIN_INT = {int}
+
+
+def _ready(arr) -> bool:
+    """An array the step kernel takes as is (anything else is converted, so
+    numba never compiles a new specialisation mid-serving)."""
+    if type(arr) is not np.ndarray or arr.dtype is not _INT64:
+        return False
+    flags = arr.flags
+    return flags.c_contiguous and flags.writeable
 # Layout rows reserved per request slot at construction; the pool grows (at
 # admission only) when requests carry more items than that.
 _DEFAULT_ROWS_PER_REQ = 8
+_MAX_REQS = 2**20
+_MAX_BATCHED_TOKENS = 2**26
 
 
 class PositionTracker:
@@ -65,8 +76,11 @@ class PositionTracker:
         num_staging_buffers: int = 2,
     ) -> None:
         self.config = as_config(config)
-        self.max_num_reqs = as_index(max_num_reqs, "max_num_reqs", minimum=1)
-        self.max_num_batched_tokens = as_index(max_num_batched_tokens, "max_num_batched_tokens", minimum=1)
+        # Upper bounds keep absurd capacities a ValueError rather than a MemoryError.
+        self.max_num_reqs = as_index(max_num_reqs, "max_num_reqs", minimum=1, maximum=_MAX_REQS)
+        self.max_num_batched_tokens = as_index(
+            max_num_batched_tokens, "max_num_batched_tokens", minimum=1, maximum=_MAX_BATCHED_TOKENS
+        )
         self.max_model_len = None if max_model_len is None else as_index(max_model_len, "max_model_len", minimum=1)
         try:
             self.device = torch.device(device)
@@ -83,8 +97,11 @@ class PositionTracker:
             staging = self.device.type == "cuda"
         elif self.device.type == "cuda" and not staging:
             raise ValueError("staging: a CUDA tracker always stages through pinned host buffers; expected True or None")
-        num_staging_buffers = as_index(num_staging_buffers, "num_staging_buffers", minimum=1)
-        layout_rows = self.max_num_reqs * _DEFAULT_ROWS_PER_REQ if layout_rows is None else as_index(layout_rows, "layout_rows", 1)
+        num_staging_buffers = as_index(num_staging_buffers, "num_staging_buffers", minimum=1, maximum=64)
+        if layout_rows is None:
+            layout_rows = self.max_num_reqs * _DEFAULT_ROWS_PER_REQ
+        else:
+            layout_rows = as_index(layout_rows, "layout_rows", minimum=1, maximum=_MAX_REQS * _DEFAULT_ROWS_PER_REQ)
 
         # [max_num_reqs, NUM_SLOT_FIELDS] int64: every per-request counter
         self.slot_state = np.zeros((self.max_num_reqs, K.NUM_SLOT_FIELDS), np.int64)
@@ -103,6 +120,9 @@ class PositionTracker:
         self._req_of_slot: list[Hashable | None] = [None] * self.max_num_reqs
         self._free_slots = list(range(self.max_num_reqs - 1, -1, -1))  # pop() gives slot 0 first
         self._step_id = 0
+        # the previous prepare()'s ids and counts, once validated (see prepare)
+        self._last_req_ids: list | None = None
+        self._last_counts: list | None = None
         self._max_model_len_arg = 0 if self.max_model_len is None else self.max_model_len
         self._lookup = self._slot_of.__getitem__
 
@@ -200,6 +220,10 @@ class PositionTracker:
             raise ValueError(f"req_id: no free slot for {req_id!r}: all max_num_reqs={self.max_num_reqs} slots are in use")
 
     def _check_computed(self, num_computed_tokens, num_tokens: int) -> int:
+        if self.max_model_len is not None and num_tokens > self.max_model_len:
+            raise ValueError(
+                f"token_ids: expected a prompt of at most max_model_len={self.max_model_len} tokens, got {num_tokens}"
+            )
         num_computed_tokens = as_index(num_computed_tokens, "num_computed_tokens")
         if num_computed_tokens > num_tokens:
             raise ValueError(
@@ -212,6 +236,7 @@ class PositionTracker:
         """Forget a request; its slot and layout rows are reused."""
         slot = self.slot(req_id)
         self.slot_state[slot, K.F_ACTIVE] = 0
+        self._last_req_ids = None  # the slot may soon hold another request
         del self._slot_of[req_id]
         self._req_of_slot[slot] = None
         self._free_slots.append(slot)
@@ -262,14 +287,23 @@ class PositionTracker:
         """Positions of each request's next tokens, in the given order, as a
         (3, sum) view of the device buffer; advances every request.
 
-        `num_scheduled_tokens` is aligned with `req_ids` (a sequence or array)."""
+        `num_scheduled_tokens` is aligned with `req_ids` (a sequence or array).
+        A step that repeats the previous step's ids (the usual decode step)
+        reuses their slots without looking them up again."""
         n = len(req_ids)
+        if req_ids != self._last_req_ids:
+            slots = self._map_ids(req_ids, n)
+        else:
+            slots = self._batch_slots[:n]
+        if type(num_scheduled_tokens) is list and len(num_scheduled_tokens) == n and num_scheduled_tokens == self._last_counts:
+            counts = self._batch_counts[:n]  # unchanged since it was checked and copied
+        else:
+            counts = self._copy_counts(num_scheduled_tokens, n)
+        return self._step(slots, counts, req_ids)
+
+    def _map_ids(self, req_ids, n: int) -> np.ndarray:
         if n > self.max_num_reqs:
             raise ValueError(f"req_ids: expected at most max_num_reqs={self.max_num_reqs} requests, got {n}")
-        if len(num_scheduled_tokens) != n:
-            raise ValueError(
-                f"num_scheduled_tokens: expected one count per request id ({n}), got {len(num_scheduled_tokens)}"
-            )
         slots = self._batch_slots[:n]
         try:
             slots[:] = list(map(self._lookup, req_ids))
@@ -277,28 +311,38 @@ class PositionTracker:
             raise KeyError(f"req_ids: expected tracked request ids, got unknown id {exc.args[0]!r}") from None
         except TypeError:
             raise TypeError("req_ids: expected a sequence of hashable request ids") from None
+        self._last_req_ids = list(req_ids)  # a copy: callers may mutate their list
+        return slots
+
+    def _copy_counts(self, num_scheduled_tokens, n: int) -> np.ndarray:
+        self._last_counts = None
+        if len(num_scheduled_tokens) != n:
+            raise ValueError(
+                f"num_scheduled_tokens: expected one count per request id ({n}), got {len(num_scheduled_tokens)}"
+            )
         counts = self._batch_counts[:n]
-        if type(num_scheduled_tokens) is np.ndarray and num_scheduled_tokens.dtype.kind in "iu":
+        if type(num_scheduled_tokens) is np.ndarray and num_scheduled_tokens.dtype.kind in "iu" and num_scheduled_tokens.ndim == 1:
             counts[:] = num_scheduled_tokens
         elif set(map(type, num_scheduled_tokens)) <= _PLAIN_INT:
-            counts[:] = num_scheduled_tokens
+            try:
+                counts[:] = num_scheduled_tokens
+            except OverflowError:
+                raise ValueError("num_scheduled_tokens: expected counts that fit in int64, got a larger one") from None
+            if type(num_scheduled_tokens) is list:
+                self._last_counts = list(num_scheduled_tokens)
         else:  # numpy scalars, tensors, or something wrong: the slow, checked path
             counts[:] = as_int_array(num_scheduled_tokens, "num_scheduled_tokens", 1, "(num_reqs,)")
-        return self._step(slots, counts, req_ids)
+        return counts
 
     def prepare_slots(self, slots: np.ndarray, num_scheduled_tokens: np.ndarray) -> torch.Tensor:
         """`prepare` for engines that keep slots and counts as integer numpy
         arrays (from `slot`); no per-request Python work."""
-        if type(slots) is not np.ndarray or slots.dtype != _INT64 or not slots.flags.c_contiguous:
+        if not _ready(slots):
             slots = as_int_array(slots, "slots", 1, "(num_reqs,)")
-        if (
-            type(num_scheduled_tokens) is not np.ndarray
-            or num_scheduled_tokens.dtype != _INT64
-            or not num_scheduled_tokens.flags.c_contiguous
-        ):
+        if not _ready(num_scheduled_tokens):
             num_scheduled_tokens = as_int_array(num_scheduled_tokens, "num_scheduled_tokens", 1, "(num_reqs,)")
         n = slots.shape[0]
-        if slots.ndim != 1 or num_scheduled_tokens.ndim != 1 or num_scheduled_tokens.shape[0] != n:
+        if num_scheduled_tokens.shape != slots.shape:
             raise ValueError(
                 f"num_scheduled_tokens: expected 1-D arrays of equal length, got shapes {slots.shape} and "
                 f"{num_scheduled_tokens.shape}"
@@ -309,14 +353,14 @@ class PositionTracker:
 
     def _step(self, slots: np.ndarray, counts: np.ndarray, req_ids) -> torch.Tensor:
         self._step_id += 1
-        out = self.buffers.acquire()
+        buffers = self.buffers
         total, code, bad = K.prepare_step(
-            out, slots, counts, self.slot_state, self.pool_rows, self.pool_scales, self._step_id,
+            buffers.acquire(), slots, counts, self.slot_state, self.pool_rows, self.pool_scales, self._step_id,
             self.max_num_batched_tokens, self._max_model_len_arg,
         )  # fmt: skip
         if code:
             raise self._step_error(code, bad, slots, counts, req_ids)
-        return self.buffers.publish(total)
+        return buffers.publish(total)
 
     def _step_error(self, code, b, slots, counts, req_ids) -> Exception:
         who = f"req_ids[{b}] = {req_ids[b]!r}" if req_ids is not None else f"slots[{b}] = {int(slots[b])}"

@@ -420,11 +420,8 @@ def build_from_ranges(
     r = np.float32(params[C.P_SCALE_R])
     av_mode = np.int64(params[C.P_FAMILY]) == C.FAMILY_QWEN2_5_OMNI and use_audio_in_video
     no_ids = state[:0]  # same type as token ids; never read when check is False
-    num_ranges = np.empty(3, np.int64)
-    num_ranges[C.MOD_IMAGE] = image_ranges.shape[0]
-    num_ranges[C.MOD_VIDEO] = video_ranges.shape[0]
-    num_ranges[C.MOD_AUDIO] = audio_ranges.shape[0]
-    used = np.zeros(3, np.int64)  # ranges consumed per modality
+    # ranges consumed / given per modality (the wrapper matched them to grids)
+    state[S_TOTAL + C.MOD_AUDIO] = audio_ranges.shape[0]
     audio_used = 0  # audio lengths consumed (clips and video tracks)
     prev_end = 0
     while True:
@@ -432,15 +429,15 @@ def build_from_ranges(
         m = -1
         best = 0
         for mod in range(3):
-            if used[mod] < num_ranges[mod]:
+            if state[S_COUNT + mod] < state[S_TOTAL + mod]:
                 rng = image_ranges if mod == C.MOD_IMAGE else video_ranges if mod == C.MOD_VIDEO else audio_ranges
-                off = rng[used[mod], 0]
+                off = rng[state[S_COUNT + mod], 0]
                 if m < 0 or off < best:
                     m = mod
                     best = off
         if m < 0:
             break
-        n = used[m]
+        n = state[S_COUNT + m]
         rng = image_ranges if m == C.MOD_IMAGE else video_ranges if m == C.MOD_VIDEO else audio_ranges
         offset = rng[n, 0]
         length = rng[n, 1]
@@ -481,7 +478,7 @@ def build_from_ranges(
                 _emit_grid(rows, scales, state, out, offset, t, h, w, 0, np.float32(1), np.float32(1))
             else:
                 _emit_grid(rows, scales, state, out, offset, t, h, w, scaled, video_sp[n], r)
-        used[m] = n + 1
+        state[S_COUNT + m] = n + 1
         prev_end = offset + length + lead
     _flush_text(rows, scales, state, out, num_tokens)
     return C.OK, 0, 0, 0

@@ -1,0 +1,29 @@
+"""Test configuration: hypothesis profiles and shared fixtures.
+
+Profiles: "dev" (default, quick), "ci" (more examples; .ci/run selects it
+with HYPOTHESIS_PROFILE=ci). Neither has a deadline: the first example of a
+run may include numba loading compiled kernels from its cache.
+"""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from mrope_tracker import MRopeConfig
+
+settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+SHARED_CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "configs")
+
+
+@pytest.fixture(params=["qwen2_vl", "qwen2_5_vl", "qwen2_5_omni"])
+def family_config(request) -> MRopeConfig:
+    """A published-value config of each supported family."""
+    if request.param == "qwen2_vl":
+        return MRopeConfig(family="qwen2_vl")
+    if request.param == "qwen2_5_vl":
+        return MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
+    return MRopeConfig(family="qwen2_5_omni", tokens_per_second=25, seconds_per_chunk=2)
