@@ -1,0 +1,144 @@
+"""Suite `decode`: positions for a scheduler step, per request and per batch.
+
+1. The seed's next-positions comparison: decode positions for a batch of
+   running requests, one request at a time: torch arange-and-expand (vLLM
+   v0.8.5), the same with cached aranges (PR #17617), numpy (vLLM V1 today,
+   PR #19939), and this library's jitted `next_positions`.
+2. Whole steps against today's V1 design (bench/baselines.py): a decode step
+   of 256 running requests, and mixed steps (chunked prefill + decode),
+   through `PositionTracker.prepare` (request ids) and `prepare_slots`
+   (slot and count arrays, as an engine's input batch holds them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mrope_tracker import PositionTracker, next_positions
+from mrope_tracker.kernels.tracker_step import F_NUM_COMPUTED
+
+from .baselines import V1Design, torch_lru_next_positions, torch_next_positions, v1_next_positions
+from .timing import compare
+from .workloads import PromptBuilder, RequestSpec, Scenario, qwen2_5_vl
+
+NUM_RUNNING = 256
+
+
+def _per_request(quick: bool, progress) -> list[dict]:
+    progress("decode: per-request next positions (256 requests)")
+    rng = np.random.default_rng(1)
+    deltas = rng.integers(-500, 0, NUM_RUNNING).tolist()
+    contexts = rng.integers(600, 4000, NUM_RUNNING).tolist()
+    out_t = torch.zeros((3, NUM_RUNNING + 1), dtype=torch.int64)
+    out_np = np.zeros((3, NUM_RUNNING + 1), dtype=np.int64)
+    pairs = list(zip(deltas, contexts))
+
+    def with_torch():
+        for i, (d, c) in enumerate(pairs):
+            out_t[:, i : i + 1] = torch_next_positions(d, c, 1)
+
+    def with_torch_lru():
+        for i, (d, c) in enumerate(pairs):
+            out_t[:, i : i + 1] = torch_lru_next_positions(d, c, 1)
+
+    def with_numpy():
+        for i, (d, c) in enumerate(pairs):
+            v1_next_positions(out_np, i, d, c, 1)
+
+    def with_ours():
+        for i, (d, c) in enumerate(pairs):
+            next_positions(out_np, i, d, c, 1)
+
+    times = compare(
+        {"torch arange+expand": with_torch, "torch + LRU aranges (#17617)": with_torch_lru,
+         "numpy (vLLM V1)": with_numpy, "next_positions (ours)": with_ours},
+        rounds=5 if quick else 15,
+    )  # fmt: skip
+    base = times["torch arange+expand"]
+    return [{"method": k, "step_us": v * 1e6, "speedup": base / v} for k, v in times.items()]
+
+
+def _step_scenario(max_num_batched_tokens: int) -> Scenario:
+    config = qwen2_5_vl()
+    reqs = []
+    for i in range(NUM_RUNNING + 8):
+        p = PromptBuilder(config).text(100).image(36, 36).text(100).build()
+        reqs.append(RequestSpec(f"r{i}", p, 200, 0))
+    return Scenario("step", "", config, reqs, NUM_RUNNING + 8, max_num_batched_tokens, 32768)
+
+
+def _whole_steps(quick: bool, progress) -> list[dict]:
+    scenario = _step_scenario(8192)
+    config = scenario.config
+    rows = []
+    for kind in ("decode", "mixed"):
+        progress(f"decode: whole {kind} step, {NUM_RUNNING} requests")
+        v1 = V1Design(scenario)
+        # No max_model_len: decode requests simply keep advancing while timed.
+        tracker = PositionTracker(config, max_num_reqs=scenario.max_num_seqs, max_num_batched_tokens=8192)
+        running = scenario.requests[:NUM_RUNNING]
+        prefilling = ("r0", "r1", "r2", "r3") if kind == "mixed" else ()
+        for spec in running:
+            prompt_len = spec.prompt.num_tokens
+            done = 0 if spec.req_id in prefilling else prompt_len
+            v1.admit(spec)
+            v1.requests[spec.req_id][2] = done
+            tracker.add_request_from_ranges(
+                spec.req_id, prompt_len, **spec.prompt.kwargs, **spec.prompt.ranges, num_computed_tokens=done
+            )
+        req_ids = [s.req_id for s in running]
+        chunk = 500  # prefill chunk of each prefilling request (mixed steps)
+        counts = [chunk if r in prefilling else 1 for r in req_ids]
+        slots = np.array([tracker.slot(r) for r in req_ids], dtype=np.int64)
+        counts_np = np.array(counts, dtype=np.int64)
+        prefill_state = [v1.requests[r] for r in prefilling]
+        prefill_slots = [tracker.slot(r) for r in prefilling]
+        slot_state = tracker.slot_state
+
+        # Prefilling requests are rewound after each call so that every call
+        # is the same mixed step; both designs pay the same small Python loop.
+        def v1_step():
+            v1.step(req_ids, counts)
+            for state in prefill_state:
+                state[2] -= chunk
+
+        def tracker_prepare():
+            tracker.prepare(req_ids, counts)
+            for s in prefill_slots:
+                slot_state[s, F_NUM_COMPUTED] -= chunk
+
+        def tracker_slots():
+            tracker.prepare_slots(slots, counts_np)
+            for s in prefill_slots:
+                slot_state[s, F_NUM_COMPUTED] -= chunk
+
+        # Same state in both designs: check each tracker entry point against a V1 step.
+        for ours in (lambda: tracker.prepare(req_ids, counts), lambda: tracker.prepare_slots(slots, counts_np)):
+            expected = v1.step(req_ids, counts).clone()
+            got = ours().clone()
+            for state, s in zip(prefill_state, prefill_slots):
+                state[2] -= chunk
+                slot_state[s, F_NUM_COMPUTED] -= chunk
+            if not torch.equal(got, expected):
+                raise AssertionError(f"tracker step differs from the V1 design ({kind})")
+        times = compare(
+            {"V1 design": v1_step, "prepare": tracker_prepare, "prepare_slots": tracker_slots},
+            rounds=5 if quick else 15,
+        )
+        v1_time = times["V1 design"]
+        rows.append(
+            {
+                "step": f"{kind}: {NUM_RUNNING} requests, {sum(counts)} tokens",
+                "v1_us": v1_time * 1e6,
+                "prepare_us": times["prepare"] * 1e6,
+                "prepare_slots_us": times["prepare_slots"] * 1e6,
+                "speedup_prepare": v1_time / times["prepare"],
+                "speedup_slots": v1_time / times["prepare_slots"],
+            }
+        )
+    return rows
+
+
+def run(quick: bool, progress) -> dict:
+    return {"per_request": _per_request(quick, progress), "steps": _whole_steps(quick, progress)}

@@ -1,0 +1,137 @@
+"""Suite `scheduler`: a simulated engine running the four designs side by side.
+
+The schedule is computed once per scenario, the way vLLM's V1 scheduler
+batches: running requests first (a prefill chunk of what is left of the
+prompt, or one decode token), then waiting requests while fewer than
+max_num_seqs run and the token budget lasts; admission starts a request at
+its prefix-cache hit; a finished prefill samples the first output token;
+a request leaves once it has all its output tokens.
+
+Every design then replays the same schedule in lockstep, step by step:
+admissions, the step's positions, removals. Only those calls are timed.
+After each step every design's positions are compared with the tracker's.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import attrs
+import torch
+
+from .baselines import DESIGNS
+from .timing import Stopwatch, median
+from .workloads import RequestSpec, Scenario, scenarios
+
+
+@attrs.frozen
+class Step:
+    admissions: list[RequestSpec]
+    req_ids: list[str]
+    counts: list[int]
+    finished: list[str]
+
+
+def schedule(scenario: Scenario) -> list[Step]:
+    waiting = deque(scenario.requests)
+    running: list[list] = []  # [spec, computed, generated]
+    steps = []
+    while waiting or running:
+        budget = scenario.max_num_batched_tokens
+        req_ids, counts, admissions = [], [], []
+        for state in running:
+            if budget == 0:
+                break
+            spec, computed, _ = state
+            left = spec.prompt.num_tokens - computed
+            n = min(left, budget) if left > 0 else 1
+            req_ids.append(spec.req_id)
+            counts.append(n)
+            budget -= n
+        while waiting and len(running) < scenario.max_num_seqs and budget > 0:
+            spec = waiting.popleft()
+            n = min(spec.prompt.num_tokens - spec.prefix_hit, budget)
+            running.append([spec, spec.prefix_hit, 0])
+            admissions.append(spec)
+            req_ids.append(spec.req_id)
+            counts.append(n)
+            budget -= n
+        scheduled = dict(zip(req_ids, counts))
+        finished = []
+        for state in running:
+            n = scheduled.get(state[0].req_id, 0)
+            if not n:
+                continue
+            state[1] += n
+            if state[1] >= state[0].prompt.num_tokens:
+                state[2] += 1  # a token is sampled once the prompt is done
+            if state[2] >= state[0].output_len:
+                finished.append(state[0].req_id)
+        running = [s for s in running if s[0].req_id not in set(finished)]
+        steps.append(Step(admissions, req_ids, counts, finished))
+    return steps
+
+
+def replay(scenario: Scenario, steps: list[Step], progress) -> dict:
+    designs = [cls(scenario) for cls in DESIGNS]
+    reference_name = designs[-1].name  # the tracker
+    watches = {d.name: {"admit": Stopwatch(), "step": Stopwatch(), "finish": Stopwatch()} for d in designs}
+    peak = {d.name: 0 for d in designs}
+    for k, step in enumerate(steps):
+        if k % 200 == 0:
+            progress(f"scheduler {scenario.key}: step {k}/{len(steps)}")
+        outputs = {}
+        for d in designs:  # lockstep: each design does this step in turn
+            w = watches[d.name]
+            with w["admit"]:
+                for spec in step.admissions:
+                    d.admit(spec)
+            with w["step"]:
+                out = d.step(step.req_ids, step.counts)
+            outputs[d.name] = out
+            peak[d.name] = max(peak[d.name], d.nbytes())
+            with w["finish"]:
+                for req_id in step.finished:
+                    d.finish(req_id)
+        expected = outputs[reference_name]
+        for name, out in outputs.items():
+            if not torch.equal(out, expected):
+                raise AssertionError(f"scenario {scenario.key}, step {k}: {name} positions differ from the tracker's")
+    results = []
+    base = None
+    for d in designs:
+        w = watches[d.name]
+        total = w["admit"].total + w["step"].total + w["finish"].total
+        row = {
+            "design": d.name,
+            "total_ms": total * 1e3,
+            "admit_ms": w["admit"].total * 1e3,
+            "steps_ms": w["step"].total * 1e3,
+            "step_median_us": median(w["step"].laps) * 1e6,
+            "peak_bytes": peak[d.name],
+        }
+        if base is None:
+            base = row
+        results.append(row)
+    tracker_row = results[-1]
+    for row in results:
+        row["total_vs_tracker"] = row["total_ms"] / tracker_row["total_ms"]
+        row["step_vs_tracker"] = row["step_median_us"] / tracker_row["step_median_us"]
+    return {
+        "scenario": scenario.key,
+        "title": scenario.title,
+        "requests": len(scenario.requests),
+        "steps": len(steps),
+        "tokens": sum(sum(s.counts) for s in steps),
+        "max_num_seqs": scenario.max_num_seqs,
+        "max_num_batched_tokens": scenario.max_num_batched_tokens,
+        "designs": results,
+    }
+
+
+def run(quick: bool, progress) -> dict:
+    out = []
+    for scenario in scenarios(quick):
+        progress(f"scheduler {scenario.key}: scheduling {len(scenario.requests)} requests")
+        out.append(replay(scenario, schedule(scenario), progress))
+    return {"scenarios": out}

@@ -1,0 +1,245 @@
+"""Built-in workloads: the seed PR's prompt cases and the scheduler scenarios.
+
+Prompts are built the way the HF processors lay them out (spec §2.1-§2.3);
+each carries its token-scan inputs and its placeholder ranges, so every
+design can take the form it needs.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from mrope_tracker import MRopeConfig
+
+TEXT_ID = 100
+
+
+def qwen2_5_vl() -> MRopeConfig:
+    """Qwen2.5-VL-7B's published values (tokens_per_second 2)."""
+    return MRopeConfig(family="qwen2_5_vl", model_type="qwen2_5_vl", tokens_per_second=2)
+
+
+def qwen2_5_omni() -> MRopeConfig:
+    """Qwen2.5-Omni-7B's published values (position_id_per_seconds 25, 2 s chunks)."""
+    return MRopeConfig(family="qwen2_5_omni", model_type="qwen2_5_omni", tokens_per_second=25, seconds_per_chunk=2)
+
+
+@attrs.frozen(eq=False)
+class Prompt:
+    token_ids: np.ndarray
+    kwargs: dict  # grids, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+    ranges: dict  # image_ranges / video_ranges / audio_ranges
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+class PromptBuilder:
+    """Appends text and items, tracking grids and ranges in prompt order."""
+
+    def __init__(self, config: MRopeConfig) -> None:
+        self.config = config
+        self.ids: list[int] = []
+        self.images: list[tuple[int, int, int]] = []
+        self.videos: list[tuple[int, int, int]] = []
+        self.sps: list[float] = []
+        self.audio: list[int] = []
+        self.ranges: dict[str, list[tuple[int, int]]] = {"image": [], "video": [], "audio": []}
+        self.audio_in_video = False
+
+    def text(self, n: int) -> "PromptBuilder":
+        self.ids.extend([TEXT_ID] * n)
+        return self
+
+    def image(self, h: int, w: int) -> "PromptBuilder":
+        """An image of (h, w) patches (before merging)."""
+        c, m = self.config, self.config.spatial_merge_size
+        n = (h // m) * (w // m)
+        self.images.append((1, h, w))
+        self.ids.append(c.vision_start_token_id)
+        self.ranges["image"].append((len(self.ids), n))
+        self.ids.extend([c.image_token_id] * n)
+        self.ids.append(c.vision_end_token_id)
+        return self
+
+    def video(self, t: int, h: int, w: int, sp: float = 1.0) -> "PromptBuilder":
+        c, m = self.config, self.config.spatial_merge_size
+        n = t * (h // m) * (w // m)
+        self.videos.append((t, h, w))
+        self.sps.append(sp)
+        self.ids.append(c.vision_start_token_id)
+        self.ranges["video"].append((len(self.ids), n))
+        self.ids.extend([c.video_token_id] * n)
+        self.ids.append(c.vision_end_token_id)
+        return self
+
+    def audio_clip(self, mel_frames: int) -> "PromptBuilder":
+        c = self.config
+        n = audio_tokens(mel_frames)
+        self.audio.append(mel_frames)
+        self.ids.append(c.audio_start_token_id)
+        self.ranges["audio"].append((len(self.ids), n))
+        self.ids.extend([c.audio_token_id] * n)
+        self.ids.append(c.audio_end_token_id)
+        return self
+
+    def video_with_audio(self, t: int, h: int, w: int, mel_frames: int, sp: float = 1.0) -> "PromptBuilder":
+        """An Omni audio-in-video block, interleaved in 2-second chunks as the
+        processor lays it out (spec §2.3: video chunk j, then audio chunk j)."""
+        c, m = self.config, self.config.spatial_merge_size
+        hw = (h // m) * (w // m)
+        chunk = c.audio_chunk_positions
+        num_audio = audio_tokens(mel_frames)
+        tau = (np.arange(t, dtype=np.float32) * np.float32(sp)).astype(np.float32) * np.float32(c.tokens_per_second)
+        tau = tau.astype(np.float32).astype(np.int64)
+        video_chunks = _walk(np.repeat(tau, hw), chunk)
+        audio_chunks = _walk(np.arange(num_audio), chunk)
+        order: list[int] = []
+        for j in range(max(len(video_chunks), len(audio_chunks))):
+            if j < len(video_chunks):
+                order += [c.video_token_id] * (video_chunks[j][1] - video_chunks[j][0])
+            if j < len(audio_chunks):
+                order += [c.audio_token_id] * (audio_chunks[j][1] - audio_chunks[j][0])
+        self.videos.append((t, h, w))
+        self.sps.append(sp)
+        self.audio.append(mel_frames)
+        self.audio_in_video = True
+        self.ids.extend([c.vision_start_token_id, c.audio_start_token_id])
+        self.ranges["video"].append((len(self.ids), len(order)))
+        self.ids.extend(order)
+        self.ids.extend([c.audio_end_token_id, c.vision_end_token_id])
+        return self
+
+    def build(self) -> Prompt:
+        kwargs: dict = {}
+        if self.images:
+            kwargs["image_grid_thw"] = np.array(self.images, dtype=np.int64)
+        if self.videos:
+            kwargs["video_grid_thw"] = np.array(self.videos, dtype=np.int64)
+            if self.config.tokens_per_second is not None:
+                kwargs["second_per_grid_ts"] = np.array(self.sps, dtype=np.float32)
+        if self.audio:
+            kwargs["audio_feature_lengths"] = np.array(self.audio, dtype=np.int64)
+        if self.audio_in_video:
+            kwargs["use_audio_in_video"] = True
+        ranges = {f"{k}_ranges": np.array(v, dtype=np.int64).reshape(-1, 2) for k, v in self.ranges.items() if v}
+        return Prompt(np.array(self.ids, dtype=np.int64), kwargs, ranges)
+
+
+def audio_tokens(mel_frames: int) -> int:
+    return ((mel_frames - 1) // 2 + 1 - 2) // 2 + 1
+
+
+def _walk(values: np.ndarray, size: int) -> list[tuple[int, int]]:
+    chunks, start, c = [], 0, 1
+    for i, v in enumerate(values.tolist()):
+        if v >= c * size:
+            chunks.append((start, i))
+            start, c = i, c + 1
+    chunks.append((start, len(values)))
+    return chunks
+
+
+# --------------------------------------------------------------------------
+# The seed PR's piecewise cases (its benchmark table, ../shared/seed/)
+# --------------------------------------------------------------------------
+
+
+def seed_prompt_cases(config: MRopeConfig) -> list[tuple[str, Prompt]]:
+    """(name, prompt) for the seed's cases; Omni adds its two audio cases.
+    Each item sits between 20 text tokens, as in a chat turn."""
+
+    def case(build):
+        b = PromptBuilder(config).text(20)
+        build(b)
+        return b.text(20).build()
+
+    cases = [
+        ("plain text, 360 tokens", PromptBuilder(config).text(360).build()),
+        ("1 image, 324 tokens", case(lambda b: b.image(36, 36))),
+        ("10 images, 3,240 tokens", case(lambda b: [b.image(36, 36) for _ in range(10)])),
+        ("1 large image, 1,296 tokens", case(lambda b: b.image(72, 72))),
+        ("1 video of 20 frames, 3,240 tokens", case(lambda b: b.video(20, 18, 36))),
+        ("1 video of 200 frames, 32,400 tokens", case(lambda b: b.video(200, 18, 36))),
+    ]
+    if config.is_omni:
+        cases += [
+            ("1 audio, 200 tokens", case(lambda b: b.audio_clip(800))),
+            ("1 video with audio, 1,296 + 200 tokens", case(lambda b: b.video_with_audio(4, 36, 36, 800))),
+        ]
+    return cases
+
+
+# --------------------------------------------------------------------------
+# Scheduler scenarios
+# --------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False)
+class RequestSpec:
+    req_id: str
+    prompt: Prompt
+    output_len: int
+    prefix_hit: int  # prompt tokens found in the prefix cache at admission
+
+
+@attrs.frozen(eq=False)
+class Scenario:
+    key: str
+    title: str
+    config: MRopeConfig
+    requests: list[RequestSpec]
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+
+
+def scenarios(quick: bool = False) -> list[Scenario]:
+    """The four scheduler scenarios (issue 4). `quick` shrinks request counts."""
+    rng = np.random.default_rng(0)
+    out = []
+
+    # a. the seed's end-to-end workload: 200 text tokens + one 512x512 image
+    #    (324 tokens) in, 200 tokens out; 1024 requests, 128 seqs, 8192 tokens.
+    vl = qwen2_5_vl()
+    n = 256 if quick else 1024
+    reqs = []
+    for i in range(n):
+        p = PromptBuilder(vl).text(100).image(36, 36).text(100).build()
+        reqs.append(RequestSpec(f"a{i}", p, 200, 0))
+    out.append(Scenario("a", "seed e2e: 200 text + 1 image (324) in, 200 out", vl, reqs, 128, 8192, 8192))
+
+    # b. long videos (200 frames, 32,400 tokens) with prefix-cache hits: half
+    #    the requests ask about a video already cached (hit = the video).
+    n = 16 if quick else 64
+    reqs = []
+    for i in range(n):
+        p = PromptBuilder(vl).text(50).video(200, 18, 36).text(int(rng.integers(20, 200))).build()
+        hit = (p.num_tokens - 250) // 16 * 16 if i % 2 else 0
+        hit = max(0, min(hit, 50 + 32_400 + 2))
+        reqs.append(RequestSpec(f"b{i}", p, 100, hit))
+    out.append(Scenario("b", "long videos, 200 frames (32,400 tokens), half cached", vl, reqs, 32, 8192, 40960))
+
+    # c. Omni: audio clips and 20-second videos with their audio interleaved.
+    omni = qwen2_5_omni()
+    n = 64 if quick else 256
+    reqs = []
+    for i in range(n):
+        b = PromptBuilder(omni).text(30)
+        if i % 2:
+            b.video_with_audio(10, 28, 28, 2000)  # 10 x 14x14 = 1,960 video + 500 audio tokens
+        else:
+            b.audio_clip(1200).text(10).image(28, 28)
+        reqs.append(RequestSpec(f"c{i}", b.text(30).build(), 150, 0))
+    out.append(Scenario("c", "Omni: audio, images and video with interleaved audio", omni, reqs, 64, 8192, 8192))
+
+    # d. many short, decode-heavy requests.
+    n = 512 if quick else 2048
+    reqs = []
+    for i in range(n):
+        p = PromptBuilder(vl).text(int(rng.integers(20, 60))).image(14, 14).text(10).build()
+        reqs.append(RequestSpec(f"d{i}", p, int(rng.integers(300, 700)), 0))
+    out.append(Scenario("d", "short prompts, long outputs (decode-heavy)", vl, reqs, 256, 8192, 2048))
+    return out

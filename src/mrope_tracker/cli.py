@@ -1,0 +1,79 @@
+"""`mrope-tracker` command line: `bench` (the main job) and `warmup`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _progress_printer():
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        print(f"[{time.perf_counter() - start:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return progress
+
+
+def _bench(args) -> int:
+    from .bench import report, runner  # the suites import matplotlib only to plot
+
+    suites = list(runner.SUITES) if not args.suite else []
+    for item in args.suite or []:
+        for name in item.split(","):
+            if name not in runner.SUITES:
+                print(f"--suite: expected one of {', '.join(runner.SUITES)}, got {name!r}", file=sys.stderr)
+                return 2
+            suites.append(name)
+    results = runner.run(list(dict.fromkeys(suites)), args.quick, _progress_printer())
+    m = results["machine"]
+    print(f"\nmrope-tracker bench{' --quick' if args.quick else ''}: {m['cpu']}, {m['cores']} cores, "
+          f"torch {m['torch']}, numba {m['numba']}, {results['elapsed_s']:.0f} s\n")  # fmt: skip
+    print(report.markdown(results))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+        print(f"\nresults: {args.json}", file=sys.stderr)
+    if args.plot:
+        report.plot(results, args.plot)
+        print(f"chart: {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _warmup(args) -> int:
+    from . import warmup
+
+    timings = warmup()
+    for stage, seconds in timings.items():
+        print(f"{stage:24s} {seconds:7.3f} s")
+    print(f"{'total':24s} {sum(timings.values()):7.3f} s")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="mrope-tracker", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    bench = sub.add_parser(
+        "bench",
+        help="run the benchmark suites on the built-in workloads",
+        description="Benchmarks against the torch reference and re-implementations of vLLM's designs, "
+        "measured as ratios in one process.",
+    )
+    bench.add_argument(
+        "--suite", action="append", metavar="NAME",
+        help="prompt, decode, admission, scheduler or memory (repeat or comma-separate; default: all)",
+    )  # fmt: skip
+    bench.add_argument("--quick", action="store_true", help="smaller workloads and fewer rounds (under a minute)")
+    bench.add_argument("--json", metavar="PATH", help="write every result and ratio as JSON")
+    bench.add_argument("--plot", metavar="PATH", help="draw a PNG chart (needs matplotlib)")
+    bench.set_defaults(handler=_bench)
+    warm = sub.add_parser("warmup", help="compile every kernel into numba's cache (e.g. at image build time)")
+    warm.set_defaults(handler=_warmup)
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
