@@ -77,6 +77,16 @@ def _check_token_id(name: str):
     return check
 
 
+def _positive_number(name: str, value) -> float:
+    """A positive, finite real number (ints and floats; not bools or strings)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a positive number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+    return value
+
+
 def _to_int_or_none(value):
     return None if value is None else int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
 
@@ -144,15 +154,13 @@ class MRopeConfig:
                 )
         r = self.tokens_per_second
         if r is not None:
-            r = float(r)
-            if not math.isfinite(r) or r <= 0:
-                raise ValueError(f"tokens_per_second: expected a positive finite number, got {self.tokens_per_second!r}")
+            r = _positive_number("tokens_per_second", r)
             object.__setattr__(self, "tokens_per_second", r)
         chunk = 0
         if is_omni:
-            spc = float(self.seconds_per_chunk)
-            chunk = int(r * spc) if math.isfinite(spc) else 0
-            if not math.isfinite(spc) or spc <= 0 or chunk < 1:
+            spc = _positive_number("seconds_per_chunk", self.seconds_per_chunk)
+            chunk = int(r * spc)
+            if chunk < 1:
                 raise ValueError(
                     "seconds_per_chunk: expected a positive number whose product with the temporal scale "
                     f"({r}) is at least 1, got {self.seconds_per_chunk!r}"

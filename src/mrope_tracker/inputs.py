@@ -36,6 +36,11 @@ def _describe(value) -> str:
     return f"{type(value).__name__} {value!r}"[:200]
 
 
+def _has_bool(seq) -> bool:
+    """A bool inside a (nested) list: numpy would silently take it as 0 or 1."""
+    return any(isinstance(x, (bool, np.bool_)) or (isinstance(x, (list, tuple)) and _has_bool(x)) for x in seq)
+
+
 def _to_numpy(value, name: str) -> np.ndarray:
     """Any array-like to numpy, without copying numpy or CPU tensors."""
     if isinstance(value, np.ndarray):
@@ -44,9 +49,11 @@ def _to_numpy(value, name: str) -> np.ndarray:
         return value.detach().cpu().numpy()
     if isinstance(value, (str, bytes, dict, set)) or not hasattr(value, "__len__"):
         raise TypeError(f"{name}: expected a list, numpy array or torch tensor, got {_describe(value)}")
+    if isinstance(value, (list, tuple)) and _has_bool(value):
+        raise TypeError(f"{name}: expected integers, got a bool inside {_describe(value)}")
     try:
         return np.asarray(value)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError) as exc:
         raise ValueError(f"{name}: expected a rectangular array of numbers, got {_describe(value)} ({exc})") from None
 
 
@@ -138,8 +145,6 @@ def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.nda
         raise ValueError(
             f"second_per_grid_ts: Qwen2-VL numbers frames 0, 1, 2, ... and takes no time scale; expected None, got {_describe(value)}"
         )
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = [value]
     arr = _to_numpy(value, "second_per_grid_ts")
     if arr.dtype.kind not in "iuf" or arr.ndim != 1:
         if arr.dtype.kind not in "iuf":
@@ -166,7 +171,7 @@ def as_audio_lengths(value, config: MRopeConfig) -> np.ndarray:
 
 
 def as_flag(value, name: str) -> bool:
-    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+    if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise TypeError(f"{name}: expected a bool, got {_describe(value)}")
 

@@ -84,19 +84,23 @@ def next_positions(out, out_offset: int, delta: int, context_len: int, num_new_t
     for ``n < num_new_tokens``, in place (spec §1.5): the positions of tokens
     past the prompt.
 
-    `out` is a writable 2-D int64 numpy array (or CPU tensor), e.g. a runner's
-    (3, max_num_tokens + 1) staging buffer. The work is one jitted call; the
+    `out` is a writable 2-D int64 numpy array (or CPU tensor) with at least 3
+    rows, e.g. a runner's (3, max_num_tokens + 1) staging buffer or a column
+    slice of one; every row is written. The work is one jitted call; the
     checks before it are attribute reads, since engines call this per request.
     """
-    if type(out) is not np.ndarray or out.dtype is not _INT64 or out.ndim != 2 or not out.flags.writeable:
+    if type(out) is not np.ndarray or out.dtype is not _INT64 or out.ndim != 2 or out.shape[0] < 3 or not out.flags.writeable:
         out = _as_out(out)
-    if type(out_offset) is int and type(delta) is int and type(context_len) is int and type(num_new_tokens) is int:
-        try:
-            code = next_positions_kernel(out, out_offset, delta, context_len, num_new_tokens)
-        except OverflowError:  # a Python int past int64: rejected below
-            code = -1
-    else:
-        code = -1
+    if not (type(out_offset) is int and type(delta) is int and type(context_len) is int and type(num_new_tokens) is int):
+        # numpy integers and the like: checked, then as plain ints
+        out_offset = as_index(out_offset, "out_offset")
+        num_new_tokens = as_index(num_new_tokens, "num_new_tokens")
+        context_len = as_index(context_len, "context_len")
+        delta = as_index(delta, "delta", minimum=-(2**62))
+    try:
+        code = next_positions_kernel(out, out_offset, delta, context_len, num_new_tokens)
+    except OverflowError:  # a Python int past int64: reported below
+        code = 1
     if code:
         _next_positions_error(out, out_offset, delta, context_len, num_new_tokens)
 
@@ -108,6 +112,8 @@ def _as_out(out) -> np.ndarray:
         out = out.numpy()
     if not isinstance(out, np.ndarray) or out.dtype != _INT64 or out.ndim != 2:
         raise TypeError(f"out: expected a 2-D int64 array, got {_what(out)}")
+    if out.shape[0] < 3:
+        raise ValueError(f"out: expected at least 3 rows (T, H, W), got shape {out.shape}")
     if not out.flags.writeable:
         raise ValueError("out: expected a writable array (it is written in place)")
     if out.dtype is not _INT64:  # a non-native int64 dtype object
@@ -126,7 +132,7 @@ def _next_positions_error(out, out_offset, delta, context_len, num_new_tokens) -
             f"num_new_tokens: expected out_offset + num_new_tokens <= out.shape[1] ({out.shape[1]}), "
             f"got {out_offset} + {num_new_tokens}"
         )
-    if context_len + num_new_tokens + delta < 0:
+    if context_len + delta < 0:
         raise ValueError(f"delta: expected non-negative positions, got context_len {context_len} + delta {delta}")
     raise AssertionError("next_positions: the kernel refused valid arguments")  # internal invariant
 

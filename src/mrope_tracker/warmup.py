@@ -44,8 +44,9 @@ def warmup(dtypes=(torch.int64,)) -> dict[str, float]:
         PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges),
     ))  # fmt: skip
     buffer = np.zeros((3, 5), np.int64)
-    # a whole buffer, and a column slice of one (numba compiles each layout)
-    stage("next_positions", lambda: (next_positions(buffer, 0, -3, 9, 4), next_positions(buffer[:, :4], 0, -3, 9, 4)))
+    # numba compiles one version per array layout: C, a column slice (A), Fortran
+    stage("next_positions", lambda: [next_positions(out, 0, -3, 9, 4) for out in (
+        buffer, buffer[:, :4], np.asfortranarray(buffer))])  # fmt: skip
     for dtype in dtypes:
         stage(f"tracker[{str(dtype).replace('torch.', '')}]", lambda: _tracker_round(config, ids, kwargs, ranges, dtype))
     return timings

@@ -443,6 +443,8 @@ def build_from_ranges(
         length = rng[n, 1]
         if offset < 0 or length < 0:
             return C.ERR_RANGE_NEGATIVE, m, n, min(offset, length)
+        if offset > num_tokens or length > num_tokens:  # before any sum can overflow
+            return C.ERR_RANGE_OUT, m, n, offset + min(length, num_tokens)
         av = m == C.MOD_VIDEO and av_mode
         lead = 2 if av else 0  # vision_start, audio_start before; audio_end, vision_end after
         if offset - lead < prev_end:

@@ -1,0 +1,373 @@
+"""`MRopeConfig.from_hf_config`: the values that decide positions, read from a
+config.json path, a dict or an attribute-style config object (spec §2.1-§2.3)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+import types
+
+import attrs
+import pytest
+
+from mrope_tracker import SUPPORTED_MODEL_TYPES, MRopeConfig
+
+# Trimmed published configs (copies of /work/shared/configs/*.json, so the tests do not
+# depend on that folder).
+QWEN2_VL = {
+    "architectures": ["Qwen2VLForConditionalGeneration"],
+    "model_type": "qwen2_vl",
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    "vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+}
+QWEN2_5_VL = {
+    "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+    "model_type": "qwen2_5_vl",
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    "vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "tokens_per_second": 2},
+}
+OMNI_THINKER = {
+    "model_type": "qwen2_5_omni_thinker",
+    "audio_token_index": 151646,
+    "image_token_index": 151655,
+    "video_token_index": 151656,
+    "audio_start_token_id": 151647,
+    "audio_end_token_id": 151648,
+    "vision_start_token_id": 151652,
+    "vision_end_token_id": 151653,
+    "position_id_per_seconds": 25,
+    "seconds_per_chunk": 2,
+    "vision_config": {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+    "text_config": {"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}},
+}
+QWEN2_5_OMNI = {"architectures": ["Qwen2_5OmniModel"], "model_type": "qwen2_5_omni", "thinker_config": OMNI_THINKER}
+
+PUBLISHED = {"qwen2_vl": QWEN2_VL, "qwen2_5_vl": QWEN2_5_VL, "qwen2_5_omni": QWEN2_5_OMNI, "qwen2_5_omni_thinker": OMNI_THINKER}
+
+
+def _namespace(value):
+    """A config dict as nested attribute objects, like a transformers config."""
+    if isinstance(value, dict):
+        return types.SimpleNamespace(**{key: _namespace(item) for key, item in value.items()})
+    return value
+
+
+def _with(config: dict, path: tuple[str, ...], value) -> dict:
+    """A deep copy of `config` with config[path[0]]...[path[-1]] set (or removed when value is ...)."""
+    out = copy.deepcopy(config)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    if value is ...:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return out
+
+
+# --------------------------------------------------------------------------
+# published configs
+# --------------------------------------------------------------------------
+
+
+def test_qwen2_vl_published():
+    """Qwen2-VL: merge 2, the published ids, no temporal scale and no audio (spec §2.1)."""
+    config = MRopeConfig.from_hf_config(QWEN2_VL)
+    assert (config.family, config.model_type) == ("qwen2_vl", "qwen2_vl")
+    assert config.spatial_merge_size == 2
+    assert (config.image_token_id, config.video_token_id) == (151655, 151656)
+    assert (config.vision_start_token_id, config.vision_end_token_id) == (151652, 151653)
+    assert config.tokens_per_second is None and config.seconds_per_chunk is None
+    assert config.audio_token_id is None and not config.is_omni and config.audio_chunk_positions is None
+
+
+def test_qwen2_5_vl_published():
+    """Qwen2.5-VL reads vision_config.tokens_per_second (2 in the published checkpoints, spec §2.2)."""
+    config = MRopeConfig.from_hf_config(QWEN2_5_VL)
+    assert (config.family, config.model_type) == ("qwen2_5_vl", "qwen2_5_vl")
+    assert config.tokens_per_second == 2.0 and isinstance(config.tokens_per_second, float)
+    assert config.audio_token_id is None and config.seconds_per_chunk is None
+
+
+@pytest.mark.parametrize("hf", [QWEN2_5_OMNI, OMNI_THINKER], ids=["full", "thinker"])
+def test_omni_published(hf):
+    """Qwen2.5-Omni (full config through thinker_config, or the thinker's own): the _index ids,
+    r = position_id_per_seconds = 25, seconds_per_chunk 2, chunk C = int(25 * 2) = 50 (spec §2.3)."""
+    config = MRopeConfig.from_hf_config(hf)
+    assert config.family == "qwen2_5_omni" and config.is_omni
+    assert config.model_type == hf["model_type"]
+    assert (config.image_token_id, config.video_token_id, config.audio_token_id) == (151655, 151656, 151646)
+    assert (config.audio_start_token_id, config.audio_end_token_id) == (151647, 151648)
+    assert (config.vision_start_token_id, config.vision_end_token_id) == (151652, 151653)
+    assert config.tokens_per_second == 25.0 and config.seconds_per_chunk == 2.0
+    assert config.audio_chunk_positions == 50
+
+
+def test_full_and_thinker_omni_configs_agree():
+    """The full Omni config and its thinker config give equal position settings."""
+    full = MRopeConfig.from_hf_config(QWEN2_5_OMNI)
+    thinker = MRopeConfig.from_hf_config(OMNI_THINKER)
+    assert (full.model_type, thinker.model_type) == ("qwen2_5_omni", "qwen2_5_omni_thinker")
+    assert attrs.evolve(full, model_type="omni") == attrs.evolve(thinker, model_type="omni")
+    assert (full.kernel_params == thinker.kernel_params).all()
+
+
+def test_supported_model_types():
+    """The four supported model types map to their three families."""
+    assert SUPPORTED_MODEL_TYPES == {
+        "qwen2_vl": "qwen2_vl",
+        "qwen2_5_vl": "qwen2_5_vl",
+        "qwen2_5_omni": "qwen2_5_omni",
+        "qwen2_5_omni_thinker": "qwen2_5_omni",
+    }
+
+
+# --------------------------------------------------------------------------
+# input forms
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", sorted(PUBLISHED))
+def test_json_path(tmp_path, model_type):
+    """A config.json path (str or pathlib.Path) reads the same as the dict."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(PUBLISHED[model_type]), encoding="utf-8")
+    expected = MRopeConfig.from_hf_config(PUBLISHED[model_type])
+    assert MRopeConfig.from_hf_config(str(path)) == expected
+    assert MRopeConfig.from_hf_config(pathlib.Path(path)) == expected
+
+
+@pytest.mark.parametrize("model_type", sorted(PUBLISHED))
+def test_attribute_object(model_type):
+    """A nested attribute object (transformers-style config, sub-configs as objects) reads the same as the dict."""
+    expected = MRopeConfig.from_hf_config(PUBLISHED[model_type])
+    assert MRopeConfig.from_hf_config(_namespace(PUBLISHED[model_type])) == expected
+
+
+def test_attribute_object_with_dict_sub_configs():
+    """An attribute object whose thinker and vision configs are plain dicts reads the same."""
+    outer = types.SimpleNamespace(model_type="qwen2_5_omni", thinker_config=copy.deepcopy(OMNI_THINKER))
+    assert MRopeConfig.from_hf_config(outer) == MRopeConfig.from_hf_config(QWEN2_5_OMNI)
+    vl = types.SimpleNamespace(model_type="qwen2_5_vl", vision_config={"spatial_merge_size": 1, "tokens_per_second": 3})
+    config = MRopeConfig.from_hf_config(vl)
+    assert (config.spatial_merge_size, config.tokens_per_second) == (1, 3.0)
+
+
+def test_mrope_config_passes_through():
+    """An MRopeConfig is returned as is."""
+    config = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
+    assert MRopeConfig.from_hf_config(config) is config
+
+
+# --------------------------------------------------------------------------
+# key spellings, sources and defaults
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", ["_id", "_index"])
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen2_5_vl", "qwen2_5_omni_thinker"])
+def test_id_spellings(model_type, suffix):
+    """image/video (and Omni audio) token ids are read under either *_token_id or *_token_index."""
+    hf = {"model_type": model_type, f"image_token{suffix}": 11, f"video_token{suffix}": 12}
+    if model_type == "qwen2_5_omni_thinker":
+        hf[f"audio_token{suffix}"] = 13
+    config = MRopeConfig.from_hf_config(hf)
+    assert (config.image_token_id, config.video_token_id) == (11, 12)
+    if config.is_omni:
+        assert config.audio_token_id == 13
+
+
+def test_custom_ids_are_read():
+    """Every special token id comes from the config, not from the published defaults."""
+    thinker = dict(OMNI_THINKER, audio_token_index=1, image_token_index=2, video_token_index=3,
+                   audio_start_token_id=4, audio_end_token_id=5, vision_start_token_id=6, vision_end_token_id=7)  # fmt: skip
+    config = MRopeConfig.from_hf_config({"model_type": "qwen2_5_omni", "thinker_config": thinker})
+    got = (config.audio_token_id, config.image_token_id, config.video_token_id, config.audio_start_token_id,
+           config.audio_end_token_id, config.vision_start_token_id, config.vision_end_token_id)  # fmt: skip
+    assert got == (1, 2, 3, 4, 5, 6, 7)
+
+
+def test_full_omni_reads_thinker_not_top_level():
+    """A full Omni config takes its ids and scales from thinker_config, not from top-level keys."""
+    hf = dict(QWEN2_5_OMNI, image_token_id=1, position_id_per_seconds=3)
+    config = MRopeConfig.from_hf_config(hf)
+    assert config.image_token_id == 151655 and config.tokens_per_second == 25.0
+
+
+def test_omni_scale_is_position_id_per_seconds():
+    """Omni's temporal scale is the thinker's position_id_per_seconds, not
+    vision_config.tokens_per_second (spec D7: transformers' choice)."""
+    thinker = _with(OMNI_THINKER, ("position_id_per_seconds",), 13)
+    thinker = _with(thinker, ("vision_config", "tokens_per_second"), 25)
+    config = MRopeConfig.from_hf_config(thinker)
+    # C = int(13 * 2) = 26
+    assert config.tokens_per_second == 13.0 and config.audio_chunk_positions == 26
+
+
+def test_omni_chunk_truncates():
+    """The interleave chunk is int(r * seconds_per_chunk): r 2.5, 1.5 s -> int(3.75) = 3."""
+    thinker = dict(OMNI_THINKER, position_id_per_seconds=2.5, seconds_per_chunk=1.5)
+    assert MRopeConfig.from_hf_config(thinker).audio_chunk_positions == 3
+
+
+def test_qwen2_vl_ignores_tokens_per_second_in_vision_config():
+    """Qwen2-VL has no temporal scale even when its vision config carries tokens_per_second (spec §2.1)."""
+    hf = _with(QWEN2_VL, ("vision_config", "tokens_per_second"), 2)
+    assert MRopeConfig.from_hf_config(hf).tokens_per_second is None
+
+
+@pytest.mark.parametrize(
+    ("hf", "expected"),
+    [
+        # transformers config-class defaults (spec §2.1-§2.3): merge 2, published ids;
+        # Qwen2.5-VL tokens_per_second 4; Omni position_id_per_seconds 25, seconds_per_chunk 2.
+        ({"model_type": "qwen2_vl"}, dict(spatial_merge_size=2, tokens_per_second=None, seconds_per_chunk=None)),
+        ({"model_type": "qwen2_vl", "vision_config": {}}, dict(spatial_merge_size=2, tokens_per_second=None)),
+        ({"model_type": "qwen2_5_vl"}, dict(spatial_merge_size=2, tokens_per_second=4.0, seconds_per_chunk=None)),
+        ({"model_type": "qwen2_5_vl", "vision_config": {"spatial_merge_size": 1}}, dict(spatial_merge_size=1, tokens_per_second=4.0)),
+        (
+            {"model_type": "qwen2_5_omni_thinker"},
+            dict(spatial_merge_size=2, tokens_per_second=25.0, seconds_per_chunk=2.0, audio_token_id=151646,
+                 audio_start_token_id=151647, audio_end_token_id=151648),
+        ),  # fmt: skip
+        ({"model_type": "qwen2_5_omni", "thinker_config": {}}, dict(tokens_per_second=25.0, seconds_per_chunk=2.0)),
+    ],
+    ids=["qwen2_vl", "qwen2_vl_empty_vision", "qwen2_5_vl", "qwen2_5_vl_merge_only", "omni_thinker", "omni_empty_thinker"],
+)
+def test_defaults_for_missing_keys(hf, expected):
+    """Missing keys take the transformers defaults; the published ids fill in missing ids."""
+    config = MRopeConfig.from_hf_config(hf)
+    for name, value in expected.items():
+        assert getattr(config, name) == value, name
+    assert (config.image_token_id, config.video_token_id) == (151655, 151656)
+    assert (config.vision_start_token_id, config.vision_end_token_id) == (151652, 151653)
+
+
+def test_none_values_take_defaults():
+    """A key present with the value None (as transformers writes unset fields) takes the default."""
+    hf = {"model_type": "qwen2_5_vl", "image_token_id": None, "vision_config": {"tokens_per_second": None}}
+    config = MRopeConfig.from_hf_config(hf)
+    assert config.image_token_id == 151655 and config.tokens_per_second == 4.0
+
+
+# --------------------------------------------------------------------------
+# rejections
+# --------------------------------------------------------------------------
+
+
+def _rejects(exc, match, hf):
+    with pytest.raises(Exception) as info:
+        MRopeConfig.from_hf_config(hf)
+    assert type(info.value) is exc, f"expected {exc.__name__}, got {type(info.value).__name__}: {info.value}"
+    info.match(match)
+    return info.value
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_vl", "qwen2_5_omni_talker", "llama", "", None, 7])
+def test_unsupported_model_type(model_type):
+    """An unsupported model_type is a ValueError naming model_type and listing every supported one."""
+    error = _rejects(ValueError, "model_type", {"model_type": model_type})
+    for supported in SUPPORTED_MODEL_TYPES:
+        assert supported in str(error)
+
+
+def test_missing_model_type():
+    """A config without model_type is a ValueError listing the supported types."""
+    error = _rejects(ValueError, "model_type", _namespace({"vision_config": {"spatial_merge_size": 2}}))
+    assert all(name in str(error) for name in SUPPORTED_MODEL_TYPES)
+
+
+def test_full_omni_without_thinker_config():
+    """A full Omni config without thinker_config is a ValueError naming it."""
+    _rejects(ValueError, "thinker_config", {"model_type": "qwen2_5_omni"})
+
+
+@pytest.mark.parametrize("value", [None, 5, 1.5, [QWEN2_VL], (1,), b"{}", True])
+def test_not_a_config(value):
+    """Anything but a path, a dict or a config object is a TypeError naming config."""
+    _rejects(TypeError, "config", value)
+
+
+def test_missing_path(tmp_path):
+    """A path that cannot be read is a ValueError naming config."""
+    _rejects(ValueError, "config", str(tmp_path / "missing.json"))
+
+
+def test_invalid_json(tmp_path):
+    """A file that is not valid JSON is a ValueError naming config."""
+    path = tmp_path / "config.json"
+    path.write_text("{model_type: qwen2_vl", encoding="utf-8")
+    _rejects(ValueError, "config", path)
+
+
+@pytest.mark.parametrize("merge", [0, -2, 1.5, 2.0, True, "2"])
+def test_bad_spatial_merge_size(merge):
+    """A spatial_merge_size that is not a positive int is a ValueError naming it."""
+    _rejects(ValueError, "spatial_merge_size", _with(QWEN2_5_VL, ("vision_config", "spatial_merge_size"), merge))
+
+
+@pytest.mark.parametrize(
+    ("hf", "names"),
+    [
+        (dict(QWEN2_VL, video_token_id=151655), ("image_token_id", "video_token_id")),
+        (dict(QWEN2_VL, vision_end_token_id=151652), ("vision_start_token_id", "vision_end_token_id")),
+        (dict(OMNI_THINKER, audio_token_index=151655), ("image_token_id", "audio_token_id")),
+        (dict(OMNI_THINKER, audio_end_token_id=151647), ("audio_start_token_id", "audio_end_token_id")),
+        (dict(OMNI_THINKER, audio_start_token_id=151652), ("audio_start_token_id", "vision_start_token_id")),
+    ],
+    ids=["image_video", "vision_start_end", "audio_image", "audio_start_end", "audio_vision_start"],
+)
+def test_duplicate_token_ids(hf, names):
+    """Two special tokens sharing an id is a ValueError naming the ids."""
+    error = _rejects(ValueError, "token id", hf)
+    assert all(name in str(error) for name in names)
+
+
+@pytest.mark.parametrize("value", [-1, 1.0, "151655", True])
+def test_bad_token_id(value):
+    """A token id that is not a non-negative int is a ValueError naming it."""
+    _rejects(ValueError, "image_token_id", dict(QWEN2_VL, image_token_id=value))
+
+
+@pytest.mark.parametrize("value", [0, -2, float("nan"), float("inf")])
+def test_bad_tokens_per_second(value):
+    """A non-positive or non-finite Qwen2.5-VL tokens_per_second is a ValueError naming it."""
+    _rejects(ValueError, "tokens_per_second", _with(QWEN2_5_VL, ("vision_config", "tokens_per_second"), value))
+
+
+@pytest.mark.parametrize("value", [0, -25, float("nan"), float("inf")])
+def test_bad_position_id_per_seconds(value):
+    """A non-positive or non-finite Omni position_id_per_seconds is a ValueError naming the temporal scale."""
+    _rejects(ValueError, "tokens_per_second", dict(OMNI_THINKER, position_id_per_seconds=value))
+
+
+@pytest.mark.parametrize("value", [0, -2, float("nan"), float("inf"), 0.01])
+def test_bad_seconds_per_chunk(value):
+    """A seconds_per_chunk that is not positive, not finite, or whose chunk int(r * s) is 0
+    (25 * 0.01 = 0.25) is a ValueError naming it."""
+    _rejects(ValueError, "seconds_per_chunk", dict(OMNI_THINKER, seconds_per_chunk=value))
+
+
+@pytest.mark.parametrize(
+    ("hf", "name"),
+    [
+        (_with(QWEN2_5_VL, ("vision_config", "tokens_per_second"), "fast"), "tokens_per_second"),
+        (dict(OMNI_THINKER, position_id_per_seconds="fast"), "tokens_per_second|position_id_per_seconds"),
+        (dict(OMNI_THINKER, seconds_per_chunk="two"), "seconds_per_chunk"),
+        (_with(QWEN2_5_VL, ("vision_config", "tokens_per_second"), [2]), "tokens_per_second"),
+    ],
+    ids=["tokens_per_second_string", "position_id_per_seconds_string", "seconds_per_chunk_string", "tokens_per_second_list"],
+)
+def test_non_numeric_scales(hf, name):
+    """A temporal scale or chunk length that is not a number is rejected with a message naming it."""
+    with pytest.raises((ValueError, TypeError), match=name):
+        MRopeConfig.from_hf_config(hf)
