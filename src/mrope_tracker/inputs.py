@@ -195,41 +195,50 @@ def as_index(value, name: str, minimum: int = 0, maximum: int = _INDEX_LIMIT) ->
     return value
 
 
+def normalize_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video):
+    """(image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video),
+    each ready for the kernels. None is the common case for most arguments,
+    so it is tested inline rather than through a call."""
+    image_grid = EMPTY_GRID if image_grid_thw is None else as_grid(image_grid_thw, "image_grid_thw")
+    video_grid = EMPTY_GRID if video_grid_thw is None else as_grid(video_grid_thw, "video_grid_thw")
+    if second_per_grid_ts is None and video_grid_thw is None:
+        video_sp = EMPTY_FLOAT
+    else:
+        video_sp = as_second_per_grid_ts(second_per_grid_ts, video_grid.shape[0], config)
+    audio_lengths = EMPTY_INT if audio_feature_lengths is None else as_audio_lengths(audio_feature_lengths, config)
+    if use_audio_in_video is False:
+        av = False
+    else:
+        av = as_flag(use_audio_in_video, "use_audio_in_video")
+        if av and not config.is_omni:
+            raise ValueError(
+                f"use_audio_in_video: only Qwen2.5-Omni interleaves audio with video; expected False for {config.family}"
+            )
+    return image_grid, video_grid, video_sp, audio_lengths, av
+
+
 class Items:
     """Normalised multimodal inputs of one prompt, ready for the kernels."""
 
     __slots__ = ("image_grid", "video_grid", "video_sp", "audio_lengths", "use_audio_in_video")
 
-    def __init__(self, config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video):
-        # None is the common case for all but one argument: skip the calls.
-        self.image_grid = EMPTY_GRID if image_grid_thw is None else as_grid(image_grid_thw, "image_grid_thw")
-        self.video_grid = EMPTY_GRID if video_grid_thw is None else as_grid(video_grid_thw, "video_grid_thw")
-        if second_per_grid_ts is None and video_grid_thw is None:
-            self.video_sp = EMPTY_FLOAT
-        else:
-            self.video_sp = as_second_per_grid_ts(second_per_grid_ts, self.video_grid.shape[0], config)
-        self.audio_lengths = EMPTY_INT if audio_feature_lengths is None else as_audio_lengths(audio_feature_lengths, config)
-        if use_audio_in_video is False:
-            self.use_audio_in_video = False
-        else:
-            self.use_audio_in_video = as_flag(use_audio_in_video, "use_audio_in_video")
-            if self.use_audio_in_video and not config.is_omni:
-                raise ValueError(
-                    f"use_audio_in_video: only Qwen2.5-Omni interleaves audio with video; expected False for {config.family}"
-                )
+    def __init__(self, image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video):
+        self.image_grid = image_grid
+        self.video_grid = video_grid
+        self.video_sp = video_sp
+        self.audio_lengths = audio_lengths
+        self.use_audio_in_video = use_audio_in_video
+
+    @classmethod
+    def normalize(
+        cls, config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+    ) -> "Items":
+        """Check and convert the user's arguments (see `normalize_items`)."""
+        return cls(*normalize_items(
+            config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video))  # fmt: skip
 
 
-class _NoItems:
-    """The items of a prompt given no multimodal inputs."""
-
-    image_grid = EMPTY_GRID
-    video_grid = EMPTY_GRID
-    video_sp = EMPTY_FLOAT
-    audio_lengths = EMPTY_INT
-    use_audio_in_video = False
-
-
-NO_ITEMS = _NoItems()
+NO_ITEMS = Items(EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)  # a prompt given no items
 
 
 def _grid_text(grids: np.ndarray, n: int) -> str:

@@ -125,7 +125,7 @@ class PromptLayout:
         """Scan the token ids once (same inputs as `prompt_positions`)."""
         config = as_config(config)
         ids = as_token_ids(token_ids)
-        items = Items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
+        items = Items.normalize(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         rows, scales, n, top = build_rows_from_tokens(config, ids, items)
         return cls(rows[:n].copy(), scales[:n].copy(), ids.shape[0], top + 1 - ids.shape[0])
 
@@ -146,7 +146,7 @@ class PromptLayout:
         `use_audio_in_video`) video tracks in prompt order."""
         config = as_config(config)
         num_tokens = as_index(num_tokens, "num_tokens", minimum=1)
-        items = Items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
+        items = Items.normalize(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         ranges = Ranges(items, image_ranges, video_ranges, audio_ranges)
         rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
         return cls(rows[:n].copy(), scales[:n].copy(), num_tokens, top + 1 - num_tokens)

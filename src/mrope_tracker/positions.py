@@ -12,10 +12,10 @@ import numpy as np
 import torch
 
 from .config import MRopeConfig
-from .inputs import NO_ITEMS, Items, as_config, as_index, as_token_ids, layout_error
+from .inputs import EMPTY_FLOAT, EMPTY_GRID, EMPTY_INT, NO_ITEMS, Items, as_config, as_grid, as_index, as_token_ids, layout_error, normalize_items
 from .kernels.layout_build import text_positions
 from .kernels.next_positions import next_positions_kernel
-from .kernels.prompt import prompt_positions_kernel
+from .kernels.prompt import image_prompt_positions_kernel, prompt_positions_kernel
 
 __all__ = ["prompt_positions", "next_positions"]
 
@@ -58,22 +58,29 @@ def prompt_positions(
         if not (flags.c_contiguous and flags.writeable) or ids.shape[0] == 0:
             ids = as_token_ids(ids)
     out = np.empty((3, ids.shape[0]), _INT64)
-    if (
-        image_grid_thw is None
-        and video_grid_thw is None
-        and second_per_grid_ts is None
-        and audio_feature_lengths is None
-        and use_audio_in_video is False
-    ):
-        if text_positions(out, ids, config.kernel_params) < 0:
-            return out, 0
-        items = NO_ITEMS  # placeholders without grids: let the builder explain
+    if video_grid_thw is None and second_per_grid_ts is None and audio_feature_lengths is None and use_audio_in_video is False:
+        if image_grid_thw is None:
+            if text_positions(out, ids, config.kernel_params) < 0:
+                return out, 0
+            items = NO_ITEMS  # placeholders without grids: let the builder explain
+        else:  # text and images: the common case, with a 4-argument kernel
+            image_grid = as_grid(image_grid_thw, "image_grid_thw")
+            code, a, b, c, delta = image_prompt_positions_kernel(out, ids, config.kernel_params, image_grid)
+            if code:
+                items = Items(image_grid, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)
+                raise layout_error(code, a, b, c, config, items, ids=ids)
+            return out, delta
+        code, a, b, c, delta = prompt_positions_kernel(
+            out, ids, config.kernel_params, items.image_grid, items.video_grid, items.video_sp,
+            items.audio_lengths, items.use_audio_in_video,
+        )  # fmt: skip
     else:
-        items = Items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
-    code, a, b, c, delta = prompt_positions_kernel(
-        out, ids, config.kernel_params, items.image_grid, items.video_grid, items.video_sp,
-        items.audio_lengths, items.use_audio_in_video,
-    )  # fmt: skip
+        normalized = normalize_items(
+            config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+        )
+        code, a, b, c, delta = prompt_positions_kernel(out, ids, config.kernel_params, *normalized)
+        if code:
+            items = Items(*normalized)
     if code:
         raise layout_error(code, a, b, c, config, items, ids=ids)
     return out, delta

@@ -138,7 +138,7 @@ class PositionTracker:
         self._check_new_id(req_id)
         ids = as_token_ids(token_ids)
         num_computed_tokens = self._check_computed(num_computed_tokens, ids.shape[0])
-        items = Items(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
+        items = Items.normalize(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         return self._admit(req_id, ids.shape[0], num_computed_tokens, lambda rows, scales: build_rows_from_tokens(
             self.config, ids, items, rows, scales))  # fmt: skip
 
@@ -152,7 +152,7 @@ class PositionTracker:
         self._check_new_id(req_id)
         num_tokens = as_index(num_tokens, "num_tokens", minimum=1)
         num_computed_tokens = self._check_computed(num_computed_tokens, num_tokens)
-        items = Items(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
+        items = Items.normalize(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         ranges = Ranges(items, image_ranges, video_ranges, audio_ranges)
         return self._admit(req_id, num_tokens, num_computed_tokens, lambda rows, scales: build_rows_from_ranges(
             self.config, num_tokens, items, ranges, rows, scales))  # fmt: skip
@@ -291,14 +291,20 @@ class PositionTracker:
         A step that repeats the previous step's ids (the usual decode step)
         reuses their slots without looking them up again."""
         n = len(req_ids)
-        if req_ids != self._last_req_ids:
-            slots = self._map_ids(req_ids, n)
-        else:
+        if type(req_ids) is list and req_ids == self._last_req_ids:
             slots = self._batch_slots[:n]
-        if type(num_scheduled_tokens) is list and len(num_scheduled_tokens) == n and num_scheduled_tokens == self._last_counts:
-            counts = self._batch_counts[:n]  # unchanged since it was checked and copied
         else:
-            counts = self._copy_counts(num_scheduled_tokens, n)
+            slots = self._map_ids(req_ids, n)
+        counts = num_scheduled_tokens
+        if (
+            type(counts) is list
+            and len(counts) == n
+            and set(map(type, counts)) <= _PLAIN_INT
+            and counts == self._last_counts
+        ):
+            counts = self._batch_counts[:n]  # the same ints as the last step's, already copied
+        else:
+            counts = self._copy_counts(counts, n)
         return self._step(slots, counts, req_ids)
 
     def _map_ids(self, req_ids, n: int) -> np.ndarray:

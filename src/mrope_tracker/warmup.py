@@ -38,7 +38,12 @@ def warmup(dtypes=(torch.int64,)) -> dict[str, float]:
         fn()
         timings[name] = time.perf_counter() - start
 
-    stage("prompt_positions", lambda: (prompt_positions(config, ids, **kwargs), prompt_positions(config, ids[:3])))
+    image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
+    stage("prompt_positions", lambda: (  # items, text only, images only: three kernels
+        prompt_positions(config, ids, **kwargs),
+        prompt_positions(config, ids[:3]),
+        prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]])),
+    ))  # fmt: skip
     stage("layout", lambda: (
         PromptLayout.from_tokens(config, ids, **kwargs).positions(1, 9),
         PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges),

@@ -144,6 +144,7 @@ def _next_video_split(k, c, num_video, hw, chunk, scaled, sp, r):
 
 
 _BLOCK = 256  # tokens checked per branch-free block
+_NEAR = 8  # tokens checked one by one before the blocks start
 
 
 @helper
@@ -168,6 +169,14 @@ def _next_special(ids, start, a, b, c, d):
     """Index of the first token at or after `start` equal to a, b, c or d
     (or len(ids)); text is skipped a branch-free block at a time."""
     num_tokens = ids.shape[0]
+    # Items are often a few tokens apart (vision_end, vision_start): look
+    # there first, one token at a time, before scanning whole blocks.
+    near = ids[start : min(start + _NEAR, num_tokens)]
+    for k in range(near.shape[0]):
+        tok = near[k]
+        if tok == a or tok == b or tok == c or tok == d:
+            return start + k
+    start += near.shape[0]
     for block in range(start, num_tokens, _BLOCK):
         seg = ids[block : min(block + _BLOCK, num_tokens)]
         hit = False

@@ -21,3 +21,13 @@ def prompt_positions_kernel(out, ids, params, image_grid, video_grid, video_sp, 
         no_rows, no_scales, state, out, ids, params, image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video
     )
     return code, a, b, c, state[S_MAX] + 1 - ids.shape[0]
+
+
+@jit
+def image_prompt_positions_kernel(out, ids, params, image_grid):
+    """`prompt_positions_kernel` for the most common prompt, text and images
+    only: four arguments instead of eight (each array argument costs ~70 ns
+    of dispatch)."""
+    no_videos = image_grid[:0]
+    no_lengths = ids[:0]
+    return prompt_positions_kernel(out, ids, params, image_grid, no_videos, np.empty(0, np.float32), no_lengths, False)
