@@ -34,9 +34,9 @@ _PLAIN_INT = {int}
 
 
 def _ready(arr) -> bool:
-    """An array the step kernel takes as is (anything else is converted, so
-    numba never compiles a new specialisation mid-serving)."""
-    if type(arr) is not np.ndarray or arr.dtype is not _INT64:
+    """A 1-D array the step kernel takes as is (anything else is converted or
+    refused, so numba never compiles a new specialisation mid-serving)."""
+    if type(arr) is not np.ndarray or arr.dtype is not _INT64 or arr.ndim != 1:
         return False
     flags = arr.flags
     return flags.c_contiguous and flags.writeable
@@ -137,7 +137,7 @@ class PositionTracker:
         nothing now and are never generated."""
         self._check_new_id(req_id)
         ids = as_token_ids(token_ids)
-        num_computed_tokens = self._check_computed(num_computed_tokens, ids.shape[0])
+        num_computed_tokens = self._check_computed(num_computed_tokens, ids.shape[0], "token_ids")
         items = Items.normalize(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         return self._admit(req_id, ids.shape[0], num_computed_tokens, lambda rows, scales: build_rows_from_tokens(
             self.config, ids, items, rows, scales))  # fmt: skip
@@ -151,7 +151,7 @@ class PositionTracker:
         O(items) whatever the prompt length (see `PromptLayout.from_ranges`)."""
         self._check_new_id(req_id)
         num_tokens = as_index(num_tokens, "num_tokens", minimum=1)
-        num_computed_tokens = self._check_computed(num_computed_tokens, num_tokens)
+        num_computed_tokens = self._check_computed(num_computed_tokens, num_tokens, "num_tokens")
         items = Items.normalize(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         ranges = Ranges(items, image_ranges, video_ranges, audio_ranges)
         return self._admit(req_id, num_tokens, num_computed_tokens, lambda rows, scales: build_rows_from_ranges(
@@ -162,7 +162,7 @@ class PositionTracker:
         self._check_new_id(req_id)
         if not isinstance(layout, PromptLayout):
             raise TypeError(f"layout: expected a PromptLayout, got {type(layout).__name__}")
-        num_computed_tokens = self._check_computed(num_computed_tokens, layout.num_tokens)
+        num_computed_tokens = self._check_computed(num_computed_tokens, layout.num_tokens, "layout")
 
         def copy_rows(rows, scales):
             n = layout.num_rows
@@ -219,10 +219,10 @@ class PositionTracker:
         if not self._free_slots:
             raise ValueError(f"req_id: no free slot for {req_id!r}: all max_num_reqs={self.max_num_reqs} slots are in use")
 
-    def _check_computed(self, num_computed_tokens, num_tokens: int) -> int:
+    def _check_computed(self, num_computed_tokens, num_tokens: int, prompt_arg: str) -> int:
         if self.max_model_len is not None and num_tokens > self.max_model_len:
             raise ValueError(
-                f"token_ids: expected a prompt of at most max_model_len={self.max_model_len} tokens, got {num_tokens}"
+                f"{prompt_arg}: expected a prompt of at most max_model_len={self.max_model_len} tokens, got {num_tokens}"
             )
         num_computed_tokens = as_index(num_computed_tokens, "num_computed_tokens")
         if num_computed_tokens > num_tokens:
@@ -290,7 +290,10 @@ class PositionTracker:
         `num_scheduled_tokens` is aligned with `req_ids` (a sequence or array).
         A step that repeats the previous step's ids (the usual decode step)
         reuses their slots without looking them up again."""
-        n = len(req_ids)
+        try:
+            n = len(req_ids)
+        except TypeError:
+            raise TypeError(f"req_ids: expected a sequence of request ids, got {type(req_ids).__name__}") from None
         if type(req_ids) is list and req_ids == self._last_req_ids:
             slots = self._batch_slots[:n]
         else:
@@ -327,7 +330,7 @@ class PositionTracker:
                 f"num_scheduled_tokens: expected one count per request id ({n}), got {len(num_scheduled_tokens)}"
             )
         counts = self._batch_counts[:n]
-        if type(num_scheduled_tokens) is np.ndarray and num_scheduled_tokens.dtype.kind in "iu" and num_scheduled_tokens.ndim == 1:
+        if type(num_scheduled_tokens) is np.ndarray and num_scheduled_tokens.dtype.kind == "i" and num_scheduled_tokens.ndim == 1:
             counts[:] = num_scheduled_tokens
         elif set(map(type, num_scheduled_tokens)) <= _PLAIN_INT:
             try:
@@ -380,9 +383,10 @@ class PositionTracker:
         if code == K.STEP_ERR_NEGATIVE:
             return ValueError(f"num_scheduled_tokens[{b}]: expected a count >= 0, got {count}")
         if code == K.STEP_ERR_TOO_MANY_TOKENS:
+            total = sum(int(v) for v in counts)  # Python ints: the sum may not fit in int64
             return ValueError(
                 f"num_scheduled_tokens: expected at most max_num_batched_tokens={self.max_num_batched_tokens} "
-                f"tokens in one step, got {int(counts.sum())}"
+                f"tokens in one step, got {total}"
             )
         if code == K.STEP_ERR_MODEL_LEN:
             done = int(self.slot_state[slots[b], K.F_NUM_COMPUTED])
