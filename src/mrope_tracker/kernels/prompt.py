@@ -2,19 +2,19 @@
 
 The builder runs with a zero-row table and writes positions straight into
 the caller's (3, L) output, so nothing but a 10-slot state is allocated.
+Both entry points call the no-NRT helper below, not each other: a call into
+an NRT-compiled function costs reference counting on every array passed.
 """
 
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import jit
+from .jit_options import helper, jit
 from .layout_build import NUM_STATE, S_MAX, build_from_tokens
 
 
-@jit
-def prompt_positions_kernel(out, ids, params, image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video):
-    """Fill out (3, L) with the prompt's positions. Returns (code, a, b, c, delta)."""
-    state = np.empty(NUM_STATE, np.int64)
+@helper
+def _fill_prompt(state, out, ids, params, image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video):
     no_rows = state[:0].reshape((0, C.NUM_COLS))
     no_scales = video_sp[:0].reshape((0, C.NUM_SCALE_COLS))
     code, a, b, c = build_from_tokens(
@@ -24,10 +24,17 @@ def prompt_positions_kernel(out, ids, params, image_grid, video_grid, video_sp, 
 
 
 @jit
+def prompt_positions_kernel(out, ids, params, image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video):
+    """Fill out (3, L) with the prompt's positions. Returns (code, a, b, c, delta)."""
+    state = np.empty(NUM_STATE, np.int64)
+    return _fill_prompt(state, out, ids, params, image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video)
+
+
+@jit
 def image_prompt_positions_kernel(out, ids, params, image_grid):
     """`prompt_positions_kernel` for the most common prompt, text and images
     only: four arguments instead of eight (each array argument costs ~70 ns
     of dispatch)."""
-    no_videos = image_grid[:0]
-    no_lengths = ids[:0]
-    return prompt_positions_kernel(out, ids, params, image_grid, no_videos, np.empty(0, np.float32), no_lengths, False)
+    state = np.empty(NUM_STATE, np.int64)
+    no_sp = np.empty(0, np.float32)
+    return _fill_prompt(state, out, ids, params, image_grid, image_grid[:0], no_sp, ids[:0], False)
