@@ -124,6 +124,15 @@ def _emit_grid(rows, scales, state, out, tok_start, t, h, w, scaled, sp, r):
 
 
 @helper
+def _emit_item_grid(rows, scales, state, out, tok_start, modality, n, t, h, w, scaled, video_sp, r):
+    """Image or plain video `n` as a whole block: images are never time-scaled."""
+    if modality == C.MOD_IMAGE:
+        _emit_grid(rows, scales, state, out, tok_start, t, h, w, 0, np.float32(1), np.float32(1))
+    else:
+        _emit_grid(rows, scales, state, out, tok_start, t, h, w, scaled, video_sp[n], r)
+
+
+@helper
 def _next_video_split(k, c, num_video, hw, chunk, scaled, sp, r):
     """transformers' chunk walker (spec §2.3): given a chunk that starts at video
     token k with the walker's counter at c, return the first later token whose
@@ -347,10 +356,7 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
             if missing > 0:
                 return C.ERR_CUT_OFF, m, n, missing
             _flush_text(rows, scales, state, out, i)
-            if m == C.MOD_IMAGE:
-                _emit_grid(rows, scales, state, out, i, t, h, w, 0, np.float32(1), np.float32(1))
-            else:
-                _emit_grid(rows, scales, state, out, i, t, h, w, scaled, video_sp[n], r)
+            _emit_item_grid(rows, scales, state, out, i, m, n, t, h, w, scaled, video_sp, r)
             state[S_COUNT + m] = n + 1
             i += size
         elif tok == video_id:  # a video outside an audio-in-video block
@@ -485,10 +491,7 @@ def build_from_ranges(
             if length != size:
                 return C.ERR_RANGE_LENGTH, m, n, size
             _flush_text(rows, scales, state, out, offset)
-            if m == C.MOD_IMAGE:
-                _emit_grid(rows, scales, state, out, offset, t, h, w, 0, np.float32(1), np.float32(1))
-            else:
-                _emit_grid(rows, scales, state, out, offset, t, h, w, scaled, video_sp[n], r)
+            _emit_item_grid(rows, scales, state, out, offset, m, n, t, h, w, scaled, video_sp, r)
         state[S_COUNT + m] = n + 1
         prev_end = offset + length + lead
     _flush_text(rows, scales, state, out, num_tokens)

@@ -66,7 +66,6 @@ MOD_AUDIO = 2
 # A kernel returns (code, a, b, c); the wrapper turns them into a message
 # (see ..layout_errors). Codes are never raised inside nopython code.
 OK = 0
-ERR_ROWS_FULL = 1  # a: rows needed so far (the wrapper grows and retries)
 ERR_PLACEHOLDER_SHORT = 2  # a: modality, b: item index, c: token index of the mismatch
 ERR_CUT_OFF = 3  # a: modality, b: item index, c: tokens still missing
 ERR_EXTRA_ITEM = 4  # a: modality, b: token index of the unmatched placeholder
