@@ -65,7 +65,9 @@ class PositionBuffers:
             span = 2 * self.width + num_tokens
             self._device_flat[:span].copy_(self._host_flat[k][:span], non_blocking=True)
             if self._events is not None:
-                self._events[k].record()
+                # the copy runs on the current stream of the buffer's device,
+                # which need not be the current device
+                self._events[k].record(torch.cuda.current_stream(self.device))
             self._next = (k + 1) % len(self._host)
         view = self._views.get(num_tokens)
         if view is None:
