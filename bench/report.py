@@ -55,7 +55,11 @@ def decode_tables(result: dict) -> str:
         [[r["step"], _us(r["v1_us"]), _us(r["prepare_us"]), _x(r["speedup_prepare"]), _us(r["prepare_slots_us"]),
           _x(r["speedup_slots"])] for r in result["steps"]],
     )  # fmt: skip
-    return per_req + "\n\n" + steps
+    dispatch = _table(
+        ["a decode step's kernel call, 256 requests (same body)", "per call"],
+        [[r["call"], _us(r["step_us"])] for r in result.get("dispatch", [])],
+    )
+    return per_req + "\n\n" + steps + "\n\n" + dispatch
 
 
 def admission_tables(result: dict) -> str:

@@ -2,9 +2,10 @@
 
 Per-request bookkeeping lives in one int64 table, `slot_state`
 [max_num_reqs, NUM_SLOT_FIELDS], whose rows are request slots; layouts live in
-a shared row pool (see layout_codes). Chosen over a numba jitclass because a
-struct of arrays passed to an njit function costs one dispatch per step and
-keeps every buffer a plain numpy array the tracker owns (docs/design.md).
+a shared row pool (see layout_codes). A struct of arrays passed to an njit
+function rather than a numba jitclass: with the same body, the call costs
+0.7 us against 1.0-1.3 us for a jitclass method (`mrope-tracker bench
+--suite decode`), and every buffer stays a plain numpy array the tracker owns.
 
 The kernel validates the whole batch before writing anything, so a rejected
 step changes no counter: pass 1 checks, pass 2 writes and advances.
