@@ -371,3 +371,18 @@ def test_non_numeric_scales(hf, name):
     """A temporal scale or chunk length that is not a number is rejected with a message naming it."""
     with pytest.raises((ValueError, TypeError), match=name):
         MRopeConfig.from_hf_config(hf)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(family="qwen2_5_vl", tokens_per_second=1e39), "tokens_per_second"),
+        (dict(family="qwen2_5_omni", tokens_per_second=1e20, seconds_per_chunk=1), "tokens_per_second"),
+        (dict(family="qwen2_5_omni", tokens_per_second=25, seconds_per_chunk=1e7), "seconds_per_chunk"),
+        (dict(family="qwen2_vl", image_token_id=2**53), "image_token_id"),
+    ],
+)
+def test_values_the_kernels_cannot_represent(kwargs, match):
+    """Time scales past 1e6 (float32 and int64 chunk limits) and token ids past 2**53 are a ValueError naming the field."""
+    with pytest.raises(ValueError, match=match):
+        MRopeConfig(**kwargs)

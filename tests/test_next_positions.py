@@ -208,3 +208,13 @@ def test_ints_outside_int64(name, value):
 def test_negative_positions():
     """context_len + delta < 0 (a position below 0) is a ValueError naming delta, writing nothing."""
     rejects(ValueError, "delta", np.zeros((3, 4), np.int64), 0, -6, 5, 1)
+
+
+def test_positions_past_int64_range_are_refused():
+    """Plain-int arguments whose positions would pass 2**62 are a ValueError naming context_len, and nothing is written."""
+    out = np.zeros((3, 4), np.int64)
+    with pytest.raises(ValueError, match="context_len"):
+        next_positions(out, 0, 0, 2**63 - 2, 3)
+    with pytest.raises(ValueError, match="context_len"):
+        next_positions(out, 0, 2**62, 2**61, 3)
+    assert not out.any()

@@ -790,3 +790,60 @@ def test_bad_constructor_arguments(kwargs, exc, match):
     """Bad constructor arguments are rejected naming the argument."""
     with pytest.raises(exc, match=match):
         make_tracker(qwen2_vl(), **kwargs)
+
+
+# --- limits found in review: int32 output, argument containers -------------------------
+
+
+def test_int32_tracker_refuses_prompts_past_int32():
+    """An int32 tracker refuses a prompt whose positions pass 2**31 - 1 (naming dtype), and changes nothing."""
+    config = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
+    # tau(1) = float32(1 * 1073741760) * 2 = 2147483520 < 2**31 is allowed; 300 text tokens before it
+    # put the video's last frame at 2147483820 > 2**31 - 1.
+    ids = np.array([1] * 300 + [config.video_token_id] * 8 + [2] * 3)
+    tracker = PositionTracker(config, max_num_reqs=2, max_num_batched_tokens=64, dtype=torch.int32)
+    with pytest.raises(ValueError, match="dtype"):
+        tracker.add_request("r", ids, video_grid_thw=[[2, 4, 4]], second_per_grid_ts=[1073741760.0])
+    assert len(tracker) == 0
+    tracker.add_request("ok", ids, video_grid_thw=[[2, 4, 4]], second_per_grid_ts=[1.0])
+    assert len(tracker) == 1
+
+
+def test_int32_tracker_refuses_decode_past_int32():
+    """Decode positions (index + delta) past 2**31 - 1 are refused by an int32 tracker, and the step changes nothing."""
+    config = MRopeConfig(family="qwen2_vl")
+    tracker = PositionTracker(config, max_num_reqs=1, max_num_batched_tokens=8, dtype=torch.int32)
+    tracker.add_request("r", [5, 6, 7])
+    tracker.rollback("r", 0)
+    tracker.slot_state[tracker.slot("r"), 1] = 2**31 - 3  # far into decode (white-box: no prompt that long fits here)
+    assert tracker.prepare(["r"], [2]).tolist() == [[2**31 - 3, 2**31 - 2]] * 3
+    with pytest.raises(ValueError, match=r"num_scheduled_tokens\[0\]"):
+        tracker.prepare(["r"], [2])
+    assert tracker.num_computed_tokens("r") == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    "ids, counts, match",
+    [
+        ({"a", "b"}, [1, 1], "req_ids"),
+        ({"a": 1}, [1], "req_ids"),
+        ("ab", [1, 1], "req_ids"),
+        (["a"], 1, "num_scheduled_tokens"),
+        (["a"], None, "num_scheduled_tokens"),
+        (["a"], {1}, "num_scheduled_tokens"),
+    ],
+)
+def test_prepare_refuses_unordered_or_scalar_arguments(ids, counts, match):
+    """Sets, dicts, strings or scalars where prepare needs ordered sequences are a TypeError naming the argument."""
+    tracker = PositionTracker(MRopeConfig(family="qwen2_vl"), max_num_reqs=2, max_num_batched_tokens=8)
+    tracker.add_request("a", [1, 2])
+    tracker.add_request("b", [1, 2])
+    with pytest.raises(TypeError, match=match):
+        tracker.prepare(ids, counts)
+    assert tracker.num_computed_tokens("a") == 0
+
+
+def test_staging_must_be_a_bool():
+    """staging accepts True, False or None only."""
+    with pytest.raises(TypeError, match="staging"):
+        PositionTracker(MRopeConfig(family="qwen2_vl"), max_num_reqs=1, max_num_batched_tokens=8, staging="yes")

@@ -71,19 +71,24 @@ def _check_token_id(name: str):
     def check(instance, attribute, value):
         if value is None:
             return
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise ValueError(f"{name}: expected a non-negative int token id, got {value!r}")
+        # below 2**53: the kernels carry ids in a float64 array (exact there)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2**53:
+            raise ValueError(f"{name}: expected an int token id in [0, 2**53), got {value!r}")
 
     return check
 
 
+_MAX_SCALE = 1e6  # time scales and chunk lengths far past any checkpoint's, still exact in float32 products
+
+
 def _positive_number(name: str, value) -> float:
-    """A positive, finite real number (ints and floats; not bools or strings)."""
+    """A positive real number up to 1e6 (ints and floats; not bools or strings).
+    The kernels use time scales as float32 and chunk lengths as int64."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a positive number, got {type(value).__name__} {value!r}")
     value = float(value)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+    if not math.isfinite(value) or not 0 < value <= _MAX_SCALE:
+        raise ValueError(f"{name}: expected a number in (0, {_MAX_SCALE:g}], got {value!r}")
     return value
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from .config import MRopeConfig
 from .inputs import EMPTY_OUT, Items, as_config, as_index, as_ranges, as_token_ids, layout_error
+from .kernels import layout_check as check
 from .kernels import layout_codes as C
 from .kernels.layout_build import NUM_STATE, S_MAX, S_NUM_ROWS, build_from_ranges, build_from_tokens
 from .kernels.layout_fill import fill_positions
@@ -99,15 +100,51 @@ def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, r
         rows, scales = _new_table(int(state[S_NUM_ROWS]))
 
 
+_CHECK_MESSAGES = {
+    check.CHECK_EMPTY: "expected at least one row",
+    check.CHECK_TILING: "expected rows that tile the prompt in order (each starting where the last ended)",
+    check.CHECK_LENGTH: "expected rows of positive length ending exactly at num_tokens",
+    check.CHECK_KIND: "expected kinds LINEAR, CONST or GRID",
+    check.CHECK_GRID: "expected a grid row with positive t, h, w, its tokens inside the grid and a 0/1 scaled flag",
+    check.CHECK_SCALE: "expected finite, non-negative time scales keeping temporal positions below 2**31",
+    check.CHECK_BASE: "expected positions in [0, 2**62]",
+}
+
+
+def _checked_table(value, name: str, dtype, width: int) -> np.ndarray:
+    if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != 2 or value.shape[1] != width:
+        what = f"array of dtype {value.dtype} and shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
+        raise TypeError(f"{name}: expected a {np.dtype(dtype).name} array of shape (num_rows, {width}), got {what}")
+    table = np.array(value, dtype=dtype, order="C")  # a private copy: nobody else can change it
+    table.setflags(write=False)
+    return table
+
+
 @attrs.frozen(eq=False)
 class PromptLayout:
     """A prompt's positions as segments: ``rows`` [num_rows, NUM_COLS] int64 and
-    ``scales`` [num_rows, 2] float32 (see kernels/layout_codes.py)."""
+    ``scales`` [num_rows, 2] float32 (see kernels/layout_codes.py).
 
-    rows: np.ndarray
-    scales: np.ndarray
-    num_tokens: int
-    delta: int
+    Built by `from_tokens` or `from_ranges`; a layout constructed directly
+    (e.g. deserialised in another process) is checked in O(rows) before use,
+    since the kernels that read it run without bounds checks. The tables are
+    private read-only copies."""
+
+    rows: np.ndarray = attrs.field(converter=lambda v: _checked_table(v, "rows", np.int64, C.NUM_COLS))
+    scales: np.ndarray = attrs.field(converter=lambda v: _checked_table(v, "scales", np.float32, C.NUM_SCALE_COLS))
+    num_tokens: int = attrs.field(converter=lambda v: as_index(v, "num_tokens", minimum=1))
+    delta: int = attrs.field(converter=lambda v: as_index(v, "delta", minimum=-(2**62)))
+
+    def __attrs_post_init__(self) -> None:
+        if self.scales.shape[0] != self.rows.shape[0]:
+            raise ValueError(f"scales: expected one row per layout row ({self.rows.shape[0]}), got {self.scales.shape[0]}")
+        code, row, top = check.check_layout(self.rows, self.scales, self.num_tokens)
+        if code:
+            raise ValueError(f"rows[{row}]: {_CHECK_MESSAGES[code]}")
+        if self.delta != top + 1 - self.num_tokens:
+            raise ValueError(
+                f"delta: expected max position + 1 - num_tokens = {top + 1 - self.num_tokens} for these rows, got {self.delta}"
+            )
 
     @property
     def num_rows(self) -> int:
@@ -127,7 +164,7 @@ class PromptLayout:
         ids = as_token_ids(token_ids)
         items = Items.normalize(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         rows, scales, n, top = build_rows_from_tokens(config, ids, items)
-        return cls(rows[:n].copy(), scales[:n].copy(), ids.shape[0], top + 1 - ids.shape[0])
+        return cls(rows[:n], scales[:n], ids.shape[0], top + 1 - ids.shape[0])
 
     @classmethod
     def from_ranges(
@@ -149,7 +186,7 @@ class PromptLayout:
         items = Items.normalize(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         ranges = Ranges(items, image_ranges, video_ranges, audio_ranges)
         rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
-        return cls(rows[:n].copy(), scales[:n].copy(), num_tokens, top + 1 - num_tokens)
+        return cls(rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
 
     def positions(self, start: int = 0, end: int | None = None) -> np.ndarray:
         """Positions of tokens [start, end) as a new (3, end - start) int64 array."""

@@ -141,6 +141,11 @@ def _next_positions_error(out, out_offset, delta, context_len, num_new_tokens) -
         )
     if context_len + delta < 0:
         raise ValueError(f"delta: expected non-negative positions, got context_len {context_len} + delta {delta}")
+    if context_len + delta + num_new_tokens > 2**62:
+        raise ValueError(
+            f"context_len: expected positions below 2**62, got context_len {context_len} + delta {delta} "
+            f"+ {num_new_tokens} new tokens"
+        )
     raise AssertionError("next_positions: the kernel refused valid arguments")  # internal invariant
 
 

@@ -66,8 +66,9 @@ class PositionBuffers:
             self._device_flat[:span].copy_(self._host_flat[k][:span], non_blocking=True)
             if self._events is not None:
                 # the copy runs on the current stream of the buffer's device,
-                # which need not be the current device
-                self._events[k].record(torch.cuda.current_stream(self.device))
+                # which need not be the current device (positions.device always
+                # carries an index; a bare "cuda" would resolve at call time)
+                self._events[k].record(torch.cuda.current_stream(self.positions.device))
             self._next = (k + 1) % len(self._host)
         view = self._views.get(num_tokens)
         if view is None:

@@ -31,6 +31,8 @@ __all__ = ["PositionTracker"]
 
 _INT64 = np.dtype(np.int64)
 _PLAIN_INT = {int}
+_ID_SEQUENCES = (list, tuple, np.ndarray)
+_COUNT_SEQUENCES = (list, tuple, np.ndarray, torch.Tensor)
 
 
 def _ready(arr) -> bool:
@@ -93,6 +95,8 @@ class PositionTracker:
         if dtype not in (torch.int64, torch.int32):
             raise ValueError(f"dtype: expected torch.int64 or torch.int32, got {dtype!r}")
         self.dtype = dtype
+        if staging is not None and not isinstance(staging, bool):
+            raise TypeError(f"staging: expected True, False or None, got {staging!r}")
         if staging is None:
             staging = self.device.type == "cuda"
         elif self.device.type == "cuda" and not staging:
@@ -124,6 +128,8 @@ class PositionTracker:
         self._last_req_ids: list | None = None
         self._last_counts: list | None = None
         self._max_model_len_arg = 0 if self.max_model_len is None else self.max_model_len
+        # largest position the output dtype holds (int64 positions stay below 2**62)
+        self._max_position = 2**31 - 1 if dtype == torch.int32 else 2**62
         self._lookup = self._slot_of.__getitem__
 
     # ------------------------------------------------------------------ admission
@@ -183,6 +189,11 @@ class PositionTracker:
             top = self._make_room(n)
             self.pool_rows[top : top + n] = rows[:n]
             self.pool_scales[top : top + n] = scales[:n]
+        if max_position > self._max_position:
+            raise ValueError(
+                f"dtype: this tracker's {self.dtype} positions stop at {self._max_position}, but the prompt of "
+                f"{req_id!r} reaches {max_position} (use dtype=torch.int64)"
+            )
         slot = self._free_slots.pop()
         state = self.slot_state[slot]
         state[K.F_ACTIVE] = 1
@@ -290,10 +301,14 @@ class PositionTracker:
         `num_scheduled_tokens` is aligned with `req_ids` (a sequence or array).
         A step that repeats the previous step's ids (the usual decode step)
         reuses their slots without looking them up again."""
-        try:
-            n = len(req_ids)
-        except TypeError:
-            raise TypeError(f"req_ids: expected a sequence of request ids, got {type(req_ids).__name__}") from None
+        if not isinstance(req_ids, _ID_SEQUENCES):  # sets and dicts have no batch order
+            raise TypeError(f"req_ids: expected a list, tuple or 1-D array of request ids, got {type(req_ids).__name__}")
+        if not isinstance(num_scheduled_tokens, _COUNT_SEQUENCES):
+            raise TypeError(
+                f"num_scheduled_tokens: expected a list, tuple, 1-D array or tensor of counts, "
+                f"got {type(num_scheduled_tokens).__name__}"
+            )
+        n = len(req_ids)
         if type(req_ids) is list and req_ids == self._last_req_ids:
             slots = self._batch_slots[:n]
         else:
@@ -365,7 +380,7 @@ class PositionTracker:
         buffers = self.buffers
         total, code, bad = K.prepare_step(
             buffers.acquire(), slots, counts, self.slot_state, self.pool_rows, self.pool_scales, self._step_id,
-            self.max_num_batched_tokens, self._max_model_len_arg,
+            self.max_num_batched_tokens, self._max_model_len_arg, self._max_position,
         )  # fmt: skip
         if code:
             raise self._step_error(code, bad, slots, counts, req_ids)
@@ -387,6 +402,12 @@ class PositionTracker:
             return ValueError(
                 f"num_scheduled_tokens: expected at most max_num_batched_tokens={self.max_num_batched_tokens} "
                 f"tokens in one step, got {total}"
+            )
+        if code == K.STEP_ERR_POSITION_LIMIT:
+            done = int(self.slot_state[slots[b], K.F_NUM_COMPUTED])
+            return ValueError(
+                f"num_scheduled_tokens[{b}]: {who} would reach position {done + count - 1 + int(self.slot_state[slots[b], K.F_DELTA])}, "
+                f"past the largest {self.dtype} value {self._max_position}"
             )
         if code == K.STEP_ERR_MODEL_LEN:
             done = int(self.slot_state[slots[b], K.F_NUM_COMPUTED])

@@ -14,9 +14,11 @@ def next_positions_kernel(out, out_offset, delta, context_len, num_new_tokens):
         or num_new_tokens < 0
         or context_len < 0
         or num_new_tokens > out.shape[1] - out_offset
-        or context_len + delta < 0
         or delta > 2**62
         or delta < -(2**62)
+        or context_len > 2**62
+        or context_len + delta < 0
+        or context_len + delta > 2**62 - num_new_tokens  # every position stays below 2**62
     ):
         return 1
     first = context_len + delta

@@ -31,13 +31,16 @@ STEP_ERR_DUPLICATE = 3  # the same slot twice in one step
 STEP_ERR_NEGATIVE = 4  # a negative token count
 STEP_ERR_TOO_MANY_TOKENS = 5  # the step's total exceeds max_num_batched_tokens
 STEP_ERR_MODEL_LEN = 6  # a request would pass max_model_len
+STEP_ERR_POSITION_LIMIT = 7  # a decode position past what the output dtype holds
 
 
 @jit
-def prepare_step(out, slots, num_scheduled, slot_state, pool_rows, pool_scales, step_id, max_num_tokens, max_model_len):
+def prepare_step(out, slots, num_scheduled, slot_state, pool_rows, pool_scales, step_id, max_num_tokens, max_model_len, max_position):
     """Write positions for every scheduled token, batch order, into out[:, :total].
 
-    Returns (total, error code, batch index of the offending entry)."""
+    `max_position` is the largest value `out`'s dtype holds (prompt positions
+    were checked against it at admission). Returns (total, error code, batch
+    index of the offending entry)."""
     n = slots.shape[0]
     num_slots = slot_state.shape[0]
     total = 0
@@ -56,8 +59,11 @@ def prepare_step(out, slots, num_scheduled, slot_state, pool_rows, pool_scales, 
         if count > max_num_tokens - total:
             return 0, STEP_ERR_TOO_MANY_TOKENS, b
         total += count
-        if max_model_len > 0 and slot_state[slot, F_NUM_COMPUTED] + count > max_model_len:
+        end = slot_state[slot, F_NUM_COMPUTED] + count
+        if max_model_len > 0 and end > max_model_len:
             return 0, STEP_ERR_MODEL_LEN, b
+        if end > slot_state[slot, F_PROMPT_LEN] and end - 1 + slot_state[slot, F_DELTA] > max_position:
+            return 0, STEP_ERR_POSITION_LIMIT, b
     col = 0
     for b in range(n):
         slot = slots[b]

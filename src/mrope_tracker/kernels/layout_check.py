@@ -1,0 +1,72 @@
+"""Validation of a layout table that did not come from the builders (a
+`PromptLayout` built directly, or deserialised), before any kernel trusts it:
+the step and fill kernels run without bounds checks."""
+
+import numpy as np
+
+from . import layout_codes as C
+from .jit_options import jit
+from .position_rules import grid_range_max, temporal_index
+
+CHECK_OK = 0
+CHECK_EMPTY = 1  # no rows
+CHECK_TILING = 2  # a row does not start where the previous one ended (or the first at 0)
+CHECK_LENGTH = 3  # a row with tok_len <= 0, or rows not ending at num_tokens
+CHECK_KIND = 4  # an unknown kind
+CHECK_GRID = 5  # a grid row with t, h or w <= 0, or tokens outside its grid, or a bad scaled flag
+CHECK_SCALE = 6  # a scaled grid row whose second_per_grid_ts or rate is not finite and >= 0
+CHECK_BASE = 7  # a negative base, or positions past 2**62
+
+_POSITION_LIMIT = 2**62
+
+
+@jit
+def check_layout(rows, scales, num_tokens):
+    """Returns (code, offending row, largest position)."""
+    n = rows.shape[0]
+    if n == 0:
+        return CHECK_EMPTY, 0, 0
+    top = np.int64(-1)
+    expected_start = 0
+    for r in range(n):
+        if rows[r, C.COL_TOK_START] != expected_start:
+            return CHECK_TILING, r, 0
+        length = rows[r, C.COL_TOK_LEN]
+        if length <= 0 or length > num_tokens - expected_start:
+            return CHECK_LENGTH, r, 0
+        expected_start += length
+        base = rows[r, C.COL_BASE]
+        if base < 0 or base > _POSITION_LIMIT:
+            return CHECK_BASE, r, 0
+        kind = rows[r, C.COL_KIND]
+        if kind == C.KIND_LINEAR:
+            row_top = base + length - 1
+        elif kind == C.KIND_CONST:
+            row_top = base
+        elif kind == C.KIND_GRID:
+            t = rows[r, C.COL_T]
+            h = rows[r, C.COL_H]
+            w = rows[r, C.COL_W]
+            offset = rows[r, C.COL_GRID_OFFSET]
+            scaled = rows[r, C.COL_SCALED]
+            if t <= 0 or h <= 0 or w <= 0 or t > num_tokens or h > num_tokens or w > num_tokens:
+                return CHECK_GRID, r, 0
+            if offset < 0 or offset + length > t * h * w or (scaled != 0 and scaled != 1):
+                return CHECK_GRID, r, 0
+            sp = scales[r, C.SCALE_SP]
+            rate = scales[r, C.SCALE_R]
+            if scaled == 1:
+                if not (sp >= 0) or not (rate >= 0) or sp == np.inf or rate == np.inf:
+                    return CHECK_SCALE, r, 0
+                if np.float32(np.float32(np.float32(t - 1) * sp) * rate) >= 2**31:
+                    return CHECK_SCALE, r, 0
+            last_frame = (offset + length - 1) // (h * w)
+            row_top = base + grid_range_max(offset, offset + length, h, w, temporal_index(last_frame, scaled, sp, rate))
+        else:
+            return CHECK_KIND, r, 0
+        if row_top > _POSITION_LIMIT:
+            return CHECK_BASE, r, 0
+        top = max(top, row_top)
+    if expected_start != num_tokens:
+        return CHECK_LENGTH, n - 1, 0
+    return CHECK_OK, 0, top
