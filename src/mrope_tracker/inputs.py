@@ -71,18 +71,22 @@ def as_int_array(value, name: str, ndim: int, shape_hint: str) -> np.ndarray:
     return np.require(arr, np.int64, ["C", "W"])
 
 
+def ready(arr, dtype: np.dtype, ndim: int, width: int = 0) -> bool:
+    """Whether a kernel can take `arr` as is: a numpy array of exactly `dtype`
+    (native order), `ndim` dimensions (and `width` columns when given),
+    C-contiguous and writable. Anything else is converted (or refused), so
+    numba never compiles a new specialisation in the middle of serving."""
+    if type(arr) is not np.ndarray or arr.dtype is not dtype or arr.ndim != ndim:
+        return False
+    if width and arr.shape[1] != width:
+        return False
+    flags = arr.flags
+    return flags.c_contiguous and flags.writeable
+
+
 def as_token_ids(token_ids) -> np.ndarray:
     """1-D integer tokens as int64; a ready int64 numpy array passes straight through."""
-    if (
-        type(token_ids) is np.ndarray
-        and token_ids.dtype == _INT64
-        and token_ids.ndim == 1
-        and token_ids.flags.c_contiguous
-        and token_ids.flags.writeable
-    ):
-        ids = token_ids
-    else:
-        ids = as_int_array(token_ids, "token_ids", 1, "(num_tokens,)")
+    ids = token_ids if ready(token_ids, _INT64, 1) else as_int_array(token_ids, "token_ids", 1, "(num_tokens,)")
     if ids.shape[0] == 0:
         raise ValueError("token_ids: expected at least one token, got an empty sequence")
     return ids
@@ -92,10 +96,8 @@ def as_grid(value, name: str) -> np.ndarray:
     """(n, 3) integer grids; None or empty means no items."""
     if value is None:
         return EMPTY_GRID
-    if type(value) is np.ndarray and value.dtype is _INT64 and value.ndim == 2 and value.shape[1] == 3:
-        flags = value.flags
-        if flags.c_contiguous and flags.writeable:
-            return value
+    if ready(value, _INT64, 2, 3):
+        return value
     arr = _to_numpy(value, name)
     if arr.size == 0 and (arr.ndim == 1 or arr.shape[-1:] == (3,)):
         return EMPTY_GRID
@@ -111,10 +113,8 @@ def as_ranges(value, name: str) -> np.ndarray:
     (such as vLLM's PlaceholderRange)."""
     if value is None:
         return EMPTY_RANGES
-    if type(value) is np.ndarray and value.dtype is _INT64 and value.ndim == 2 and value.shape[1] == 2:
-        flags = value.flags
-        if flags.c_contiguous and flags.writeable:
-            return value
+    if ready(value, _INT64, 2, 2):
+        return value
     if isinstance(value, (list, tuple)) and value and hasattr(value[0], "offset"):
         try:
             value = [(int(item.offset), int(item.length)) for item in value]
@@ -137,10 +137,8 @@ def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.nda
         if num_videos == 0:
             return EMPTY_FLOAT
         return np.ones(num_videos, np.float32)
-    if type(value) is np.ndarray and value.dtype is _FLOAT32 and value.ndim == 1 and config.family != "qwen2_vl":
-        flags = value.flags
-        if flags.c_contiguous and flags.writeable and value.shape[0] == num_videos:
-            return value
+    if config.family != "qwen2_vl" and ready(value, _FLOAT32, 1) and value.shape[0] == num_videos:
+        return value
     if config.family == "qwen2_vl":
         raise ValueError(
             f"second_per_grid_ts: Qwen2-VL numbers frames 0, 1, 2, ... and takes no time scale; expected None, got {_describe(value)}"
@@ -160,10 +158,8 @@ def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.nda
 def as_audio_lengths(value, config: MRopeConfig) -> np.ndarray:
     if value is None:
         return EMPTY_INT
-    if type(value) is np.ndarray and value.dtype is _INT64 and value.ndim == 1 and config.is_omni:
-        flags = value.flags
-        if flags.c_contiguous and flags.writeable:
-            return value
+    if config.is_omni and ready(value, _INT64, 1):
+        return value
     arr = as_int_array(value, "audio_feature_lengths", 1, "(num_audio_tracks,)")
     if arr.shape[0] and not config.is_omni:
         raise ValueError(f"audio_feature_lengths: {config.family} has no audio; expected None, got {_describe(value)}")
@@ -238,7 +234,7 @@ class Items:
             config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video))  # fmt: skip
 
 
-NO_ITEMS = Items(EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)  # a prompt given no items
+NO_ITEMS = (EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)  # normalized items of a prompt given none
 
 
 def _grid_text(grids: np.ndarray, n: int) -> str:
@@ -282,16 +278,13 @@ def layout_error(code: int, a: int, b: int, c: int, config: MRopeConfig, items: 
         )
     if code == C.ERR_CUT_OFF:
         return ValueError(f"token_ids: {item_text(a, b)} is cut off by the end of the prompt ({c} tokens missing)")
-    if code == C.ERR_EXTRA_ITEM:
-        if ranges is not None:
-            return ValueError(f"audio_feature_lengths: expected one length per audio range and video track, got too few")
+    if code == C.ERR_EXTRA_ITEM:  # token scan only: the range form matches counts before building
         return ValueError(
             f"token_ids: more {mod} items than {grid_name[a]} has entries ({_count(items, a)}); "
             f"an extra {mod} starts at token_ids[{b}]"
         )
-    if code == C.ERR_MISSING_ITEMS:
-        where = "the ranges" if ranges is not None else "token_ids"
-        return ValueError(f"{grid_name[a]}: got {c} {mod} entries but {where} hold only {b} {mod} items")
+    if code == C.ERR_MISSING_ITEMS:  # token scan only
+        return ValueError(f"{grid_name[a]}: got {c} {mod} entries but token_ids hold only {b} {mod} items")
     if code == C.ERR_AV_NOT_IN_BLOCK:
         return ValueError(
             f"token_ids: use_audio_in_video=True expects every video as vision_start audio_start <interleave> "

@@ -19,27 +19,37 @@ from .kernels import layout_codes as C
 from .kernels.layout_build import NUM_STATE, S_MAX, S_NUM_ROWS, build_from_ranges, build_from_tokens
 from .kernels.layout_fill import fill_positions
 
-__all__ = ["PromptLayout", "build_rows_from_tokens", "build_rows_from_ranges"]
+__all__ = ["PromptLayout", "build_rows_from_tokens", "build_rows_from_ranges", "estimate_rows"]
 
 
 def _new_table(capacity: int) -> tuple[np.ndarray, np.ndarray]:
     return np.empty((capacity, C.NUM_COLS), np.int64), np.empty((capacity, C.NUM_SCALE_COLS), np.float32)
 
 
-def _initial_capacity(items: Items) -> int:
-    capacity = 2 * (items.image_grid.shape[0] + items.video_grid.shape[0]) + 2
-    if items.use_audio_in_video:
-        capacity += 8 * items.video_grid.shape[0]
-    return capacity
+def estimate_rows(config: MRopeConfig, items: Items) -> int:
+    """Layout rows a prompt needs: exact without audio-in-video (a row per
+    grid, text runs between and after; audio clips need none), an estimate
+    with it (per block the two bos/eos rows and a row per chunk of either
+    stream, frames standing for video chunks). Builders still count, so an
+    underestimate costs a second build, never a wrong layout."""
+    rows = 2 * (items.image_grid.shape[0] + items.video_grid.shape[0]) + 1
+    num_videos = items.video_grid.shape[0]
+    if items.use_audio_in_video and num_videos:
+        frames = int(items.video_grid[:, 0].sum())
+        lengths = items.audio_lengths
+        audio_tokens = int((((lengths - 1) // 2 + 1 - 2) // 2 + 1).sum()) if lengths.shape[0] else 0
+        rows += 4 * num_videos + 2 * (frames + audio_tokens // config.audio_chunk_positions + num_videos)
+    return rows
 
 
 def build_rows_from_tokens(config: MRopeConfig, ids: np.ndarray, items: Items, rows=None, scales=None):
-    """Run the token-scan builder into `rows` (grown when too small).
+    """Run the token-scan builder into `rows`, or into a table of its own when
+    `rows` is too small (or not given).
 
     Returns (rows, scales, num_rows, max_position). Raises ValueError on bad input."""
     state = np.empty(NUM_STATE, np.int64)
     if rows is None:
-        rows, scales = _new_table(_initial_capacity(items))
+        rows, scales = _new_table(estimate_rows(config, items))
     while True:
         code, a, b, c = build_from_tokens(
             rows, scales, state, EMPTY_OUT, ids, config.kernel_params, items.image_grid,
@@ -86,7 +96,7 @@ def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, r
     """Run the range builder (no token reads); same return as build_rows_from_tokens."""
     state = np.empty(NUM_STATE, np.int64)
     if rows is None:
-        rows, scales = _new_table(_initial_capacity(items))
+        rows, scales = _new_table(estimate_rows(config, items))
     while True:
         code, a, b, c = build_from_ranges(
             rows, scales, state, EMPTY_OUT, num_tokens, config.kernel_params,

@@ -26,7 +26,7 @@ import torch
 class PositionBuffers:
     """Device buffer, optional staging ring, and the views handed to kernels."""
 
-    def __init__(self, max_num_tokens: int, device: torch.device, dtype: torch.dtype, staging: bool, num_staging: int, pin_memory: bool):
+    def __init__(self, max_num_tokens: int, device: torch.device, dtype: torch.dtype, staging: bool, num_staging: int):
         width = max_num_tokens + 1
         self.width = width
         self.device = device
@@ -39,7 +39,8 @@ class PositionBuffers:
             self._events = None
         else:
             # ring of [3, max_num_tokens + 1] host buffers (pinned on CUDA)
-            self._host = [torch.zeros((3, width), dtype=dtype, pin_memory=pin_memory) for _ in range(num_staging)]
+            pinned = device.type == "cuda"  # CPU staging (for tests) needs no pinning
+            self._host = [torch.zeros((3, width), dtype=dtype, pin_memory=pinned) for _ in range(num_staging)]
             self._host_np = [buf.numpy() for buf in self._host]
             self._events = [torch.cuda.Event() for _ in range(num_staging)] if device.type == "cuda" else None
         self._device_flat = self.positions.view(-1)

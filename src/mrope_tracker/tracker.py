@@ -13,18 +13,17 @@ in one step's argument arrays.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Hashable
 
 import numpy as np
 import torch
 
 from .config import MRopeConfig
-from .inputs import Items, as_config, as_index, as_int_array, as_token_ids
+from .inputs import Items, as_config, as_index, as_int_array, as_token_ids, ready
 from .kernels import layout_codes as C
 from .kernels import tracker_step as K
 from .kernels.pool import compact_pool
-from .layout import PromptLayout, Ranges, build_rows_from_ranges, build_rows_from_tokens
+from .layout import PromptLayout, Ranges, build_rows_from_ranges, build_rows_from_tokens, estimate_rows
 from .staging import PositionBuffers
 
 __all__ = ["PositionTracker"]
@@ -35,13 +34,6 @@ _ID_SEQUENCES = (list, tuple, np.ndarray)
 _COUNT_SEQUENCES = (list, tuple, np.ndarray, torch.Tensor)
 
 
-def _ready(arr) -> bool:
-    """A 1-D array the step kernel takes as is (anything else is converted or
-    refused, so numba never compiles a new specialisation mid-serving)."""
-    if type(arr) is not np.ndarray or arr.dtype is not _INT64 or arr.ndim != 1:
-        return False
-    flags = arr.flags
-    return flags.c_contiguous and flags.writeable
 # Layout rows reserved per request slot at construction; the pool grows (at
 # admission only) when requests carry more items than that.
 _DEFAULT_ROWS_PER_REQ = 8
@@ -116,10 +108,7 @@ class PositionTracker:
         # [max_num_reqs] int64: argument arrays for `prepare`
         self._batch_slots = np.zeros(self.max_num_reqs, np.int64)
         self._batch_counts = np.zeros(self.max_num_reqs, np.int64)
-        self.buffers = PositionBuffers(
-            self.max_num_batched_tokens, self.device, dtype, staging, num_staging_buffers,
-            pin_memory=self.device.type == "cuda",
-        )  # fmt: skip
+        self.buffers = PositionBuffers(self.max_num_batched_tokens, self.device, dtype, staging, num_staging_buffers)
         self._slot_of: dict[Hashable, int] = {}
         self._req_of_slot: list[Hashable | None] = [None] * self.max_num_reqs
         self._free_slots = list(range(self.max_num_reqs - 1, -1, -1))  # pop() gives slot 0 first
@@ -145,8 +134,8 @@ class PositionTracker:
         ids = as_token_ids(token_ids)
         num_computed_tokens = self._check_computed(num_computed_tokens, ids.shape[0], "token_ids")
         items = Items.normalize(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
-        return self._admit(req_id, ids.shape[0], num_computed_tokens, lambda rows, scales: build_rows_from_tokens(
-            self.config, ids, items, rows, scales))  # fmt: skip
+        return self._admit(req_id, ids.shape[0], num_computed_tokens, estimate_rows(self.config, items),
+                           lambda rows, scales: build_rows_from_tokens(self.config, ids, items, rows, scales))  # fmt: skip
 
     def add_request_from_ranges(
         self, req_id, num_tokens, *, image_ranges=None, image_grid_thw=None, video_ranges=None, video_grid_thw=None,
@@ -160,8 +149,8 @@ class PositionTracker:
         num_computed_tokens = self._check_computed(num_computed_tokens, num_tokens, "num_tokens")
         items = Items.normalize(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         ranges = Ranges(items, image_ranges, video_ranges, audio_ranges)
-        return self._admit(req_id, num_tokens, num_computed_tokens, lambda rows, scales: build_rows_from_ranges(
-            self.config, num_tokens, items, ranges, rows, scales))  # fmt: skip
+        return self._admit(req_id, num_tokens, num_computed_tokens, estimate_rows(self.config, items),
+                           lambda rows, scales: build_rows_from_ranges(self.config, num_tokens, items, ranges, rows, scales))  # fmt: skip
 
     def add_request_layout(self, req_id, layout: PromptLayout, *, num_computed_tokens=0) -> int:
         """Admit a request whose layout was built elsewhere (e.g. in a tokenizer process)."""
@@ -172,20 +161,19 @@ class PositionTracker:
 
         def copy_rows(rows, scales):
             n = layout.num_rows
-            if n > rows.shape[0]:
-                return layout.rows, layout.scales, n, layout.max_position
             rows[:n] = layout.rows
             scales[:n] = layout.scales
             return rows, scales, n, layout.max_position
 
-        return self._admit(req_id, layout.num_tokens, num_computed_tokens, copy_rows)
+        return self._admit(req_id, layout.num_tokens, num_computed_tokens, layout.num_rows, copy_rows)
 
-    def _admit(self, req_id, num_tokens: int, num_computed: int, build) -> int:
-        # Build into the free top of the pool. Nothing is committed until the
-        # build succeeds, so a rejected request leaves no trace.
-        top = self._pool_top
+    def _admit(self, req_id, num_tokens: int, num_computed: int, estimate: int, build) -> int:
+        # Make room for the estimated rows, then build straight into the free
+        # top of the pool. Nothing is committed until the build succeeds, so
+        # a rejected request leaves no trace (a compaction changes no position).
+        top = self._make_room(estimate)
         rows, scales, n, max_position = build(self.pool_rows[top:], self.pool_scales[top:])
-        if rows.base is not self.pool_rows:  # built in a table of its own: the pool's top was too small
+        if rows.base is not self.pool_rows:  # more rows than estimated: built in a table of its own
             top = self._make_room(n)
             self.pool_rows[top : top + n] = rows[:n]
             self.pool_scales[top : top + n] = scales[:n]
@@ -209,7 +197,10 @@ class PositionTracker:
         return slot
 
     def _make_room(self, needed: int) -> int:
-        """Free `needed` rows at the top of the pool: compact, then grow if still short."""
+        """Have `needed` free rows at the top of the pool (compacting, then
+        growing, only when short); returns the top."""
+        if self._pool_top + needed <= self.pool_rows.shape[0]:
+            return self._pool_top
         self._pool_top = compact_pool(self.pool_rows, self.pool_scales, self.slot_state)
         if self._pool_top + needed > self.pool_rows.shape[0]:
             capacity = max(2 * self.pool_rows.shape[0], self._pool_top + needed)
@@ -313,17 +304,7 @@ class PositionTracker:
             slots = self._batch_slots[:n]
         else:
             slots = self._map_ids(req_ids, n)
-        counts = num_scheduled_tokens
-        if (
-            type(counts) is list
-            and len(counts) == n
-            and set(map(type, counts)) <= _PLAIN_INT
-            and counts == self._last_counts
-        ):
-            counts = self._batch_counts[:n]  # the same ints as the last step's, already copied
-        else:
-            counts = self._copy_counts(counts, n)
-        return self._step(slots, counts, req_ids)
+        return self._step(slots, self._copy_counts(num_scheduled_tokens, n), req_ids)
 
     def _map_ids(self, req_ids, n: int) -> np.ndarray:
         if n > self.max_num_reqs:
@@ -339,31 +320,40 @@ class PositionTracker:
         return slots
 
     def _copy_counts(self, num_scheduled_tokens, n: int) -> np.ndarray:
-        self._last_counts = None
+        """The counts as the step kernel's int64 array. A list of plain ints
+        equal to the previous step's (every decode step) is not copied again."""
+        counts = self._batch_counts[:n]
         if len(num_scheduled_tokens) != n:
             raise ValueError(
                 f"num_scheduled_tokens: expected one count per request id ({n}), got {len(num_scheduled_tokens)}"
             )
-        counts = self._batch_counts[:n]
+        if type(num_scheduled_tokens) is list and set(map(type, num_scheduled_tokens)) <= _PLAIN_INT:
+            if num_scheduled_tokens != self._last_counts:
+                try:
+                    counts[:] = num_scheduled_tokens
+                except OverflowError:
+                    self._last_counts = None
+                    raise ValueError("num_scheduled_tokens: expected counts that fit in int64, got a larger one") from None
+                self._last_counts = list(num_scheduled_tokens)  # a copy: callers may mutate their list
+            return counts
+        self._last_counts = None
         if type(num_scheduled_tokens) is np.ndarray and num_scheduled_tokens.dtype.kind == "i" and num_scheduled_tokens.ndim == 1:
             counts[:] = num_scheduled_tokens
-        elif set(map(type, num_scheduled_tokens)) <= _PLAIN_INT:
+        elif type(num_scheduled_tokens) is tuple and set(map(type, num_scheduled_tokens)) <= _PLAIN_INT:
             try:
                 counts[:] = num_scheduled_tokens
             except OverflowError:
                 raise ValueError("num_scheduled_tokens: expected counts that fit in int64, got a larger one") from None
-            if type(num_scheduled_tokens) is list:
-                self._last_counts = list(num_scheduled_tokens)
-        else:  # numpy scalars, tensors, or something wrong: the slow, checked path
+        else:  # numpy scalars, tensors, unsigned arrays, or something wrong: the slow, checked path
             counts[:] = as_int_array(num_scheduled_tokens, "num_scheduled_tokens", 1, "(num_reqs,)")
         return counts
 
     def prepare_slots(self, slots: np.ndarray, num_scheduled_tokens: np.ndarray) -> torch.Tensor:
         """`prepare` for engines that keep slots and counts as integer numpy
         arrays (from `slot`); no per-request Python work."""
-        if not _ready(slots):
+        if not ready(slots, _INT64, 1):
             slots = as_int_array(slots, "slots", 1, "(num_reqs,)")
-        if not _ready(num_scheduled_tokens):
+        if not ready(num_scheduled_tokens, _INT64, 1):
             num_scheduled_tokens = as_int_array(num_scheduled_tokens, "num_scheduled_tokens", 1, "(num_reqs,)")
         n = slots.shape[0]
         if num_scheduled_tokens.shape != slots.shape:

@@ -367,13 +367,14 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
             n = state[S_COUNT + C.MOD_AUDIO]
             if n >= state[S_TOTAL + C.MOD_AUDIO]:
                 return C.ERR_EXTRA_ITEM, C.MOD_AUDIO, i, 0
-            bad, missing = _scan_item(ids, i, audio_token_count(audio_lengths[n]), audio_id)
+            size = audio_token_count(audio_lengths[n])
+            bad, missing = _scan_item(ids, i, size, audio_id)
             if bad >= 0:
                 return C.ERR_PLACEHOLDER_SHORT, C.MOD_AUDIO, n, bad
             if missing > 0:
                 return C.ERR_CUT_OFF, C.MOD_AUDIO, n, missing
             state[S_COUNT + C.MOD_AUDIO] = n + 1
-            i += audio_token_count(audio_lengths[n])
+            i += size
         elif i + 2 < num_tokens and ids[i + 1] == audio_start and ids[i + 2] == video_id:
             # vision_start audio_start video...: an audio-in-video block. An
             # interleave always opens with a video chunk (tau(0) = 0 < chunk).
