@@ -14,14 +14,17 @@ many tokens each gets) into the step's (3, N) positions on the "device"
   [max_num_reqs * 3, max_model_len] int32 table of prompt positions per slot
   (pinned in vLLM), filled at admission and gathered by one kernel per step
   (Triton in vLLM, numba here), then one device copy.
-- `TrackerDesign`: `PositionTracker.prepare`, as it runs on a CPU device
-  (kernels write straight into the device buffer). V1 and MRV2 keep their
-  device copies, CPU to CPU here: a few microseconds per step, so on these
-  CPU-only runs the baselines pay a copy the tracker does not. The GPU
-  check (tests/test_gpu.py) measures the tracker with its staging copy.
+- `TrackerDesign`: `PositionTracker.prepare`.
+
+On a CPU-only run the "device" is the CPU: every design writes host memory
+and none copies (V1 and MRV2 skip their device copies, the tracker writes in
+place). With `device="cuda"` V1 stages in a pinned buffer and copies row by
+row, MRV2 copies its step, and the tracker uses its staging ring
+(bench/gpu_check.py).
 
 Admission for V1 and MRV2 uses this library's `prompt_positions` (vLLM uses
-its own numpy code): that flatters the baselines, never us.
+its own numpy code), and the seed's main-branch design uses this library's
+torch reference: that flatters the baselines, never us.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from .workloads import RequestSpec, Scenario
 
 
 class SeedMainDesign:
-    name = "seed main (torch)"
+    name = "seed main (torch)"  # admission: this library's torch reference
 
     def __init__(self, scenario: Scenario) -> None:
         self.config = scenario.config
@@ -81,12 +84,13 @@ def v1_next_positions(out: np.ndarray, offset: int, delta: int, context_len: int
 class V1Design:
     name = "vLLM V1 (numpy loop)"
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, device: str = "cpu") -> None:
         self.config = scenario.config
         width = scenario.max_num_batched_tokens + 1
-        self.cpu = torch.zeros((3, width), dtype=torch.int64)  # pinned in vLLM
+        on_gpu = device != "cpu"
+        self.cpu = torch.zeros((3, width), dtype=torch.int64, pin_memory=on_gpu)  # pinned, as in vLLM
         self.cpu_np = self.cpu.numpy()
-        self.device = torch.zeros((3, width), dtype=torch.int64)
+        self.device = torch.zeros((3, width), dtype=torch.int64, device=device) if on_gpu else None
         self.requests: dict[str, list] = {}  # req_id -> [positions (3, L), delta, num_computed]
 
     def admit(self, spec: RequestSpec) -> None:
@@ -107,6 +111,8 @@ class V1Design:
                 v1_next_positions(out, offset + p, delta, c + p, n - p)
             offset += n
             state[2] = c + n
+        if self.device is None:  # the CPU is the device
+            return self.cpu[:, :offset]
         # one copy per row: a strided 2-D copy would go through a pageable
         # temporary and block (spec §5.1)
         for row in range(3):
@@ -117,7 +123,8 @@ class V1Design:
         del self.requests[req_id]
 
     def nbytes(self) -> int:
-        return sum(s[0].nbytes for s in self.requests.values()) + 2 * self.cpu.numel() * 8
+        buffers = (1 if self.device is None else 2) * self.cpu.numel() * 8
+        return sum(s[0].nbytes for s in self.requests.values()) + buffers
 
 
 @numba.njit(cache=True, nogil=True)
@@ -169,7 +176,6 @@ class MRV2Design:
         self.num_computed = np.zeros(max_reqs, np.int64)
         self.cpu = torch.zeros((3, width), dtype=torch.int64)
         self.cpu_np = self.cpu.numpy()
-        self.device = torch.zeros((3, width), dtype=torch.int64)
         self.index: dict[str, int] = {}
         self.free = list(range(max_reqs - 1, -1, -1))
         self.idx = np.zeros(max_reqs, np.int64)
@@ -191,14 +197,13 @@ class MRV2Design:
         counts = self.counts[:n]
         counts[:] = num_scheduled
         total = _mrv2_gather(self.cpu_np, idx, counts, self.num_computed, self.prefill_len, self.delta, self.table)
-        self.device[:, :total].copy_(self.cpu[:, :total], non_blocking=True)
-        return self.device[:, :total]
+        return self.cpu[:, :total]  # CPU runs: the CPU is the device (MRV2 gathers on the GPU)
 
     def finish(self, req_id: str) -> None:
         self.free.append(self.index.pop(req_id))
 
     def nbytes(self) -> int:
-        return self.table.nbytes + 3 * self.delta.nbytes + 2 * self.cpu.numel() * 8
+        return self.table.nbytes + 3 * self.delta.nbytes + self.cpu.numel() * 8
 
 
 class TrackerDesign:

@@ -51,9 +51,11 @@ def decode_tables(result: dict) -> str:
         [[r["method"], _us(r["step_us"]), _x(r["speedup"])] for r in result["per_request"]],
     )
     steps = _table(
-        ["whole step", "vLLM V1 design", "prepare (ids)", "speedup", "prepare_slots", "speedup"],
-        [[r["step"], _us(r["v1_us"]), _us(r["prepare_us"]), _x(r["speedup_prepare"]), _us(r["prepare_slots_us"]),
-          _x(r["speedup_slots"])] for r in result["steps"]],
+        ["whole step", "vLLM V1 design", "prepare, same batch", "speedup", "prepare, new batch", "speedup",
+         "prepare_slots", "speedup"],
+        [[r["step"], _us(r["v1_us"]), _us(r["prepare_us"]), _x(r["speedup_prepare"]), _us(r["prepare_new_batch_us"]),
+          _x(r["speedup_prepare_new_batch"]), _us(r["prepare_slots_us"]), _x(r["speedup_slots"])]
+         for r in result["steps"]],
     )  # fmt: skip
     dispatch = _table(
         ["a decode step's kernel call, 256 requests (same body)", "per call"],
@@ -138,9 +140,11 @@ def plot(results: dict, path: str) -> None:
             ax.legend(loc="upper right", fontsize=7)
             ax.set_title("prompt_positions: speedup over the torch reference (dashed: 100x)")
         elif suite == "decode":
-            labels = [x["step"].split(",")[0] + " / ids" for x in r["steps"]] + [
-                x["step"].split(",")[0] + " / slots" for x in r["steps"]]
-            values = [x["speedup_prepare"] for x in r["steps"]] + [x["speedup_slots"] for x in r["steps"]]
+            labels, values = [], []
+            for key, tag in (("speedup_prepare", "ids, same batch"), ("speedup_prepare_new_batch", "ids, new batch"),
+                             ("speedup_slots", "slots")):  # fmt: skip
+                labels += [x["step"].split(",")[0] + f" / {tag}" for x in r["steps"]]
+                values += [x[key] for x in r["steps"]]
             ax.axhline(15, color="grey", lw=0.8, ls=":")
             ax.axhline(50, color="grey", lw=0.8, ls="--")
             ax.set_title("one scheduler step: speedup over the vLLM V1 design (targets: 15x by ids, 50x by slots)")

@@ -57,6 +57,14 @@ def run(quick: bool, progress) -> dict:
             table[0:3, : positions.shape[1]] = positions
             return delta
 
+        # every design must agree on the request's delta before it is timed
+        tracker.add_request_from_ranges("check", prompt.num_tokens, **kwargs, **ranges)
+        tracker.add_request("check2", ids, **kwargs)
+        deltas = {tracker.mrope_position_delta("check"), tracker.mrope_position_delta("check2"), v1()[1], mrv2()}
+        tracker.remove_request("check")
+        tracker.remove_request("check2")
+        if len(deltas) != 1:
+            raise AssertionError(f"admission designs disagree on delta: {deltas}")
         times = compare(
             {"tracker (ranges)": from_ranges, "tracker (tokens)": from_tokens, "V1 design": v1, "MRV2-like": mrv2},
             rounds=5 if quick else 15,

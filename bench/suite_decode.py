@@ -55,6 +55,13 @@ def _per_request(quick: bool, progress) -> list[dict]:
         for i, (d, c) in enumerate(pairs):
             next_positions(out_np, i, d, c, 1)
 
+    results = []
+    for fill, out in ((with_torch, out_t), (with_torch_lru, out_t), (with_numpy, out_np), (with_ours, out_np)):
+        out[:] = -1
+        fill()
+        results.append(np.array(out[:, :NUM_RUNNING]))
+    if any(not np.array_equal(r, results[0]) for r in results):
+        raise AssertionError("per-request next positions differ between methods")
     times = compare(
         {"torch arange+expand": with_torch, "torch + LRU aranges (#17617)": with_torch_lru,
          "numpy (vLLM V1)": with_numpy, "next_positions (ours)": with_ours},
@@ -118,6 +125,18 @@ def _whole_steps(quick: bool, progress) -> list[dict]:
             for s in prefill_slots:
                 slot_state[s, F_NUM_COMPUTED] -= chunk
 
+        # The same step with the batch order flipped on every call, so that
+        # prepare never finds the previous step's ids (nor, for mixed steps,
+        # its counts) and maps and copies them again.
+        orders = [(list(req_ids), list(counts)), (req_ids[::-1], counts[::-1])]
+        flip = [0]
+
+        def tracker_prepare_new_batch():
+            flip[0] ^= 1
+            tracker.prepare(*orders[flip[0]])
+            for s in prefill_slots:
+                slot_state[s, F_NUM_COMPUTED] -= chunk
+
         # Same state in both designs: check each tracker entry point against a V1 step.
         for ours in (lambda: tracker.prepare(req_ids, counts), lambda: tracker.prepare_slots(slots, counts_np)):
             expected = v1.step(req_ids, counts).clone()
@@ -128,17 +147,20 @@ def _whole_steps(quick: bool, progress) -> list[dict]:
             if not torch.equal(got, expected):
                 raise AssertionError(f"tracker step differs from the V1 design ({kind})")
         times = compare(
-            {"V1 design": v1_step, "prepare": tracker_prepare, "prepare_slots": tracker_slots},
+            {"V1 design": v1_step, "prepare": tracker_prepare, "prepare_new": tracker_prepare_new_batch,
+             "prepare_slots": tracker_slots},
             rounds=5 if quick else 15,
-        )
+        )  # fmt: skip
         v1_time = times["V1 design"]
         rows.append(
             {
                 "step": f"{kind}: {NUM_RUNNING} requests, {sum(counts)} tokens",
                 "v1_us": v1_time * 1e6,
                 "prepare_us": times["prepare"] * 1e6,
+                "prepare_new_batch_us": times["prepare_new"] * 1e6,
                 "prepare_slots_us": times["prepare_slots"] * 1e6,
                 "speedup_prepare": v1_time / times["prepare"],
+                "speedup_prepare_new_batch": v1_time / times["prepare_new"],
                 "speedup_slots": v1_time / times["prepare_slots"],
             }
         )
@@ -193,6 +215,8 @@ def _dispatch(quick: bool, progress) -> list[dict]:
     slots = np.arange(NUM_RUNNING, dtype=np.int64)
     counts = np.ones(NUM_RUNNING, np.int64)
     obj = _StateObject(slot_state, pool_rows, pool_scales, out)
+    if obj.step(slots, counts) != _state_as_arrays(out, slots, counts, slot_state, pool_rows, pool_scales, 1, 8192, 0):
+        raise AssertionError("jitclass and njit decode bodies differ")
     times = compare(
         {"jitclass method (4 arrays inside)": lambda: obj.step(slots, counts),
          "njit function, 9 arguments (ours)": lambda: _state_as_arrays(

@@ -1,6 +1,6 @@
 """`PromptLayout`: a prompt's positions kept as O(items) segments.
 
-A prompt's positions are a function of its layout (design-notes.md): text
+A prompt's positions are a function of its layout (docs/design.md): text
 runs, and per item its grid and time scale. The layout is built once, from
 the token ids or from placeholder ranges, and then produces the positions of
 any token range without computing the rest. `PositionTracker` keeps the same

@@ -7,9 +7,11 @@
 - boundscheck=False: inputs are validated by the Python wrappers before any
   kernel runs (see ..inputs).
 
-`jit` is for entry points (called from Python; they may allocate). `helper`
-is for functions only other kernels call, which never allocate: compiled
-without the NRT, they do no reference counting on the arrays they receive.
+`jit` is for entry points that allocate (and so need numba's runtime, the
+NRT). `helper` is for functions that never allocate, mostly called by other
+kernels (a few, the builders and fills, are also called from Python):
+compiled without the NRT, they do no reference counting on the arrays they
+receive.
 With it, a call passing arrays costs ~50 ns of atomic refcount updates
 (measured: 20 calls passing 4 arrays, 1250 ns; without NRT, 296 ns, the same
 as inlined), which is more than most helpers' work; without it LLVM inlines

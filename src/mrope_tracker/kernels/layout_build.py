@@ -502,8 +502,8 @@ def build_from_ranges(
 @helper
 def text_positions(out, ids, params):
     """Fast path for prompts given no multimodal inputs: positions 0 .. L-1 on
-    every row. Returns the index of the first placeholder token (a sign the
-    caller forgot its grids, to be reported by the full builder), or -1."""
+    every row. Returns -1, or 0 (writing nothing) when a placeholder token is
+    present: the caller forgot its grids, and the full builder reports it."""
     image_id = np.int64(params[C.P_IMAGE])
     video_id = np.int64(params[C.P_VIDEO])
     audio_id = np.int64(params[C.P_AUDIO]) if np.int64(params[C.P_FAMILY]) == C.FAMILY_QWEN2_5_OMNI else image_id

@@ -64,7 +64,7 @@ MOD_AUDIO = 2
 
 # --- error codes returned by the builder kernels ----------------------------
 # A kernel returns (code, a, b, c); the wrapper turns them into a message
-# (see ..layout_errors). Codes are never raised inside nopython code.
+# (see ..inputs.layout_error). Codes are never raised inside nopython code.
 OK = 0
 ERR_PLACEHOLDER_SHORT = 2  # a: modality, b: item index, c: token index of the mismatch
 ERR_CUT_OFF = 3  # a: modality, b: item index, c: tokens still missing
