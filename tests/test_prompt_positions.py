@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions, reference
 from spec_cases import tokens
-from strategies import FPS_VALUES, TEXT_IDS, Prompt, audio_tokens, configs, interleave_kinds, prompts, tau_values
+from strategies import FPS_VALUES, TEXT_IDS, Prompt, audio_tokens, configs, hf_chunks, interleave_kinds, prompts, tau_values
 
 # --------------------------------------------------------------------------
 # helpers
@@ -547,3 +547,38 @@ def test_delta_is_max_plus_one_minus_length(prompt):
     assert delta == int(positions.max()) + 1 - prompt.num_tokens
     layout = PromptLayout.from_ranges(prompt.config, prompt.num_tokens, **prompt.range_kwargs())
     assert layout.max_position == int(positions.max())
+
+
+def test_processor_float64_interleave_is_refused_not_mislabelled():
+    """An Omni interleave laid out on float64 times (transformers' processor) where they cross a chunk
+    boundary before float32 tau does (fps 1.3, frame 39) is refused by both paths, never given wrong positions."""
+    config = MRopeConfig(family="qwen2_5_omni", tokens_per_second=25, seconds_per_chunk=2)
+    chunk = config.audio_chunk_positions  # 50
+    frames, sp64 = 45, 2.0 / 1.3
+    sp32 = np.float32(sp64)
+    num_audio = 1800
+    mel = 4 * num_audio  # n_a(4n) = n
+    assert ((mel - 1) // 2 + 1 - 2) // 2 + 1 == num_audio
+
+    def layout(video_values):
+        video, audio = hf_chunks(video_values, chunk), hf_chunks(np.arange(num_audio), chunk)
+        kinds = []
+        for j in range(max(len(video), len(audio))):
+            if j < len(video):
+                kinds += ["V"] * (video[j][1] - video[j][0])
+            if j < len(audio):
+                kinds += ["A"] * (audio[j][1] - audio[j][0])
+        return kinds
+
+    processor = layout(np.arange(frames) * sp64 * 25.0)  # float64, not truncated
+    model = layout(tau_values(frames, sp32, 25.0))  # float32 tau: what positions follow
+    assert processor != model  # frame 39: 1499.9999... vs 1500
+    ids = [100, config.vision_start_token_id, config.audio_start_token_id]
+    ids += [config.video_token_id if k == "V" else config.audio_token_id for k in processor]
+    ids += [config.audio_end_token_id, config.vision_end_token_id, 101]
+    kwargs = dict(video_grid_thw=[[frames, 2, 2]], second_per_grid_ts=[float(sp32)], audio_feature_lengths=[mel],
+                  use_audio_in_video=True)  # fmt: skip
+    with pytest.raises(ValueError, match="token_ids"):
+        prompt_positions(config, ids, **kwargs)
+    with pytest.raises(ValueError):
+        reference.prompt_positions(config, ids, **kwargs)
