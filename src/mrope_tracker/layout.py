@@ -32,12 +32,12 @@ def estimate_rows(config: MRopeConfig, items: Items) -> int:
     with it (per block the two bos/eos rows and a row per chunk of either
     stream, frames standing for video chunks). Builders still count, so an
     underestimate costs a second build, never a wrong layout."""
-    rows = 2 * (items.image_grid.shape[0] + items.video_grid.shape[0]) + 1
     num_videos = items.video_grid.shape[0]
+    rows = 2 * (items.image_grid.shape[0] + num_videos) + 1
     if items.use_audio_in_video and num_videos:
-        frames = int(items.video_grid[:, 0].sum())
-        lengths = items.audio_lengths
-        audio_tokens = int((((lengths - 1) // 2 + 1 - 2) // 2 + 1).sum()) if lengths.shape[0] else 0
+        # Python ints: numpy arithmetic on a few elements costs microseconds
+        frames = sum(items.video_grid[:, 0].tolist())
+        audio_tokens = sum(((f - 1) // 2 + 1 - 2) // 2 + 1 for f in items.audio_lengths.tolist())
         rows += 4 * num_videos + 2 * (frames + audio_tokens // config.audio_chunk_positions + num_videos)
     return rows
 
