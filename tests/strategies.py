@@ -63,9 +63,10 @@ def hf_chunks(values, size: int) -> list[tuple[int, int]]:
     return chunks
 
 
-def interleave_kinds(tau: np.ndarray, hw: int, num_audio: int, size: int) -> list[str]:
-    """Token kinds ('V' or 'A') of an audio-in-video interleave, in order."""
-    video = hf_chunks(np.repeat(tau, hw), size)
+def interleave_kinds(frame_times, hw: int, num_audio: int, size: int) -> list[str]:
+    """Token kinds ('V' or 'A') of an audio-in-video interleave, in order, with
+    frames cut on `frame_times` (the model's tau, or the processor's float times)."""
+    video = hf_chunks(np.repeat(frame_times, hw), size)
     audio = hf_chunks(np.arange(num_audio), size)
     kinds: list[str] = []
     for j in range(max(len(video), len(audio))):

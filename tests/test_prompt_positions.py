@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions, reference
 from spec_cases import tokens
-from strategies import FPS_VALUES, TEXT_IDS, Prompt, audio_tokens, configs, hf_chunks, interleave_kinds, prompts, tau_values
+from strategies import FPS_VALUES, TEXT_IDS, Prompt, audio_tokens, configs, interleave_kinds, prompts, tau_values
 
 # --------------------------------------------------------------------------
 # helpers
@@ -560,18 +560,9 @@ def test_processor_float64_interleave_is_refused_not_mislabelled():
     mel = 4 * num_audio  # n_a(4n) = n
     assert ((mel - 1) // 2 + 1 - 2) // 2 + 1 == num_audio
 
-    def layout(video_values):
-        video, audio = hf_chunks(video_values, chunk), hf_chunks(np.arange(num_audio), chunk)
-        kinds = []
-        for j in range(max(len(video), len(audio))):
-            if j < len(video):
-                kinds += ["V"] * (video[j][1] - video[j][0])
-            if j < len(audio):
-                kinds += ["A"] * (audio[j][1] - audio[j][0])
-        return kinds
-
-    processor = layout(np.arange(frames) * sp64 * 25.0)  # float64, not truncated
-    model = layout(tau_values(frames, sp32, 25.0))  # float32 tau: what positions follow
+    # one token per frame (h' = w' = 1): the processor walks float64 times, positions the float32 tau
+    processor = interleave_kinds(np.arange(frames) * sp64 * 25.0, 1, num_audio, chunk)
+    model = interleave_kinds(tau_values(frames, sp32, 25.0), 1, num_audio, chunk)
     assert processor != model  # frame 39: 1499.9999... vs 1500
     ids = [100, config.vision_start_token_id, config.audio_start_token_id]
     ids += [config.video_token_id if k == "V" else config.audio_token_id for k in processor]
