@@ -1,5 +1,5 @@
 """`MRopeConfig.from_hf_config`: the values that decide positions, read from a
-config.json path, a dict or an attribute-style config object (spec §2.1-§2.3)."""
+config.json path, a model folder, a dict or an attribute-style config object."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 
 from mrope_tracker import SUPPORTED_MODEL_TYPES, MRopeConfig
 
-# Trimmed published configs (copies of /work/shared/configs/*.json, so the tests do not
-# depend on that folder).
+# Trimmed published configs (the same values as tests/data/configs/*.json).
 QWEN2_VL = {
     "architectures": ["Qwen2VLForConditionalGeneration"],
     "model_type": "qwen2_vl",
@@ -122,12 +121,21 @@ def test_full_and_thinker_omni_configs_agree():
 
 
 def test_supported_model_types():
-    """The four supported model types map to their three families."""
+    """Every supported model type maps to its family."""
     assert SUPPORTED_MODEL_TYPES == {
         "qwen2_vl": "qwen2_vl",
         "qwen2_5_vl": "qwen2_5_vl",
         "qwen2_5_omni": "qwen2_5_omni",
         "qwen2_5_omni_thinker": "qwen2_5_omni",
+        "qwen3_vl": "qwen3_vl",
+        "qwen3_vl_moe": "qwen3_vl",
+        "qwen3_5": "qwen3_vl",
+        "qwen3_5_moe": "qwen3_vl",
+        "glm4v": "glm4v",
+        "glm4v_moe": "glm4v",
+        "glm46v": "glm4v",
+        "qwen3_omni_moe": "qwen3_omni",
+        "qwen3_omni_moe_thinker": "qwen3_omni",
     }
 
 
@@ -264,15 +272,15 @@ def test_none_values_take_defaults():
 # --------------------------------------------------------------------------
 
 
-def _rejects(exc, match, hf):
+def _rejects(exc, match, hf, **kwargs):
     with pytest.raises(Exception) as info:
-        MRopeConfig.from_hf_config(hf)
+        MRopeConfig.from_hf_config(hf, **kwargs)
     assert type(info.value) is exc, f"expected {exc.__name__}, got {type(info.value).__name__}: {info.value}"
     info.match(match)
     return info.value
 
 
-@pytest.mark.parametrize("model_type", ["qwen3_vl", "qwen2_5_omni_talker", "llama", "", None, 7])
+@pytest.mark.parametrize("model_type", ["glm4v_text", "qwen2_5_omni_talker", "llama", "", None, 7])
 def test_unsupported_model_type(model_type):
     """An unsupported model_type is a ValueError naming model_type and listing every supported one."""
     error = _rejects(ValueError, "model_type", {"model_type": model_type})
@@ -386,3 +394,76 @@ def test_values_the_kernels_cannot_represent(kwargs, match):
     """Time scales past 1e6 (float32 and int64 chunk limits) and token ids past 2**53 are a ValueError naming the field."""
     with pytest.raises(ValueError, match=match):
         MRopeConfig(**kwargs)
+
+
+# --------------------------------------------------------------------------
+# the newer families and the semantics presets
+# --------------------------------------------------------------------------
+
+DATA_CONFIGS = pathlib.Path(__file__).parent / "data" / "configs"
+
+
+@pytest.mark.parametrize(
+    ("name", "family", "ids"),
+    [
+        ("qwen3_vl.json", "qwen3_vl", dict(image_token_id=151655, video_token_id=151656, vision_start_token_id=151652)),
+        ("glm4v.json", "glm4v", dict(image_token_id=151343, vision_start_token_id=151339, video_start_token_id=151341,
+                                     video_end_token_id=151342)),  # fmt: skip
+        ("glm4v_moe.json", "glm4v", dict(image_token_id=151363, video_token_id=151364, vision_end_token_id=151340)),
+        ("qwen3_omni_moe.json", "qwen3_omni", dict(audio_token_id=151675, audio_start_token_id=151669,
+                                                  tokens_per_second=13.0, n_window=50)),  # fmt: skip
+        ("qwen2_5_omni.json", "qwen2_5_omni", dict(audio_token_id=151646, tokens_per_second=25.0, seconds_per_chunk=2.0)),
+    ],
+)
+def test_published_configs(name, family, ids):
+    """Each published config (path and model folder) reads into its family with the published ids."""
+    path = DATA_CONFIGS / name
+    if not path.exists():
+        pytest.skip(f"{path} not copied yet")
+    config = MRopeConfig.from_hf_config(path)
+    assert config.family == family
+    for key, value in ids.items():
+        assert getattr(config, key) == value, key
+
+
+def test_model_folder(tmp_path):
+    """A model folder is read through the config.json inside it."""
+    (tmp_path / "config.json").write_text(json.dumps(QWEN2_5_VL), encoding="utf-8")
+    assert MRopeConfig.from_hf_config(tmp_path) == MRopeConfig.from_hf_config(QWEN2_5_VL)
+
+
+def test_ids_in_text_config():
+    """Ids may sit in text_config, as some published files put them."""
+    hf = {"model_type": "qwen3_vl", "text_config": {"image_token_id": 7, "video_token_id": 8,
+                                                    "vision_start_token_id": 9, "vision_end_token_id": 10}}  # fmt: skip
+    config = MRopeConfig.from_hf_config(hf)
+    assert (config.image_token_id, config.video_token_id, config.vision_start_token_id, config.vision_end_token_id) == (7, 8, 9, 10)
+
+
+@pytest.mark.parametrize("semantics", ["reference", "vllm-0.33", "transformers-4.57", "transformers-5"])
+def test_semantics_presets(semantics):
+    """Every preset is accepted for every family and reported by config.semantics."""
+    for hf in (QWEN2_VL, QWEN2_5_VL, {"model_type": "qwen3_vl"}, {"model_type": "glm4v"}, {"model_type": "qwen3_omni_moe_thinker"}):
+        assert MRopeConfig.from_hf_config(hf, semantics=semantics).semantics == semantics
+
+
+def test_unknown_semantics():
+    """An unknown preset is a ValueError naming semantics and listing the presets."""
+    error = _rejects(ValueError, "semantics", QWEN2_VL, semantics="vllm")
+    assert "vllm-0.33" in str(error) and "transformers-5" in str(error)
+
+
+def test_semantics_switch_keeps_the_rest():
+    """from_hf_config on an MRopeConfig switches only its semantics."""
+    config = MRopeConfig.from_hf_config(QWEN2_5_VL)
+    switched = MRopeConfig.from_hf_config(config, semantics="vllm-0.33")
+    assert switched.semantics == "vllm-0.33" and attrs.evolve(switched, semantics="reference") == config
+    assert MRopeConfig.from_hf_config(switched) is switched
+
+
+def test_field_a_family_does_not_use():
+    """A field the family has no use for is a ValueError naming it."""
+    with pytest.raises(ValueError, match="video_start_token_id"):
+        MRopeConfig(family="qwen3_vl", video_start_token_id=5)
+    with pytest.raises(ValueError, match="seconds_per_chunk"):
+        MRopeConfig(family="qwen3_omni", seconds_per_chunk=2)

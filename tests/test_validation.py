@@ -406,14 +406,13 @@ def test_audio_in_video_not_preceded_by_vision_start_audio_start(scan, prompt):
         "t VS AS V*3 A*5 V*4 A*2 AE VE t",  # audio where a video token belongs
         "t VS AS V*4 A*3 V*5 A*2 AE VE t",  # video where an audio token belongs
         "t VS AS V*4 A*4 V*2 t V A*2 AE VE t",  # text inside
-        "t VS AS V*8 A*6 AE VE t",  # not interleaved
         "t VS AS V*4 A*4 V*4 A*2 VE AE t",  # eos pair swapped
         "t VS AS V*4 A*4 V*4 A*2 VE t t",  # audio_end missing
         "t VS AS V*4 A*4 V*4 A*2 AE t t",  # vision_end missing
         "t VS AS V*4 A*4 V*4 A*3 AE VE",  # one audio token too many
     ],
     ids=[
-        "audio_for_video", "video_for_audio", "text", "not_interleaved",
+        "audio_for_video", "video_for_audio", "text",
         "eos_swapped", "no_audio_end", "no_vision_end", "long_audio",
     ],  # fmt: skip
 )

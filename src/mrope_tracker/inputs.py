@@ -132,27 +132,32 @@ def as_ranges(value, name: str) -> np.ndarray:
 
 def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.ndarray:
     """One float32 per video (the reference holds them as a float32 tensor);
-    1.0 when omitted (spec §2.2)."""
+    the family's default when omitted. Families without a time scale refuse it."""
+    spec = config.spec
+    if not spec.scaled_time:
+        if value is None:
+            return EMPTY_FLOAT
+        raise ValueError(
+            f"second_per_grid_ts: {config.family} takes no time scale (its frames are numbered, or timed by text); "
+            f"expected None, got {_describe(value)}"
+        )
     if value is None:
         if num_videos == 0:
             return EMPTY_FLOAT
-        return np.ones(num_videos, np.float32)
-    if config.family != "qwen2_vl" and ready(value, _FLOAT32, 1) and value.shape[0] == num_videos:
+        return np.full(num_videos, spec.default_second_per_grid_ts, np.float32)
+    if ready(value, _FLOAT32, 1) and value.shape[0] == num_videos and "int_sp" not in config.switches:
         return value
-    if config.family == "qwen2_vl":
-        raise ValueError(
-            f"second_per_grid_ts: Qwen2-VL numbers frames 0, 1, 2, ... and takes no time scale; expected None, got {_describe(value)}"
-        )
     arr = _to_numpy(value, "second_per_grid_ts")
     if arr.dtype.kind not in "iuf" or arr.ndim != 1:
         if arr.dtype.kind not in "iuf":
             raise TypeError(f"second_per_grid_ts: expected real numbers, got {_describe(value)}")
         raise ValueError(f"second_per_grid_ts: expected shape (num_videos,), got {_describe(value)}")
     if arr.shape[0] != num_videos:
-        raise ValueError(
-            f"second_per_grid_ts: expected one value per video ({num_videos}), got {arr.shape[0]}"
-        )
-    return np.require(arr, np.float32, ["C", "W"])
+        raise ValueError(f"second_per_grid_ts: expected one value per video ({num_videos}), got {arr.shape[0]}")
+    arr = np.require(arr, np.float32, ["C", "W"])
+    if "int_sp" in config.switches:  # transformers 4.57 casts it to the int64 frame index dtype (D2)
+        arr = np.trunc(arr)
+    return arr
 
 
 def as_audio_lengths(value, config: MRopeConfig) -> np.ndarray:
@@ -164,6 +169,13 @@ def as_audio_lengths(value, config: MRopeConfig) -> np.ndarray:
     if arr.shape[0] and not config.is_omni:
         raise ValueError(f"audio_feature_lengths: {config.family} has no audio; expected None, got {_describe(value)}")
     return arr
+
+
+def audio_token_counts(config: MRopeConfig, audio_lengths: np.ndarray) -> np.ndarray:
+    """Tokens of every audio track, by the family's encoder formula."""
+    if audio_lengths.shape[0] == 0:
+        return EMPTY_INT
+    return np.require(config.spec.audio_tokens(audio_lengths, config), np.int64, ["C", "W"])
 
 
 def as_flag(value, name: str) -> bool:
@@ -192,9 +204,10 @@ def as_index(value, name: str, minimum: int = 0, maximum: int = _INDEX_LIMIT) ->
 
 
 def normalize_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video):
-    """(image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video),
-    each ready for the kernels. None is the common case for most arguments,
-    so it is tested inline rather than through a call."""
+    """(image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video),
+    each ready for the kernels, and the audio lengths in mel frames (for
+    messages). None is the common case for most arguments, so it is tested
+    inline rather than through a call."""
     image_grid = EMPTY_GRID if image_grid_thw is None else as_grid(image_grid_thw, "image_grid_thw")
     video_grid = EMPTY_GRID if video_grid_thw is None else as_grid(video_grid_thw, "video_grid_thw")
     if second_per_grid_ts is None and video_grid_thw is None:
@@ -208,22 +221,24 @@ def normalize_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, 
         av = as_flag(use_audio_in_video, "use_audio_in_video")
         if av and not config.is_omni:
             raise ValueError(
-                f"use_audio_in_video: only Qwen2.5-Omni interleaves audio with video; expected False for {config.family}"
+                f"use_audio_in_video: only the Omni families interleave audio with video; expected False for {config.family}"
             )
-    return image_grid, video_grid, video_sp, audio_lengths, av
+    return (image_grid, video_grid, video_sp, audio_token_counts(config, audio_lengths), av), audio_lengths
 
 
 class Items:
-    """Normalised multimodal inputs of one prompt, ready for the kernels."""
+    """Normalised multimodal inputs of one prompt, ready for the kernels
+    (`kernel_args`), plus the mel-frame lengths the messages quote."""
 
-    __slots__ = ("image_grid", "video_grid", "video_sp", "audio_lengths", "use_audio_in_video")
+    __slots__ = ("image_grid", "video_grid", "video_sp", "audio_tokens", "use_audio_in_video", "audio_lengths")
 
-    def __init__(self, image_grid, video_grid, video_sp, audio_lengths, use_audio_in_video):
-        self.image_grid = image_grid
-        self.video_grid = video_grid
-        self.video_sp = video_sp
+    def __init__(self, kernel_args, audio_lengths):
+        self.image_grid, self.video_grid, self.video_sp, self.audio_tokens, self.use_audio_in_video = kernel_args
         self.audio_lengths = audio_lengths
-        self.use_audio_in_video = use_audio_in_video
+
+    @property
+    def kernel_args(self) -> tuple:
+        return self.image_grid, self.video_grid, self.video_sp, self.audio_tokens, self.use_audio_in_video
 
     @classmethod
     def normalize(
@@ -237,93 +252,9 @@ class Items:
 NO_ITEMS = (EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)  # normalized items of a prompt given none
 
 
-def _grid_text(grids: np.ndarray, n: int) -> str:
-    return str(tuple(int(v) for v in grids[n])) if n < grids.shape[0] else "?"
-
-
-def layout_error(code: int, a: int, b: int, c: int, config: MRopeConfig, items: Items, ids=None, ranges=None, num_tokens=None):
-    """The exception for a builder kernel's error code (never raised by kernels themselves)."""
-    mod = MODALITY_NAMES.get(a, "?")
-    grids = {C.MOD_IMAGE: items.image_grid, C.MOD_VIDEO: items.video_grid}
-    grid_name = {C.MOD_IMAGE: "image_grid_thw", C.MOD_VIDEO: "video_grid_thw", C.MOD_AUDIO: "audio_feature_lengths"}
-    m = config.spatial_merge_size
-    placeholder = {C.MOD_IMAGE: config.image_token_id, C.MOD_VIDEO: config.video_token_id, C.MOD_AUDIO: config.audio_token_id}
-
-    def item_text(modality, n):
-        if modality == C.MOD_AUDIO:
-            return f"audio_feature_lengths[{n}] = {int(items.audio_lengths[n])}" if n < items.audio_lengths.shape[0] else "audio"
-        return f"{grid_name[modality]}[{n}] = {_grid_text(grids[modality], n)}"
-
-    if code == C.ERR_GRID_DIM:
-        return ValueError(f"{grid_name[a]}[{b}]: expected positive (t, h, w), got {_grid_text(grids[a], b)}")
-    if code == C.ERR_GRID_MERGE:
-        return ValueError(
-            f"{grid_name[a]}[{b}]: expected h and w divisible by spatial_merge_size {m}, got {_grid_text(grids[a], b)}"
-        )
-    if code == C.ERR_IMAGE_T:
-        return ValueError(f"image_grid_thw[{a}]: expected t == 1 for an image, got {_grid_text(items.image_grid, a)}")
-    if code == C.ERR_SP_VALUE:
-        return ValueError(f"second_per_grid_ts[{a}]: expected a finite number >= 0, got {float(items.video_sp[a])}")
-    if code == C.ERR_TAU_OVERFLOW:
-        return ValueError(
-            f"second_per_grid_ts[{a}]: expected temporal positions below 2**31, got {float(items.video_sp[a])} s per "
-            f"grid x {config.tokens_per_second} x {int(items.video_grid[a, 0]) - 1} frames"
-        )
-    if code == C.ERR_AUDIO_SHORT:
-        return ValueError(f"audio_feature_lengths[{a}]: expected at least 3 mel frames (one audio token), got {b}")
-    if code == C.ERR_PLACEHOLDER_SHORT:
-        return ValueError(
-            f"token_ids: {item_text(a, b)} expects a run of {mod} tokens ({placeholder[a]}), "
-            f"but token_ids[{c}] = {int(ids[c])} interrupts it"
-        )
-    if code == C.ERR_CUT_OFF:
-        return ValueError(f"token_ids: {item_text(a, b)} is cut off by the end of the prompt ({c} tokens missing)")
-    if code == C.ERR_EXTRA_ITEM:  # token scan only: the range form matches counts before building
-        return ValueError(
-            f"token_ids: more {mod} items than {grid_name[a]} has entries ({_count(items, a)}); "
-            f"an extra {mod} starts at token_ids[{b}]"
-        )
-    if code == C.ERR_MISSING_ITEMS:  # token scan only
-        return ValueError(f"{grid_name[a]}: got {c} {mod} entries but token_ids hold only {b} {mod} items")
-    if code == C.ERR_AV_NOT_IN_BLOCK:
-        return ValueError(
-            f"token_ids: use_audio_in_video=True expects every video as vision_start audio_start <interleave> "
-            f"audio_end vision_end, but video {a} starts at token_ids[{b}] without that prefix"
-        )
-    if code == C.ERR_AV_NO_AUDIO:
-        return ValueError(
-            f"audio_feature_lengths: video {a} carries its audio (use_audio_in_video=True) but no audio length is left "
-            f"(got {items.audio_lengths.shape[0]})"
-        )
-    if code == C.ERR_AV_BAD_TOKEN:
-        return ValueError(
-            f"token_ids: the audio-in-video block of video {a} expects token {c} at token_ids[{b}], got {int(ids[b])}"
-        )
-    if code == C.ERR_AV_CUT_OFF:
-        return ValueError(f"token_ids: the audio-in-video block of video {a} is cut off by the end of the prompt ({b} tokens missing)")
-    name = f"{mod}_ranges"
-    if code == C.ERR_RANGE_NEGATIVE:
-        return ValueError(f"{name}[{b}]: expected a non-negative offset and length, got {c}")
-    if code == C.ERR_RANGE_OVERLAP:
-        return ValueError(
-            f"{name}[{b}]: expected ranges in prompt order that do not overlap (next free token {c}), "
-            f"got {tuple(int(v) for v in ranges[a][b])}"
-        )
-    if code == C.ERR_RANGE_OUT:
-        return ValueError(f"{name}[{b}]: expected a range inside the prompt's {num_tokens} tokens, got one ending at {c}")
-    if code == C.ERR_RANGE_LENGTH:
-        return ValueError(f"{name}[{b}]: expected length {c} from {item_text(a, b)}, got {int(ranges[a][b][1])}")
-    if code == C.ERR_AV_RANGE_CONTEXT:
-        return ValueError(
-            f"video_ranges[{a}]: an audio-in-video interleave needs vision_start, audio_start before it and audio_end, "
-            f"vision_end after it inside the prompt's {num_tokens} tokens, got offset {b}"
-        )
-    raise AssertionError(f"unknown layout error code {code}")  # internal invariant
-
-
 def _count(items: Items, modality: int) -> int:
     if modality == C.MOD_IMAGE:
         return items.image_grid.shape[0]
     if modality == C.MOD_VIDEO:
         return items.video_grid.shape[0]
-    return items.audio_lengths.shape[0]
+    return items.audio_tokens.shape[0]

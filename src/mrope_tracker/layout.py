@@ -13,11 +13,14 @@ import attrs
 import numpy as np
 
 from .config import MRopeConfig
-from .inputs import EMPTY_OUT, Items, as_config, as_index, as_ranges, as_token_ids, layout_error
+from .errors import layout_error
+from .inputs import EMPTY_OUT, Items, as_config, as_index, as_token_ids
 from .kernels import layout_check as check
 from .kernels import layout_codes as C
-from .kernels.layout_build import NUM_STATE, S_MAX, S_NUM_ROWS, build_from_ranges, build_from_tokens
+from .kernels.layout_build import build_from_ranges, build_from_tokens
+from .kernels.layout_emit import NUM_STATE, S_MAX, S_NUM_ROWS
 from .kernels.layout_fill import fill_positions
+from .ranges import Ranges
 
 __all__ = ["PromptLayout", "build_rows_from_tokens", "build_rows_from_ranges", "estimate_rows"]
 
@@ -26,19 +29,24 @@ def _new_table(capacity: int) -> tuple[np.ndarray, np.ndarray]:
     return np.empty((capacity, C.NUM_COLS), np.int64), np.empty((capacity, C.NUM_SCALE_COLS), np.float32)
 
 
-def estimate_rows(config: MRopeConfig, items: Items) -> int:
+def estimate_rows(config: MRopeConfig, items: Items, ranges: Ranges | None = None) -> int:
     """Layout rows a prompt needs: exact without audio-in-video (a row per
-    grid, text runs between and after; audio clips need none), an estimate
-    with it (per block the two bos/eos rows and a row per chunk of either
-    stream, frames standing for video chunks). Builders still count, so an
-    underestimate costs a second build, never a wrong layout."""
+    grid or frame, text runs between and after; audio clips need none), an
+    estimate with it (per block the two bos/eos rows and a row per run, or a
+    row per chunk of either stream when the runs are not known yet). Builders
+    still count, so an underestimate costs a second build, never a wrong layout."""
     num_videos = items.video_grid.shape[0]
-    rows = 2 * (items.image_grid.shape[0] + num_videos) + 1
+    blocks = items.image_grid.shape[0] + num_videos
+    if num_videos and config.spec.video_blocks == "frames":
+        blocks += sum(items.video_grid[:, 0].tolist()) - num_videos
+    rows = 2 * blocks + 1
     if items.use_audio_in_video and num_videos:
+        if ranges is not None and ranges.av_runs.shape[0]:
+            return rows + 4 * num_videos + ranges.av_runs.shape[0]
         # Python ints: numpy arithmetic on a few elements costs microseconds
         frames = sum(items.video_grid[:, 0].tolist())
-        audio_tokens = sum(((f - 1) // 2 + 1 - 2) // 2 + 1 for f in items.audio_lengths.tolist())
-        rows += 4 * num_videos + 2 * (frames + audio_tokens // config.audio_chunk_positions + num_videos)
+        chunk = config.audio_chunk_positions or 1
+        rows += 4 * num_videos + 2 * (frames + sum(items.audio_tokens.tolist()) // chunk + num_videos)
     return rows
 
 
@@ -51,63 +59,68 @@ def build_rows_from_tokens(config: MRopeConfig, ids: np.ndarray, items: Items, r
     if rows is None:
         rows, scales = _new_table(estimate_rows(config, items))
     while True:
-        code, a, b, c = build_from_tokens(
-            rows, scales, state, EMPTY_OUT, ids, config.kernel_params, items.image_grid,
-            items.video_grid, items.video_sp, items.audio_lengths, items.use_audio_in_video,
-        )  # fmt: skip
+        code, a, b, c, d = build_from_tokens(rows, scales, state, EMPTY_OUT, ids, config.kernel_params, *items.kernel_args)
         if code:
-            raise layout_error(code, a, b, c, config, items, ids=ids)
+            raise layout_error(code, a, b, c, d, config, items, ids=ids)
         if state[S_NUM_ROWS] <= rows.shape[0]:
             return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])
         rows, scales = _new_table(int(state[S_NUM_ROWS]))
-
-
-class Ranges:
-    """Normalised placeholder ranges of one prompt."""
-
-    __slots__ = ("image", "video", "audio")
-
-    def __init__(self, items: Items, image_ranges, video_ranges, audio_ranges):
-        self.image = as_ranges(image_ranges, "image_ranges")
-        self.video = as_ranges(video_ranges, "video_ranges")
-        self.audio = as_ranges(audio_ranges, "audio_ranges")
-        if self.image.shape[0] != items.image_grid.shape[0]:
-            raise ValueError(
-                f"image_ranges: expected one range per image_grid_thw row ({items.image_grid.shape[0]}), "
-                f"got {self.image.shape[0]}"
-            )
-        if self.video.shape[0] != items.video_grid.shape[0]:
-            raise ValueError(
-                f"video_ranges: expected one range per video_grid_thw row ({items.video_grid.shape[0]}), "
-                f"got {self.video.shape[0]}"
-            )
-        tracks = self.audio.shape[0] + (self.video.shape[0] if items.use_audio_in_video else 0)
-        if tracks != items.audio_lengths.shape[0]:
-            what = f"{self.audio.shape[0]} audio ranges" + (
-                f" + {self.video.shape[0]} video tracks" if items.use_audio_in_video else ""
-            )
-            raise ValueError(f"audio_feature_lengths: expected {tracks} lengths ({what}), got {items.audio_lengths.shape[0]}")
-
-    def by_modality(self):
-        return {C.MOD_IMAGE: self.image, C.MOD_VIDEO: self.video, C.MOD_AUDIO: self.audio}
 
 
 def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, ranges: Ranges, rows=None, scales=None):
     """Run the range builder (no token reads); same return as build_rows_from_tokens."""
     state = np.empty(NUM_STATE, np.int64)
     if rows is None:
-        rows, scales = _new_table(estimate_rows(config, items))
+        rows, scales = _new_table(estimate_rows(config, items, ranges))
     while True:
-        code, a, b, c = build_from_ranges(
+        code, a, b, c, d = build_from_ranges(
             rows, scales, state, EMPTY_OUT, num_tokens, config.kernel_params,
             ranges.image, items.image_grid, ranges.video, items.video_grid, items.video_sp,
-            ranges.audio, items.audio_lengths, items.use_audio_in_video,
+            ranges.audio, items.audio_tokens, ranges.av_runs, ranges.av_bounds, items.use_audio_in_video,
         )  # fmt: skip
         if code:
-            raise layout_error(code, a, b, c, config, items, ranges=ranges.by_modality(), num_tokens=num_tokens)
+            raise layout_error(code, a, b, c, d, config, items, ranges=ranges.by_modality(), num_tokens=num_tokens)
         if state[S_NUM_ROWS] <= rows.shape[0]:
             return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])
         rows, scales = _new_table(int(state[S_NUM_ROWS]))
+
+
+def check_ranges_against_tokens(config: MRopeConfig, items: Items, ranges: Ranges, token_ids) -> None:
+    """Verify every range against the prompt's tokens (the checked range form):
+    a mismatch names the item, the expected count and the found count."""
+    ids = as_token_ids(token_ids)
+    frame_token = config.image_token_id if config.spec.video_brackets else config.video_token_id
+
+    def count(offset, length, token):
+        return int(np.count_nonzero(ids[offset : offset + length] == token))
+
+    def check(name, k, offset, length, token, what):
+        if offset + length > ids.shape[0]:
+            raise ValueError(f"{name}[{k}]: expected {length} {what} tokens from token_ids[{offset}], "
+                             f"got a prompt of {ids.shape[0]} tokens")  # fmt: skip
+        found = count(offset, length, token)
+        if found != length:
+            raise ValueError(f"{name}[{k}]: expected {length} {what} tokens ({token}) from token_ids[{offset}], found {found}")
+
+    for k, (offset, length) in enumerate(ranges.image.tolist()):
+        check("image_ranges", k, offset, length, config.image_token_id, "image")
+    for k, (offset, length) in enumerate(ranges.audio.tolist()):
+        check("audio_ranges", k, offset, length, config.audio_token_id, "audio")
+    if not items.use_audio_in_video:
+        name = "video frame ranges" if config.spec.video_blocks == "frames" else "video_ranges"
+        for k, (offset, length) in enumerate(ranges.video.tolist()):
+            check(name, k, offset, length, frame_token, "video")
+        return
+    m = config.spatial_merge_size
+    for k, (offset, length) in enumerate(ranges.video.tolist()):
+        t, h, w = (int(v) for v in items.video_grid[k])
+        video = count(offset, length, config.video_token_id)
+        audio = count(offset, length, config.audio_token_id)
+        if video != t * (h // m) * (w // m) or video + audio != length:
+            raise ValueError(
+                f"video_ranges[{k}]: expected an interleave of {t * (h // m) * (w // m)} video and "
+                f"{length - t * (h // m) * (w // m)} audio tokens from token_ids[{offset}], found {video} video and {audio} audio"
+            )
 
 
 _CHECK_MESSAGES = {
@@ -180,22 +193,31 @@ class PromptLayout:
     def from_ranges(
         cls, config, num_tokens, *, image_ranges=None, image_grid_thw=None, video_ranges=None,
         video_grid_thw=None, second_per_grid_ts=None, audio_ranges=None, audio_feature_lengths=None,
-        use_audio_in_video=False,
+        use_audio_in_video=False, interleave="transformers", token_ids=None,
     ) -> "PromptLayout":  # fmt: skip
         """Build from placeholder ranges, never reading a token: O(items).
 
-        Each range is ``(offset, length)`` of one item's placeholder tokens (an
-        (n, 2) array, or objects with ``.offset``/``.length``), in prompt order
-        per modality, matching the grid rows. For an Omni audio-in-video video
-        the range is its interleave of ``n_video + n_audio`` tokens, with
+        Each range is ``(offset, length)`` or ``(offset, length, is_embed)``
+        of one item (an (n, 2) array, or objects with ``.offset``,
+        ``.length`` and optionally ``.is_embed``), in prompt order per
+        modality, matching the grid rows. For Qwen3-VL and GLM a video's range
+        may span its frames and the text between them: `is_embed` (bool list,
+        array or tensor) marks the frames' tokens. For an Omni audio-in-video
+        video the range is its interleave of ``n_video + n_audio`` tokens, with
         vision_start, audio_start just before and audio_end, vision_end just
-        after. `audio_feature_lengths` lists audio clips and (with
-        `use_audio_in_video`) video tracks in prompt order."""
+        after; `interleave` says how it was laid out: "transformers" (the
+        default: transformers' processor), "vllm" (vLLM's processor), or one
+        explicit list of (kind, count) runs per video, kind "video" or
+        "audio". `audio_feature_lengths` lists audio clips and (with
+        `use_audio_in_video`) video tracks in prompt order. With `token_ids`,
+        every range is also verified against the tokens (O(tokens))."""
         config = as_config(config)
         num_tokens = as_index(num_tokens, "num_tokens", minimum=1)
         items = Items.normalize(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
-        ranges = Ranges(items, image_ranges, video_ranges, audio_ranges)
+        ranges = Ranges(config, items, image_ranges, video_ranges, audio_ranges, interleave, second_per_grid_ts)
         rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
+        if token_ids is not None:
+            check_ranges_against_tokens(config, items, ranges, token_ids)
         return cls(rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
 
     def positions(self, start: int = 0, end: int | None = None) -> np.ndarray:

@@ -1,8 +1,8 @@
 """Public one-shot entry points: a prompt's positions, and decode positions.
 
-`prompt_positions` is the fast path of the reference rules (spec §6.1): one
+`prompt_positions` is the fast path of the position rules (docs/semantics.md): one
 numba call scans the tokens, builds the layout and writes the (3, L) output.
-`next_positions` is the in-place decode rule (spec §1.5), the seed PR's
+`next_positions` is the in-place decode rule (index + delta), the seed PR's
 `get_next_input_positions`.
 """
 
@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .config import MRopeConfig
+from .errors import layout_error
 from .inputs import (
     EMPTY_FLOAT,
     EMPTY_GRID,
@@ -22,7 +23,6 @@ from .inputs import (
     as_grid,
     as_index,
     as_token_ids,
-    layout_error,
     normalize_items,
     ready,
 )
@@ -67,6 +67,7 @@ def prompt_positions(
     ids = token_ids if ready(token_ids, _INT64, 1) and token_ids.shape[0] else as_token_ids(token_ids)
     out = np.empty((3, ids.shape[0]), _INT64)
     params = config.kernel_params
+    audio_lengths = EMPTY_INT
     if video_grid_thw is None and second_per_grid_ts is None and audio_feature_lengths is None and use_audio_in_video is False:
         if image_grid_thw is None:
             if text_positions(out, ids, params) < 0:
@@ -78,19 +79,19 @@ def prompt_positions(
             items = (image_grid, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)
             result = image_prompt_positions_kernel(out, ids, params, image_grid)
     else:
-        items = normalize_items(
+        items, audio_lengths = normalize_items(
             config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
         result = prompt_positions_kernel(out, ids, params, *items)
-    code, a, b, c, delta = result
+    code, a, b, c, d, delta = result
     if code:
-        raise layout_error(code, a, b, c, config, Items(*items), ids=ids)
+        raise layout_error(code, a, b, c, d, config, Items(items, audio_lengths), ids=ids)
     return out, delta
 
 
 def next_positions(out, out_offset: int, delta: int, context_len: int, num_new_tokens: int) -> None:
     """Write ``context_len + delta + n`` into every row of ``out[:, out_offset + n]``
-    for ``n < num_new_tokens``, in place (spec §1.5): the positions of tokens
+    for ``n < num_new_tokens``, in place: the positions of tokens
     past the prompt.
 
     `out` is a writable 2-D int64 numpy array (or CPU tensor) with at least 3

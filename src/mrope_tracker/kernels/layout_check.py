@@ -6,6 +6,7 @@ import numpy as np
 
 from . import layout_codes as C
 from .jit_options import jit
+from .layout_emit import TAU_LIMIT
 from .position_rules import grid_range_max, temporal_index
 
 CHECK_OK = 0
@@ -13,7 +14,7 @@ CHECK_EMPTY = 1  # no rows
 CHECK_TILING = 2  # a row does not start where the previous one ended (or the first at 0)
 CHECK_LENGTH = 3  # a row with tok_len <= 0, or rows not ending at num_tokens
 CHECK_KIND = 4  # an unknown kind
-CHECK_GRID = 5  # a grid row with t, h or w <= 0, or tokens outside its grid, or a bad scaled flag
+CHECK_GRID = 5  # a grid row with t, h or w <= 0, or tokens outside its grid, or an unknown tau mode
 CHECK_SCALE = 6  # a scaled grid row whose second_per_grid_ts or rate is not finite and >= 0
 CHECK_BASE = 7  # a negative base, or positions past 2**62
 
@@ -51,14 +52,14 @@ def check_layout(rows, scales, num_tokens):
             scaled = rows[r, C.COL_SCALED]
             if t <= 0 or h <= 0 or w <= 0 or t > num_tokens or h > num_tokens or w > num_tokens:
                 return CHECK_GRID, r, 0
-            if offset < 0 or offset + length > t * h * w or (scaled != 0 and scaled != 1):
+            if offset < 0 or offset + length > t * h * w or not C.TAU_FRAME <= scaled <= C.TAU_F64:
                 return CHECK_GRID, r, 0
             sp = scales[r, C.SCALE_SP]
             rate = scales[r, C.SCALE_R]
-            if scaled == 1:
+            if scaled != C.TAU_FRAME:
                 if not (sp >= 0) or not (rate >= 0) or sp == np.inf or rate == np.inf:
                     return CHECK_SCALE, r, 0
-                if np.float32(np.float32(np.float32(t - 1) * sp) * rate) >= 2**31:
+                if np.float64(t - 1) * np.float64(sp) * np.float64(rate) >= TAU_LIMIT:
                     return CHECK_SCALE, r, 0
             last_frame = (offset + length - 1) // (h * w)
             row_top = base + grid_range_max(offset, offset + length, h, w, temporal_index(last_frame, scaled, sp, rate))

@@ -9,8 +9,8 @@ in token order, covering the prompt without gaps (see docs/design.md):
     GRID    tokens grid_offset ... grid_offset + len - 1 of a (t', h', w')
             vision grid: (base + tau(f), base + i, base + j), spec §1.3
 
-tau(f) = f, or trunc((float32(f) * sp) * r) in float32 when the row is scaled;
-the per-row float32 pair (sp, r) lives in a parallel float32 array.
+tau(f) follows the row's tau mode (TAU_* below); the per-row float32 pair
+(sp, r) lives in a parallel float32 array.
 
 Module-level ints are compile-time constants for numba.
 """
@@ -24,7 +24,7 @@ COL_GRID_OFFSET = 4  # GRID: index of the row's first token inside the grid
 COL_T = 5  # GRID: t' (LLM grid, after merging)
 COL_H = 6  # GRID: h'
 COL_W = 7  # GRID: w'
-COL_SCALED = 8  # GRID: 1 when tau(f) is scaled by (sp, r)
+COL_SCALED = 8  # GRID: tau mode (TAU_FRAME, TAU_F32 or TAU_F64)
 NUM_COLS = 9
 
 # float32 columns of the parallel scale array
@@ -37,25 +37,36 @@ KIND_CONST = 1
 KIND_GRID = 2
 
 # --- packed config (MRopeConfig.kernel_params, float64) ----------------------
-# One float64 array carries the ids (exact below 2**53) and the float32 time
-# scale (exact in float64), so a kernel call passes one argument for it.
-P_FAMILY = 0
-P_MERGE = 1
-P_IMAGE = 2
-P_VIDEO = 3
-P_VISION_START = 4
-P_VISION_END = 5
-P_AUDIO = 6
-P_AUDIO_START = 7
-P_AUDIO_END = 8
-P_CHUNK = 9  # Omni interleave chunk in positions; 0 for VL families
-P_SCALED = 10  # 1 when videos are scaled by tokens_per_second
-P_SCALE_R = 11  # tokens_per_second rounded to float32 (1.0 when unscaled)
-NUM_PARAMS = 12
+# One float64 array carries the ids (exact below 2**53; -1 for an id the
+# family does not have, which no token matches) and the switches a family
+# and a semantics preset set, so a kernel call passes one argument for all
+# of them. Kernels read switches, never family names.
+P_MERGE = 0
+P_IMAGE = 1
+P_VIDEO = 2  # the video placeholder token (-1 when frames reuse the image token)
+P_VISION_START = 3
+P_VISION_END = 4
+P_AUDIO = 5
+P_AUDIO_START = 6
+P_AUDIO_END = 7
+P_VIDEO_OPEN = 8  # begin-of-video bracket (GLM), else -1
+P_VIDEO_CLOSE = 9  # end-of-video bracket (GLM), else -1
+P_FRAMES = 10  # 1: every video frame is its own tau = 0 block (Qwen3-VL, GLM)
+P_TAU_MODE = 11  # temporal rule of videos: TAU_FRAME, TAU_F32 or TAU_F64
+P_SCALE_R = 12  # tokens_per_second (exact in float32 and float64)
+P_AV_PAIR = 13  # audio-in-video bos/eos pairs: 0 shared position, 1 consecutive
+P_AV_EOS = 14  # eos after: 0 the block's last run, 1 the whole block
+P_NEXT_RULE = 15  # after a vision block: NEXT_MAX (R-max) or NEXT_HW (R-hw)
+P_AV_SHIFT = 16  # 1: vLLM 0.33's audio-in-video (positions from audio_start, no pairs)
+P_CHUNK = 17  # Qwen2.5-Omni interleave chunk in positions (0 when none)
+NUM_PARAMS = 18
 
-FAMILY_QWEN2_VL = 0
-FAMILY_QWEN2_5_VL = 1
-FAMILY_QWEN2_5_OMNI = 2
+TAU_FRAME = 0  # tau(f) = f
+TAU_F32 = 1  # trunc(float32(float32(f) * sp) * r), as torch computes it
+TAU_F64 = 2  # trunc(float64(f) * (float64(sp) * float64(r))), as vLLM 0.33 does
+
+NEXT_MAX = 0  # next base = 1 + the block's largest position
+NEXT_HW = 1  # next base = s + max(h', w') (transformers 5)
 
 # --- modality codes used by the range-based builder -------------------------
 MOD_IMAGE = 0
@@ -83,5 +94,9 @@ ERR_GRID_MERGE = 15  # a: modality, b: item index, c: column not divisible by th
 ERR_IMAGE_T = 16  # a: image index, b: t
 ERR_SP_VALUE = 17  # a: video index (NaN, infinite or negative)
 ERR_TAU_OVERFLOW = 18  # a: video index (temporal index past 2**31)
-ERR_AUDIO_SHORT = 19  # a: audio index, b: mel frames (fewer than one audio token)
+ERR_AUDIO_SHORT = 19  # a: audio index, b: tokens (fewer than one)
 ERR_RANGE_NEGATIVE = 20  # a: modality, b: item index, c: bad value
+ERR_AV_COUNT = 21  # a: video index, b: video tokens found, c: audio tokens found
+ERR_FRAME_OUTSIDE = 22  # a: frame run found outside its video's brackets, b: token index
+ERR_VIDEO_OPEN = 23  # a: video index, b: token index of the bracket, c: frames seen
+ERR_RUNS = 24  # a: video index (an interleave's runs do not add up)

@@ -1,0 +1,21 @@
+"""Model families: one module each, collected here.
+
+`FAMILIES` maps a family name to its `Family` record; `MODEL_TYPES` maps
+every supported ``model_type`` to (family name, key of the nested config
+that holds the ids). Adding a family is one new module plus a line below.
+"""
+
+from . import glm4v, qwen2_5_omni, qwen2_5_vl, qwen2_vl, qwen3_omni, qwen3_vl
+from ._spec import RUN_AUDIO, RUN_VIDEO, Family
+
+FAMILIES: dict[str, Family] = {
+    module.FAMILY.name: module.FAMILY for module in (qwen2_vl, qwen2_5_vl, qwen2_5_omni, qwen3_vl, glm4v, qwen3_omni)
+}
+
+MODEL_TYPES: dict[str, tuple[str, str]] = {
+    model_type: (family.name, nested) for family in FAMILIES.values() for model_type, nested in family.model_types.items()
+}
+
+SEMANTICS = ("reference", "vllm-0.33", "transformers-4.57", "transformers-5")
+
+__all__ = ["FAMILIES", "MODEL_TYPES", "SEMANTICS", "Family", "RUN_AUDIO", "RUN_VIDEO"]

@@ -1,0 +1,30 @@
+"""Qwen2.5-VL: Qwen2-VL's blocks with time-scaled video frames.
+
+tau(f) = trunc(f * second_per_grid_ts * tokens_per_second), the products
+rounded to float32 as torch computes them (transformers 4.51, vLLM 0.8-0.9).
+`tokens_per_second` sits in `vision_config` (2 in the published checkpoints;
+transformers' config class defaults to 4).
+"""
+
+from ._spec import Family, first, get
+from .qwen2_vl import QWEN_VISION_IDS, read_qwen_vision
+
+
+def read_config(scopes, semantics=None) -> dict:
+    kwargs = read_qwen_vision(scopes)
+    kwargs["tokens_per_second"] = get(first(scopes, ("vision_config",)), "tokens_per_second")
+    return kwargs
+
+
+FAMILY = Family(
+    name="qwen2_5_vl",
+    model_types={"qwen2_5_vl": ""},
+    defaults={**QWEN_VISION_IDS, "spatial_merge_size": 2, "tokens_per_second": 4.0},
+    read_config=read_config,
+    scaled_time=True,
+    presets={
+        "vllm-0.33": frozenset({"tau_f64"}),
+        "transformers-4.57": frozenset({"int_sp"}),
+        "transformers-5": frozenset({"next_hw"}),
+    },
+)

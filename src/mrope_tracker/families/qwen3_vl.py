@@ -1,0 +1,20 @@
+"""Qwen3-VL (dense and MoE), and the Qwen3.5 multimodal checkpoints that reuse
+its rules: every image and every video frame is its own block with tau = 0.
+
+A video with t temporal patches appears as t runs of h'*w' video tokens,
+each normally wrapped as ``<timestamp text> vision_start V*h'w' vision_end``:
+time is only told through the timestamp text, which is ordinary text.
+`video_grid_thw` keeps one (t, h, w) row per video, as the processors give
+it; the builders split it into frames.
+"""
+
+from ._spec import Family
+from .qwen2_vl import QWEN_VISION_IDS, read_qwen_vision
+
+FAMILY = Family(
+    name="qwen3_vl",
+    model_types={"qwen3_vl": "", "qwen3_vl_moe": "", "qwen3_5": "", "qwen3_5_moe": ""},
+    defaults={**QWEN_VISION_IDS, "spatial_merge_size": 2},
+    read_config=read_qwen_vision,
+    video_blocks="frames",
+)

@@ -1,0 +1,245 @@
+"""The range form's inputs: placeholder ranges, frame masks and interleaves.
+
+Engines hold each item as a placeholder range: ``(offset, length)`` or
+``(offset, length, is_embed)`` (vLLM's `PlaceholderRange`), where `is_embed`
+marks the tokens that carry embeddings. `Ranges` turns them into what the
+range builder reads, in O(items + frames + interleave runs), never reading
+a token:
+- one (offset, length) per image, audio clip and plain video;
+- for families whose every video frame is its own block (Qwen3-VL, GLM),
+  one range per frame. A video's range spans its frames and the timestamp
+  text between them; its `is_embed` mask locates the frames (without a mask
+  the frames must be back to back);
+- for an audio-in-video block, the interleave as runs of (kind, count),
+  recomputed by the processor convention that laid it out
+  (`families.interleave`), or given explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .config import MRopeConfig
+from .families import RUN_AUDIO, RUN_VIDEO
+from .inputs import EMPTY_RANGES, Items, _describe, as_ranges, ready
+
+__all__ = ["Ranges"]
+
+_INT64 = np.dtype(np.int64)
+_NO_RUNS = np.zeros((0, 2), np.int64)
+_RUN_KINDS = {"video": RUN_VIDEO, "audio": RUN_AUDIO, RUN_VIDEO: RUN_VIDEO, RUN_AUDIO: RUN_AUDIO}
+
+
+def _as_mask(value, name: str, length: int) -> np.ndarray | None:
+    """An is_embed mask as a numpy bool array of `length` (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    mask = np.asarray(value)
+    if mask.dtype != np.bool_:
+        if mask.dtype.kind not in "iu" or (mask.size and not np.isin(mask, (0, 1)).all()):
+            raise TypeError(f"{name}: expected a bool mask (sequence, array or tensor), got {_describe(value)}")
+        mask = mask.astype(bool)
+    if mask.ndim != 1 or mask.shape[0] != length:
+        raise ValueError(f"{name}: expected a 1-D mask of the range's length {length}, got shape {mask.shape}")
+    return mask
+
+
+def _split(value, name: str) -> tuple[np.ndarray, list]:
+    """(n, 2) int64 (offset, length) rows and the n is_embed masks (or Nones).
+    Items may be (offset, length), (offset, length, is_embed), or objects with
+    .offset, .length and optionally .is_embed (vLLM's PlaceholderRange)."""
+    if value is None:
+        return EMPTY_RANGES, []
+    if ready(value, _INT64, 2, 2):
+        return value, [None] * value.shape[0]
+    if isinstance(value, (list, tuple)) and value:
+        first = value[0]
+        if hasattr(first, "offset") or (isinstance(first, (list, tuple)) and len(first) == 3):
+            pairs, masks = [], []
+            for k, item in enumerate(value):
+                if hasattr(item, "offset"):
+                    try:
+                        pairs.append((int(item.offset), int(item.length)))
+                    except (TypeError, ValueError) as exc:
+                        raise TypeError(f"{name}[{k}]: expected integer .offset and .length, got {exc}") from None
+                    masks.append(getattr(item, "is_embed", None))
+                elif isinstance(item, (list, tuple)) and len(item) in (2, 3):
+                    pairs.append(tuple(item[:2]))
+                    masks.append(item[2] if len(item) == 3 else None)
+                else:
+                    raise TypeError(f"{name}[{k}]: expected (offset, length) or (offset, length, is_embed), got {_describe(item)}")
+            rows = as_ranges(pairs, name)
+            return rows, [_as_mask(m, f"{name}[{k}] is_embed", int(rows[k, 1])) for k, m in enumerate(masks)]
+    rows = as_ranges(value, name)
+    return rows, [None] * rows.shape[0]
+
+
+def _embedded_run(rows: np.ndarray, masks: list, name: str) -> np.ndarray:
+    """Ranges whose mask marks one contiguous run: narrowed to that run."""
+    if not any(m is not None for m in masks):
+        return rows
+    rows = rows.copy()
+    for k, mask in enumerate(masks):
+        if mask is None:
+            continue
+        hits = np.flatnonzero(mask)
+        if hits.size == 0 or hits[-1] - hits[0] + 1 != hits.size:
+            raise ValueError(f"{name}[{k}] is_embed: expected one contiguous run of embedding tokens, got {hits.size} "
+                             "tokens in several runs" if hits.size else f"{name}[{k}] is_embed: expected embedding tokens, got none")  # fmt: skip
+        rows[k, 0] += hits[0]
+        rows[k, 1] = hits.size
+    return rows
+
+
+def _frame_ranges(config: MRopeConfig, video_grid: np.ndarray, rows: np.ndarray, masks: list) -> np.ndarray:
+    """One (offset, length) per frame of every video, located from the masks."""
+    m = config.spatial_merge_size
+    out = np.empty((int(video_grid[:, 0].sum()) if video_grid.shape[0] else 0, 2), np.int64)
+    q = 0
+    for n in range(video_grid.shape[0]):
+        t = int(video_grid[n, 0])
+        hw = (int(video_grid[n, 1]) // m) * (int(video_grid[n, 2]) // m)
+        offset, length = int(rows[n, 0]), int(rows[n, 1])
+        mask = masks[n]
+        if t < 1 or hw < 1:
+            raise ValueError(f"video_grid_thw[{n}]: expected positive (t, h, w) of at least one merged patch, got "
+                             f"{tuple(int(v) for v in video_grid[n])}")  # fmt: skip
+        if mask is None:
+            if length != t * hw:
+                raise ValueError(
+                    f"video_ranges[{n}]: without is_embed, expected the video's {t} frames of {hw} tokens back to back "
+                    f"(length {t * hw}), got length {length}; pass is_embed to locate frames among timestamp text"
+                )
+            out[q : q + t, 0] = offset + hw * np.arange(t)
+            out[q : q + t, 1] = hw
+            q += t
+            continue
+        p = 0
+        for f in range(t):
+            rest = mask[p:]
+            start = p + int(np.argmax(rest)) if rest.size else length
+            if start >= length or not mask[start]:
+                raise ValueError(f"video_ranges[{n}] is_embed: expected {t} frames of {hw} tokens, found {f}")
+            if start + hw > length or not mask[start : start + hw].all():
+                raise ValueError(
+                    f"video_ranges[{n}] is_embed: expected frame {f} to be {hw} embedding tokens from offset "
+                    f"{offset + start}, found a shorter run"
+                )
+            out[q, 0] = offset + start
+            out[q, 1] = hw
+            q += 1
+            p = start + hw
+        if p < length and mask[p:].any():
+            raise ValueError(f"video_ranges[{n}] is_embed: expected {t} frames of {hw} tokens, found more embedding tokens")
+    return out
+
+
+def _sp_float64(second_per_grid_ts, items: Items) -> np.ndarray:
+    """Seconds per grid as given (float64 when given so), for processor arithmetic."""
+    if second_per_grid_ts is None or not items.video_sp.shape[0]:
+        return items.video_sp.astype(np.float64)
+    if isinstance(second_per_grid_ts, torch.Tensor):
+        return second_per_grid_ts.detach().cpu().numpy().astype(np.float64).reshape(-1)
+    return np.asarray(second_per_grid_ts, dtype=np.float64).reshape(-1)
+
+
+def _explicit_runs(value, n: int, num_video: int, num_audio: int) -> list[tuple[int, int]]:
+    runs = []
+    try:
+        for kind, count in value:
+            if kind not in _RUN_KINDS or isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+                raise ValueError
+            runs.append((_RUN_KINDS[kind], int(count)))
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"interleave[{n}]: expected (kind, count) pairs with kind 'video' or 'audio' and count >= 0, got {_describe(value)}"
+        ) from None
+    got_video = sum(c for k, c in runs if k == RUN_VIDEO)
+    got_audio = sum(c for k, c in runs if k == RUN_AUDIO)
+    if got_video != num_video or got_audio != num_audio:
+        raise ValueError(
+            f"interleave[{n}]: expected runs of {num_video} video and {num_audio} audio tokens, "
+            f"got {got_video} and {got_audio}"
+        )
+    return runs
+
+
+class Ranges:
+    """Normalised placeholder ranges of one prompt, ready for the range builder."""
+
+    __slots__ = ("image", "video", "audio", "video_items", "av_runs", "av_bounds")
+
+    def __init__(self, config: MRopeConfig, items: Items, image_ranges, video_ranges, audio_ranges,
+                 interleave="transformers", second_per_grid_ts=None):  # fmt: skip
+        image, image_masks = _split(image_ranges, "image_ranges")
+        video, video_masks = _split(video_ranges, "video_ranges")
+        audio, audio_masks = _split(audio_ranges, "audio_ranges")
+        num_videos = items.video_grid.shape[0]
+        if image.shape[0] != items.image_grid.shape[0]:
+            raise ValueError(
+                f"image_ranges: expected one range per image_grid_thw row ({items.image_grid.shape[0]}), got {image.shape[0]}"
+            )
+        if video.shape[0] != num_videos:
+            raise ValueError(f"video_ranges: expected one range per video_grid_thw row ({num_videos}), got {video.shape[0]}")
+        av = items.use_audio_in_video
+        tracks = audio.shape[0] + (num_videos if av else 0)
+        if tracks != items.audio_tokens.shape[0]:
+            what = f"{audio.shape[0]} audio ranges" + (f" + {num_videos} video tracks" if av else "")
+            raise ValueError(f"audio_feature_lengths: expected {tracks} lengths ({what}), got {items.audio_tokens.shape[0]}")
+        self.image = _embedded_run(image, image_masks, "image_ranges")
+        self.audio = _embedded_run(audio, audio_masks, "audio_ranges")
+        self.video_items = video  # one row per video, as given
+        if config.spec.video_blocks == "frames":
+            self.video = _frame_ranges(config, items.video_grid, video, video_masks)
+        else:
+            for k, mask in enumerate(video_masks):
+                if av and mask is not None and not mask.all():
+                    raise ValueError(f"video_ranges[{k}] is_embed: expected an audio-in-video interleave range "
+                                     "whose every token is embedded (video or audio)")  # fmt: skip
+            self.video = video if av else _embedded_run(video, video_masks, "video_ranges")
+        self.av_runs, self.av_bounds = _NO_RUNS, np.zeros(num_videos + 1, np.int64)
+        if av and num_videos and "av_shift" not in config.switches:
+            self._interleaves(config, items, interleave, second_per_grid_ts)
+
+    def _interleaves(self, config: MRopeConfig, items: Items, interleave, second_per_grid_ts) -> None:
+        """Runs of every audio-in-video block, in O(runs)."""
+        num_videos = items.video_grid.shape[0]
+        conventions = config.spec.interleaves
+        if isinstance(interleave, str):
+            if interleave not in conventions:
+                raise ValueError(f"interleave: expected one of {', '.join(conventions)} or explicit runs, got {interleave!r}")
+        elif not isinstance(interleave, Sequence) or len(interleave) != num_videos:
+            raise ValueError(f"interleave: expected a convention name or one run list per video ({num_videos}), "
+                             f"got {_describe(interleave)}")  # fmt: skip
+        # which audio track each video carries: tracks and clips in prompt order
+        order = sorted([(int(o), 1, k) for k, o in enumerate(self.video[:, 0])] + [(int(o), 0, k) for k, o in enumerate(self.audio[:, 0])])  # fmt: skip
+        track_of, used = {}, 0
+        for _, is_video, k in order:
+            if is_video:
+                track_of[k] = used
+            used += 1
+        sp64 = _sp_float64(second_per_grid_ts, items)
+        m = config.spatial_merge_size
+        runs, bounds = [], [0]
+        for n in range(num_videos):
+            t, h, w = (int(v) for v in items.video_grid[n])
+            h, w = h // m, w // m
+            num_audio = int(items.audio_tokens[track_of[n]])
+            if isinstance(interleave, str):
+                block = conventions[interleave](t, h, w, float(sp64[n]), num_audio, config)
+            else:
+                block = _explicit_runs(interleave[n], n, t * h * w, num_audio)
+            runs.extend(block)
+            bounds.append(len(runs))
+        self.av_runs = np.array(runs, np.int64).reshape(-1, 2)
+        self.av_bounds = np.array(bounds, np.int64)
+
+    def by_modality(self) -> dict:
+        from .kernels import layout_codes as C
+
+        return {C.MOD_IMAGE: self.image, C.MOD_VIDEO: self.video, C.MOD_AUDIO: self.audio}
