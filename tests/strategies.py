@@ -113,6 +113,8 @@ class Prompt:
         """Keyword arguments of PromptLayout.from_ranges / add_request_from_ranges."""
         kw = self.kwargs()
         kw.update(image_ranges=self.image_ranges, video_ranges=self.video_ranges, audio_ranges=self.audio_ranges)
+        if self.use_audio_in_video:
+            kw["interleave"] = "model"  # laid out by the model's own chunking (below)
         return kw
 
 

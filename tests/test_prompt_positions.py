@@ -549,9 +549,10 @@ def test_delta_is_max_plus_one_minus_length(prompt):
     assert layout.max_position == int(positions.max())
 
 
-def test_processor_float64_interleave_is_refused_not_mislabelled():
-    """An Omni interleave laid out on float64 times (transformers' processor) where they cross a chunk
-    boundary before float32 tau does (fps 1.3, frame 39) is refused by both paths, never given wrong positions."""
+def test_processor_float64_interleave_follows_identity():
+    """An Omni interleave laid out on float64 times (transformers' processor), which crosses a chunk
+    boundary before the float32 tau does (fps 1.3, frame 39), is accepted: every token takes the position
+    of what it is, as in the reference, and the range form rebuilds the layout from the float64 times."""
     config = MRopeConfig(family="qwen2_5_omni", tokens_per_second=25, seconds_per_chunk=2)
     chunk = config.audio_chunk_positions  # 50
     frames, sp64 = 45, 2.0 / 1.3
@@ -567,9 +568,15 @@ def test_processor_float64_interleave_is_refused_not_mislabelled():
     ids = [100, config.vision_start_token_id, config.audio_start_token_id]
     ids += [config.video_token_id if k == "V" else config.audio_token_id for k in processor]
     ids += [config.audio_end_token_id, config.vision_end_token_id, 101]
-    kwargs = dict(video_grid_thw=[[frames, 2, 2]], second_per_grid_ts=[float(sp32)], audio_feature_lengths=[mel],
-                  use_audio_in_video=True)  # fmt: skip
-    with pytest.raises(ValueError, match="token_ids"):
-        prompt_positions(config, ids, **kwargs)
-    with pytest.raises(ValueError):
-        reference.prompt_positions(config, ids, **kwargs)
+    kwargs = dict(video_grid_thw=[[frames, 2, 2]], audio_feature_lengths=[mel], use_audio_in_video=True)
+    positions, delta = prompt_positions(config, ids, second_per_grid_ts=[float(sp32)], **kwargs)
+    ref, ref_delta = reference.prompt_positions(config, ids, second_per_grid_ts=[float(sp32)], **kwargs)
+    np.testing.assert_array_equal(positions, ref.numpy())
+    assert delta == ref_delta
+    # the k-th video token is frame k (one token per frame), whatever chunk it was laid out in
+    video_at = [i for i, tok in enumerate(ids) if tok == config.video_token_id]
+    np.testing.assert_array_equal(positions[0, video_at], 2 + tau_values(frames, sp32, 25.0))
+    layout = PromptLayout.from_ranges(
+        config, len(ids), video_ranges=[[3, len(ids) - 6]], second_per_grid_ts=[sp64], interleave="transformers", **kwargs
+    )
+    np.testing.assert_array_equal(layout.positions(), positions)

@@ -126,8 +126,8 @@ def layout_error(code, a, b, c, d, config: MRopeConfig, items: Items, ids=None, 
         t, h, w = (int(v) for v in items.video_grid[a])
         return ValueError(
             f"token_ids: the audio-in-video block of video_grid_thw[{a}] = {(t, h, w)} expects "
-            f"{t * (h // m) * (w // m)} video and its track's audio tokens in its interleave, but found {b} video "
-            f"and {c} audio tokens before token_ids[{d}]"
+            f"{t * (h // m) * (w // m)} video and {d} audio tokens in its interleave (in any order), but found "
+            f"{b} video and {c} audio tokens"
         )
     if code == C.ERR_AV_BAD_TOKEN:
         return ValueError(

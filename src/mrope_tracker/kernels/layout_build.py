@@ -207,7 +207,7 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
                 rows, scales, state, out, ids, i + 2, not shift, s, t, h, w, mode, sp, r, num_audio, video_id, audio_id
             )
             if k_video != size or k_audio != num_audio:
-                return C.ERR_AV_COUNT, n, k_video, k_audio, pos
+                return C.ERR_AV_COUNT, n, k_video, k_audio, num_audio
             if ids[pos] != audio_end:
                 return C.ERR_AV_BAD_TOKEN, n, pos, audio_end, 0
             if ids[pos + 1] != vision_end:
