@@ -36,17 +36,45 @@ def _describe(value) -> str:
     return f"{type(value).__name__} {value!r}"[:200]
 
 
+_BOOLS = (bool, np.bool_)
+
+
 def _has_bool(seq) -> bool:
-    """A bool inside a (nested) list: numpy would silently take it as 0 or 1."""
-    return any(isinstance(x, (bool, np.bool_)) or (isinstance(x, (list, tuple)) and _has_bool(x)) for x in seq)
+    """A bool inside a list of numbers or of rows: numpy would silently take it
+    as 0 or 1. Plain loops over type(): this runs on every list input, and a
+    nested generator cost more than the kernel it feeds. Deeper nesting makes a
+    3-D array, which the shape checks refuse anyway."""
+    for x in seq:
+        tx = type(x)
+        if tx is int or tx is float:
+            continue
+        if tx is list or tx is tuple:
+            for y in x:
+                if type(y) in _BOOLS:
+                    return True
+        elif tx in _BOOLS:
+            return True
+    return False
 
 
 def _to_numpy(value, name: str) -> np.ndarray:
-    """Any array-like to numpy, without copying numpy or CPU tensors."""
+    """Any array-like to numpy, without copying numpy arrays or CPU tensors."""
+    tv = type(value)
+    if tv is np.ndarray:
+        return value
+    if tv is list or tv is tuple:
+        if _has_bool(value):
+            raise TypeError(f"{name}: expected integers, got a bool inside {_describe(value)}")
+        try:
+            return np.array(value)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise ValueError(f"{name}: expected a rectangular array of numbers, got {_describe(value)} ({exc})") from None
+    if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu" and not value.requires_grad:
+            return value.numpy()  # a view: no detach/cpu round trip (microseconds on small tensors)
+        return value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
         return value
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy()
     if isinstance(value, (str, bytes, dict, set)) or not hasattr(value, "__len__"):
         raise TypeError(f"{name}: expected a list, numpy array or torch tensor, got {_describe(value)}")
     if isinstance(value, (list, tuple)) and _has_bool(value):
@@ -57,18 +85,27 @@ def _to_numpy(value, name: str) -> np.ndarray:
         raise ValueError(f"{name}: expected a rectangular array of numbers, got {_describe(value)} ({exc})") from None
 
 
+def _as_int64(arr: np.ndarray) -> np.ndarray:
+    """C-contiguous, writable, native int64 (a copy only when needed)."""
+    if arr.dtype is _INT64 and arr.flags.c_contiguous and arr.flags.writeable:
+        return arr
+    return arr.astype(np.int64, order="C")
+
+
 def as_int_array(value, name: str, ndim: int, shape_hint: str) -> np.ndarray:
     """An integer array of `ndim` dimensions as C-contiguous writable int64."""
     arr = _to_numpy(value, name)
-    if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(value, (np.ndarray, torch.Tensor)):
-        arr = arr.astype(np.int64)  # an empty list has no dtype of its own
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name}: expected integers, got {_describe(value)}")
+    kind = arr.dtype.kind
+    if kind != "i":
+        if arr.size == 0 and kind == "f" and not isinstance(value, (np.ndarray, torch.Tensor)):
+            arr = arr.astype(np.int64)  # an empty list has no dtype of its own
+        elif kind != "u":
+            raise TypeError(f"{name}: expected integers, got {_describe(value)}")
+        elif arr.size and arr.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"{name}: expected values below 2**63, got {arr.max()}")
     if arr.ndim != ndim:
         raise ValueError(f"{name}: expected shape {shape_hint}, got {_describe(value)}")
-    if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"{name}: expected values below 2**63, got {arr.max()}")
-    return np.require(arr, np.int64, ["C", "W"])
+    return _as_int64(arr)
 
 
 def ready(arr, dtype: np.dtype, ndim: int, width: int = 0) -> bool:
@@ -154,7 +191,8 @@ def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.nda
         raise ValueError(f"second_per_grid_ts: expected shape (num_videos,), got {_describe(value)}")
     if arr.shape[0] != num_videos:
         raise ValueError(f"second_per_grid_ts: expected one value per video ({num_videos}), got {arr.shape[0]}")
-    arr = np.require(arr, np.float32, ["C", "W"])
+    if arr.dtype is not _FLOAT32 or not arr.flags.c_contiguous or not arr.flags.writeable:
+        arr = arr.astype(np.float32, order="C")
     if "int_sp" in config.switches:  # transformers 4.57 casts it to the int64 frame index dtype (D2)
         arr = np.trunc(arr)
     return arr
