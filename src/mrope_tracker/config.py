@@ -166,6 +166,7 @@ class MRopeConfig:
         params[codes.P_NEXT_RULE] = codes.NEXT_HW if "next_hw" in switches else codes.NEXT_MAX
         params[codes.P_AV_SHIFT] = "av_shift" in switches
         params[codes.P_CHUNK] = self.audio_chunk_positions or 0
+        params[codes.P_AV_MERGE] = "av_merge_tau" in switches
         params.setflags(write=True)  # writable on purpose: numba types read-only arrays apart
         return params
 

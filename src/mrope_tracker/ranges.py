@@ -203,7 +203,7 @@ class Ranges:
                                      "whose every token is embedded (video or audio)")  # fmt: skip
             self.video = video if av else _embedded_run(video, video_masks, "video_ranges")
         self.av_runs, self.av_bounds = _NO_RUNS, np.zeros(num_videos + 1, np.int64)
-        if av and num_videos and "av_shift" not in config.switches:
+        if av and num_videos and not config.switches & {"av_shift", "av_merge_tau"}:  # else positions follow counts
             self._interleaves(config, items, interleave, second_per_grid_ts)
 
     def _interleaves(self, config: MRopeConfig, items: Items, interleave, second_per_grid_ts) -> None:

@@ -29,6 +29,7 @@ PRESET_SWITCHES = frozenset({
     "next_hw",  # after a vision block, text resumes at s + max(h', w') (transformers 5, D1)
     "av_shift",  # Qwen2.5-Omni audio-in-video positions one token early (vLLM 0.33, D5)
     "av_eos_block",  # audio-in-video eos after the whole block's maximum (vLLM 0.33, D8)
+    "av_merge_tau",  # Qwen3-Omni audio-in-video positions merged on truncated tau, whatever the layout (vLLM 0.33, D8)
 })  # fmt: skip
 
 # An interleave is a run-length list of (kind, count): kind 0 video, 1 audio.

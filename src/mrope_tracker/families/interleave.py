@@ -94,8 +94,10 @@ def model_walker_runs(t, h, w, sp, num_audio, rate, chunk):
 
 def vllm_chunk_runs(t, h, w, sp, num_audio, rate, chunk):
     """vLLM's processor layout: frame f in chunk tau(f) // chunk, with tau the
-    float64 product truncated; empty chunks keep their audio."""
-    tau = (np.arange(t, dtype=np.float64) * (float(sp) * float(rate))).astype(np.int64)
+    truncated float32 product of the float32 sp (its processor multiplies
+    torch tensors); empty chunks keep their audio."""
+    f = np.arange(t, dtype=np.float32)
+    tau = ((f * np.float32(sp)).astype(np.float32) * np.float32(rate)).astype(np.float32).astype(np.int64)
     frame_chunk = tau // chunk
     hw = h * w
     runs = []

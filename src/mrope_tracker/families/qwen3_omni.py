@@ -39,8 +39,13 @@ def audio_tokens(mel_frames: np.ndarray, config) -> np.ndarray:
     return ((g - 1) // 2 + 1 - 1) // 2 + 1 + 13 * (mel_frames // window)
 
 
-def _merge(t, h, w, sp, num_audio, config):
+def _merge_as_given(t, h, w, sp, num_audio, config):
     return interleave.merge_runs(t, h, w, sp, num_audio, config.tokens_per_second)
+
+
+def _merge_float32_sp(t, h, w, sp, num_audio, config):
+    """vLLM's processor merges on times from the float32-rounded sp."""
+    return interleave.merge_runs(t, h, w, float(np.float32(sp)), num_audio, config.tokens_per_second)
 
 
 FAMILY = Family(
@@ -59,7 +64,7 @@ FAMILY = Family(
     scaled_time=True,
     audio_tokens=audio_tokens,
     av_pair="consecutive",
-    interleaves={"transformers": _merge, "vllm": _merge},
+    interleaves={"transformers": _merge_as_given, "vllm": _merge_float32_sp},
     default_second_per_grid_ts=2.0,
-    presets={"vllm-0.33": frozenset({"tau_f64", "av_eos_block"})},
+    presets={"vllm-0.33": frozenset({"tau_f64", "av_eos_block", "av_merge_tau"})},
 )

@@ -28,6 +28,7 @@ from .layout_emit import (
     av_emit_runs,
     av_open,
     av_run,
+    av_tau_merge,
     av_vllm_shifted,
     check_items,
     check_run,
@@ -115,6 +116,7 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
     eos_rule = np.int64(params[C.P_AV_EOS])
     next_rule = np.int64(params[C.P_NEXT_RULE])
     shift = params[C.P_AV_SHIFT] != 0
+    merge_tau = params[C.P_AV_MERGE] != 0
     chunk = np.int64(params[C.P_CHUNK])
     av = use_audio_in_video and audio_id >= 0
     bracketed = video_open >= 0
@@ -203,8 +205,9 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
             flush_text(rows, scales, state, out, i)
             sp = video_sp[n]
             s = 0 if shift else av_open(rows, scales, state, out, i, pair)  # shifted: runs emitted below
+            by_identity = not (shift or merge_tau)  # else the positions come from the counts alone
             k_video, k_audio, pos, last_top = _scan_interleave(
-                rows, scales, state, out, ids, i + 2, not shift, s, t, h, w, mode, sp, r, num_audio, video_id, audio_id
+                rows, scales, state, out, ids, i + 2, by_identity, s, t, h, w, mode, sp, r, num_audio, video_id, audio_id
             )
             if k_video != size or k_audio != num_audio:
                 return C.ERR_AV_COUNT, n, k_video, k_audio, num_audio
@@ -215,6 +218,8 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
             if shift:
                 av_vllm_shifted(rows, scales, state, out, i, t, h, w, mode, sp, r, num_audio, chunk)
             else:
+                if merge_tau:
+                    av_tau_merge(rows, scales, state, out, i + 2, s, t, h, w, mode, sp, r, num_audio)
                 top = av_block_top(s, t, h, w, num_audio, mode, sp, r)
                 av_close(rows, scales, state, out, pos, (top if eos_rule else last_top) + 1, pair, top)
             state[S_COUNT + C.MOD_VIDEO] = n + 1
@@ -258,6 +263,7 @@ def build_from_ranges(
     eos_rule = np.int64(params[C.P_AV_EOS])
     next_rule = np.int64(params[C.P_NEXT_RULE])
     shift = params[C.P_AV_SHIFT] != 0
+    merge_tau = params[C.P_AV_MERGE] != 0
     chunk = np.int64(params[C.P_CHUNK])
     av_mode = use_audio_in_video and params[C.P_AUDIO] >= 0
     state[S_TOTAL + C.MOD_AUDIO] = audio_ranges.shape[0]
@@ -327,7 +333,11 @@ def build_from_ranges(
                 av_vllm_shifted(rows, scales, state, out, offset - 2, t, h, w, mode, sp, r, num_audio, chunk)
             else:
                 s = av_open(rows, scales, state, out, offset - 2, pair)
-                last_top, tok = av_emit_runs(rows, scales, state, out, offset, av_runs, r0, r1, s, t, h, w, mode, sp, r)
+                if merge_tau:
+                    tok = av_tau_merge(rows, scales, state, out, offset, s, t, h, w, mode, sp, r, num_audio)
+                    last_top = s  # unused: the eos follows the whole block
+                else:
+                    last_top, tok = av_emit_runs(rows, scales, state, out, offset, av_runs, r0, r1, s, t, h, w, mode, sp, r)
                 top = av_block_top(s, t, h, w, num_audio, mode, sp, r)
                 av_close(rows, scales, state, out, tok, (top if eos_rule else last_top) + 1, pair, top)
             audio_used += 1

@@ -59,7 +59,8 @@ P_AV_EOS = 14  # eos after: 0 the block's last run, 1 the whole block
 P_NEXT_RULE = 15  # after a vision block: NEXT_MAX (R-max) or NEXT_HW (R-hw)
 P_AV_SHIFT = 16  # 1: vLLM 0.33's audio-in-video (positions from audio_start, no pairs)
 P_CHUNK = 17  # Qwen2.5-Omni interleave chunk in positions (0 when none)
-NUM_PARAMS = 18
+P_AV_MERGE = 18  # 1: vLLM 0.33's Qwen3-Omni audio-in-video (merge on truncated tau)
+NUM_PARAMS = 19
 
 TAU_FRAME = 0  # tau(f) = f
 TAU_F32 = 1  # trunc(float32(float32(f) * sp) * r), as torch computes it

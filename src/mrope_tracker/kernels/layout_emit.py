@@ -226,6 +226,29 @@ def av_vllm_shifted(rows, scales, state, out, bos_tok, t, h, w, mode, sp, r, num
     state[S_TEXT_START] = bos_tok + 1 + t * hw + num_audio
 
 
+@helper
+def av_tau_merge(rows, scales, state, out, tok, s, t, h, w, mode, sp, r, num_audio):
+    """vLLM 0.33's Qwen3-Omni audio-in-video positions (its D8): a merge of the
+    frames' truncated temporal indices with the audio indices (frame f goes
+    before audio token a when tau(f) <= a), written from token `tok` whatever
+    the prompt's own layout (which its processor merged on untruncated times).
+    Returns the next token."""
+    hw = h * w
+    done = 0
+    for f in range(t):
+        before = min(num_audio, max(temporal_index(f, mode, sp, r), 0))
+        if before > done:
+            av_run(rows, scales, state, out, tok, True, done, before - done, s, t, h, w, mode, sp, r)
+            tok += before - done
+            done = before
+        av_run(rows, scales, state, out, tok, False, f * hw, hw, s, t, h, w, mode, sp, r)
+        tok += hw
+    if num_audio > done:
+        av_run(rows, scales, state, out, tok, True, done, num_audio - done, s, t, h, w, mode, sp, r)
+        tok += num_audio - done
+    return tok
+
+
 _BLOCK = 256  # tokens checked per branch-free block
 _NEAR = 8  # tokens checked one by one before the blocks start
 
