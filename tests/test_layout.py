@@ -2,9 +2,12 @@
 
 import numpy as np
 import pytest
+from hypothesis import given
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout
 from mrope_tracker.kernels import layout_codes as C
+
+from strategies import prompts
 
 CONFIG = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
 IMG, VS, VE = CONFIG.image_token_id, CONFIG.vision_start_token_id, CONFIG.vision_end_token_id
@@ -86,3 +89,102 @@ def test_tracker_takes_a_checked_layout():
     b = PositionTracker(CONFIG, max_num_reqs=2, max_num_batched_tokens=32)
     b.add_request("r", IDS, image_grid_thw=[[1, 4, 6]], num_computed_tokens=1)
     assert a.prepare(["r"], [14]).tolist() == b.prepare(["r"], [14]).tolist()
+
+
+# --------------------------------------------------------------------------
+# layouts travel between processes: pickle and to_bytes / from_bytes
+# --------------------------------------------------------------------------
+
+
+@given(prompts())
+def test_bytes_and_pickle_round_trip(prompt):
+    """to_bytes/from_bytes and pickle give back an equal layout, in O(rows) bytes."""
+    import pickle
+
+    layout = PromptLayout.from_tokens(prompt.config, prompt.token_ids, **prompt.kwargs())
+    data = layout.to_bytes()
+    assert len(data) == 32 + layout.num_rows * (8 * C.NUM_COLS + 4 * C.NUM_SCALE_COLS)
+    for back in (PromptLayout.from_bytes(data), pickle.loads(pickle.dumps(layout))):
+        np.testing.assert_array_equal(back.rows, layout.rows)
+        np.testing.assert_array_equal(back.scales, layout.scales)
+        assert (back.num_tokens, back.delta) == (layout.num_tokens, layout.delta)
+        np.testing.assert_array_equal(back.positions(), layout.positions())
+
+
+@pytest.mark.parametrize(
+    ("mangle", "match"),
+    [
+        (lambda b: b[:-1], "bytes"),
+        (lambda b: b[:10], "at least"),
+        (lambda b: b"XXXX" + b[4:], "magic"),
+        (lambda b: b + b"\0" * 80, "bytes"),
+        (lambda b: b[:32] + (7).to_bytes(8, "little") + b[40:], "rows"),  # first row starts at token 7
+    ],
+    ids=["truncated", "short_header", "foreign", "extra_row_bytes", "bad_row"],
+)
+def test_bad_bytes_are_refused(mangle, match):
+    """A truncated, foreign or inconsistent buffer is a ValueError, never a layout."""
+    with pytest.raises(ValueError, match=match):
+        PromptLayout.from_bytes(mangle(good_layout().to_bytes()))
+
+
+def test_from_bytes_wants_bytes():
+    """from_bytes of a non-bytes value is a TypeError naming data."""
+    with pytest.raises(TypeError, match="data"):
+        PromptLayout.from_bytes("MRLY")
+
+
+# --------------------------------------------------------------------------
+# checked ranges: from_ranges(..., token_ids=...)
+# --------------------------------------------------------------------------
+
+
+def test_checked_ranges_accept_matching_tokens():
+    """Ranges that match the tokens build the same layout as without the check."""
+    kwargs = dict(image_ranges=[(3, 6)], image_grid_thw=[[1, 4, 6]])
+    checked = PromptLayout.from_ranges(CONFIG, len(IDS), token_ids=IDS, **kwargs)
+    np.testing.assert_array_equal(checked.rows, PromptLayout.from_ranges(CONFIG, len(IDS), **kwargs).rows)
+
+
+def test_checked_ranges_name_the_item_and_counts():
+    """A range that does not cover its placeholders names the item, the expected and the found count."""
+    with pytest.raises(ValueError, match=r"image_ranges\[0\]: expected 6 image tokens .* found 5"):
+        PromptLayout.from_ranges(CONFIG, len(IDS), image_ranges=[(2, 6)], image_grid_thw=[[1, 4, 6]], token_ids=IDS)
+
+
+# --------------------------------------------------------------------------
+# per-frame videos in the range form: frames located from is_embed
+# --------------------------------------------------------------------------
+
+QWEN3 = MRopeConfig(family="qwen3_vl")
+Q_VS, Q_VE, Q_V = QWEN3.vision_start_token_id, QWEN3.vision_end_token_id, QWEN3.video_token_id
+# t VS <ts ts VS V*4 VE ts ts VS V*4 VE> VE t: a (2, 4, 4) video as vLLM's range covers it
+Q_IDS = np.array([1, Q_VS, 7, 8, Q_VS] + [Q_V] * 4 + [Q_VE, 7, 9, Q_VS] + [Q_V] * 4 + [Q_VE, Q_VE, 2])
+Q_MASK = [False] * 3 + [True] * 4 + [False] * 4 + [True] * 4 + [False]
+
+
+@pytest.mark.parametrize("form", [list, np.array, lambda m: __import__("torch").tensor(m)], ids=["list", "numpy", "tensor"])
+def test_frames_from_is_embed(form):
+    """A Qwen3-VL video range spanning its frames and timestamps, with is_embed in any form, equals the token form."""
+    tokens = PromptLayout.from_tokens(QWEN3, Q_IDS, video_grid_thw=[[2, 4, 4]])
+    ranges = PromptLayout.from_ranges(QWEN3, len(Q_IDS), video_ranges=[(2, 16, form(Q_MASK))], video_grid_thw=[[2, 4, 4]])
+    np.testing.assert_array_equal(ranges.rows, tokens.rows)
+    assert ranges.delta == tokens.delta
+
+
+@pytest.mark.parametrize(
+    ("video_range", "match"),
+    [
+        ((2, 16, Q_MASK[:-1]), "mask of the range's length"),
+        ((2, 16, [False] * 16), "found 0"),
+        ((2, 16, [False] * 3 + [True] * 3 + [False] * 5 + [True] * 4 + [False]), "shorter run"),
+        ((2, 16, Q_MASK[:-1] + [True]), "more embedding tokens"),
+        ((2, 16), "without is_embed"),
+        ((2, 16, ["x"] * 16), "bool mask"),
+    ],
+    ids=["mask_length", "no_frames", "short_frame", "extra_tokens", "no_mask", "not_bool"],
+)
+def test_bad_frame_masks(video_range, match):
+    """A mask that does not mark exactly t frames of h'w' tokens is a ValueError or TypeError naming video_ranges."""
+    with pytest.raises((ValueError, TypeError), match=match):
+        PromptLayout.from_ranges(QWEN3, len(Q_IDS), video_ranges=[video_range], video_grid_thw=[[2, 4, 4]])

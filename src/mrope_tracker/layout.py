@@ -9,6 +9,8 @@ rows in its pool.
 
 from __future__ import annotations
 
+import struct
+
 import attrs
 import numpy as np
 
@@ -168,6 +170,44 @@ class PromptLayout:
             raise ValueError(
                 f"delta: expected max position + 1 - num_tokens = {top + 1 - self.num_tokens} for these rows, got {self.delta}"
             )
+
+    # to_bytes: magic, version, then num_tokens, delta, num_rows (int64), then
+    # the rows (int64) and scales (float32), all little-endian
+    _MAGIC = b"MRLY"
+    _HEADER = struct.Struct("<4sBxxxqqq")
+
+    def to_bytes(self) -> bytes:
+        """A compact, O(rows) serialisation (for sending a layout built in a
+        front-end process to a worker); `from_bytes` reads it back, checked."""
+        header = self._HEADER.pack(self._MAGIC, 1, self.num_tokens, self.delta, self.num_rows)
+        return header + self.rows.astype("<i8").tobytes() + self.scales.astype("<f4").tobytes()
+
+    @classmethod
+    def from_bytes(cls, data) -> "PromptLayout":
+        """The layout `to_bytes` wrote. A truncated or foreign buffer is a
+        ValueError; the rows are checked like any directly built layout."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data: expected bytes, got {type(data).__name__}")
+        data = bytes(data)
+        size = cls._HEADER.size
+        if len(data) < size:
+            raise ValueError(f"data: expected a serialised PromptLayout of at least {size} bytes, got {len(data)}")
+        magic, version, num_tokens, delta, num_rows = cls._HEADER.unpack_from(data)
+        if magic != cls._MAGIC or version != 1:
+            raise ValueError(f"data: expected a PromptLayout buffer (magic {cls._MAGIC!r}, version 1), got {magic!r}, {version}")
+        row_bytes = 8 * C.NUM_COLS + 4 * C.NUM_SCALE_COLS
+        if not 0 < num_rows <= (len(data) - size) // row_bytes or len(data) != size + num_rows * row_bytes:
+            raise ValueError(
+                f"data: expected {size} + num_rows x {row_bytes} bytes for the {num_rows} rows it announces, got {len(data)}"
+            )
+        split = size + num_rows * 8 * C.NUM_COLS
+        rows = np.frombuffer(data, "<i8", num_rows * C.NUM_COLS, size).reshape(num_rows, C.NUM_COLS).astype(np.int64)
+        scales = np.frombuffer(data, "<f4", num_rows * C.NUM_SCALE_COLS, split).reshape(num_rows, C.NUM_SCALE_COLS)
+        return cls(rows, scales.astype(np.float32), num_tokens, delta)
+
+    def __reduce__(self):
+        # through from_bytes, so an unpickled layout is checked like any other
+        return (PromptLayout.from_bytes, (self.to_bytes(),))
 
     @property
     def num_rows(self) -> int:
