@@ -16,7 +16,6 @@ settings.register_profile("dev", max_examples=60, deadline=None, suppress_health
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
-SHARED_CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "configs")
 
 
 @pytest.fixture(params=["qwen2_vl", "qwen2_5_vl", "qwen2_5_omni"])

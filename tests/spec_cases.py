@@ -1,8 +1,9 @@
-"""The spec's worked examples and test vectors T1-T7 as plain data.
+"""The documented worked examples and test vectors T1-T7 as plain data.
 
-Source: /work/shared/spec/mrope-positions.md (§2.1, §2.2, §2.3, §6.4), reference
-semantics of §6.1. Cases marked "derived by hand" are not in the spec; their
-expected values were worked out on paper from the spec's rules (the derivation
+Source: the worked examples listed in docs/semantics.md (T1-T7, reference
+semantics), themselves obtained by running transformers 4.57 and vLLM on the
+same prompts. Cases marked "derived by hand" are not among them; their
+expected values were worked out on paper from the documented rules (the derivation
 is in each case's comment) before any implementation was run on them.
 
 Prompts are written with readable symbols: ``t`` is a text token (each gets its
@@ -23,12 +24,12 @@ from mrope_tracker.config import MRopeConfig
 
 
 def qwen2_vl() -> MRopeConfig:
-    """Qwen2-VL: tau(f) = f, merge 2, the published token ids (spec §2.1)."""
+    """Qwen2-VL: tau(f) = f, merge 2, the published token ids."""
     return MRopeConfig(family="qwen2_vl")
 
 
 def qwen2_5_vl() -> MRopeConfig:
-    """Qwen2.5-VL with the published tokens_per_second = 2 (spec §2.2)."""
+    """Qwen2.5-VL with the published tokens_per_second = 2."""
     return MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
 
 
@@ -38,7 +39,7 @@ def omni() -> MRopeConfig:
 
 
 def omni_toy() -> MRopeConfig:
-    """The spec's toy Omni config of example A: r = 2, seconds_per_chunk = 2 -> C = 4."""
+    """The toy Omni config of example A: r = 2, seconds_per_chunk = 2 -> C = 4."""
     return MRopeConfig(family="qwen2_5_omni", tokens_per_second=2, seconds_per_chunk=2)
 
 
@@ -112,10 +113,10 @@ def _same(*values: int) -> tuple[int, int, int]:
 
 
 CASES: list[SpecCase] = [
-    # ---- spec §2.1 / T1: Qwen2-VL image, grid (1,4,6) -> 1x2x3.
+    # ---- T1: Qwen2-VL image, grid (1,4,6) -> 1x2x3.
     SpecCase(
         name="T1_qwen2_vl_image",
-        source="spec §2.1 worked example, §6.4 T1",
+        source="T1 (docs/semantics.md, worked example)",
         config=qwen2_vl,
         prompt="t t VS I*6 VE t t",
         image_grid_thw=[[1, 4, 6]],
@@ -127,10 +128,10 @@ CASES: list[SpecCase] = [
         ),
         points=((9, _same(6)),),  # VE = 6
     ),
-    # ---- spec §2.1 / T2: Qwen2-VL video (3,4,4) -> 3x2x2, T' > max(h', w').
+    # ---- T2: Qwen2-VL video (3,4,4) -> 3x2x2, T' > max(h', w').
     SpecCase(
         name="T2_qwen2_vl_video",
-        source="spec §2.1 video example, §6.4 T2",
+        source="T2 (docs/semantics.md, video example)",
         config=qwen2_vl,
         prompt="t VS V*12 VE t t",
         video_grid_thw=[[3, 4, 4]],
@@ -138,10 +139,10 @@ CASES: list[SpecCase] = [
         runs=(("T", 2, (2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4)),),
         points=((14, _same(5)),),  # VE = 5
     ),
-    # ---- spec §2.2 / T3: Qwen2.5-VL r=2, video (4,2,4) -> 4x1x2, sp=1 -> tau 0,2,4,6.
+    # ---- T3: Qwen2.5-VL r=2, video (4,2,4) -> 4x1x2, sp=1 -> tau 0,2,4,6.
     SpecCase(
         name="T3_qwen2_5_vl_video_sp1",
-        source="spec §2.2 worked example, §6.4 T3",
+        source="T3 (docs/semantics.md, worked example)",
         config=qwen2_5_vl,
         prompt="t VS V*8 VE t t",
         video_grid_thw=[[4, 2, 4]],
@@ -157,7 +158,7 @@ CASES: list[SpecCase] = [
     # ---- T4: same layout, sp = 0.5 (fps 4) -> tau 0,1,2,3.
     SpecCase(
         name="T4_qwen2_5_vl_video_sp0.5",
-        source="spec §2.2 (sp = 0.5), §6.4 T4",
+        source="T4 (docs/semantics.md, sp = 0.5)",
         config=qwen2_5_vl,
         prompt="t VS V*8 VE t t",
         video_grid_thw=[[4, 2, 4]],
@@ -168,7 +169,7 @@ CASES: list[SpecCase] = [
     # ---- T5: fps 1.2, sp = float32(2/1.2) = 1.6666666; float32 products -> tau 0,3,6,10.
     SpecCase(
         name="T5_qwen2_5_vl_video_fps1.2",
-        source="spec §2.2 (fps = 1.2), §6.4 T5",
+        source="T5 (docs/semantics.md, fps = 1.2)",
         config=qwen2_5_vl,
         prompt="t VS V*8 VE t t",
         video_grid_thw=[[4, 2, 4]],
@@ -176,11 +177,11 @@ CASES: list[SpecCase] = [
         delta=3,
         runs=(("T", 2, (2, 2, 5, 5, 8, 8, 12, 12)),),  # s = 2 plus tau 0,3,6,10
     ),
-    # ---- spec §2.3 example A / T6: toy Omni (C=4), video (4,2,4) -> 4 frames of 1x2,
+    # ---- docs/semantics.md example A / T6: toy Omni (C=4), video (4,2,4) -> 4 frames of 1x2,
     # tau 0,2,4,6; F=24 -> 6 audio tokens; layout V4 A4 V4 A2.
     SpecCase(
         name="T6_omni_audio_in_video_toy",
-        source="spec §2.3 worked example A (reference rows), §6.4 T6",
+        source="T6 (docs/semantics.md, worked example A (reference rows))",
         config=omni_toy,
         prompt="t VS AS V*4 A*4 V*4 A*2 AE VE t",
         video_grid_thw=[[4, 2, 4]],
@@ -195,11 +196,11 @@ CASES: list[SpecCase] = [
         ),
         points=((1, _same(1)), (2, _same(1)), (17, _same(8)), (18, _same(8))),  # VS=AS=1, AE=VE=8
     ),
-    # ---- spec §2.3 example B / T7: real Omni (C=50), video (4,4,4) -> 4 frames of 2x2,
+    # ---- docs/semantics.md example B / T7: real Omni (C=50), video (4,4,4) -> 4 frames of 2x2,
     # tau 0,25,50,75; F=400 -> 100 audio tokens; layout V8 A50 V8 A50.
     SpecCase(
         name="T7_omni_audio_in_video_real",
-        source="spec §2.3 worked example B, §6.4 T7",
+        source="T7 (docs/semantics.md, worked example B)",
         config=omni,
         prompt="t VS AS V*8 A*50 V*8 A*50 AE VE t",
         video_grid_thw=[[4, 4, 4]],
@@ -221,7 +222,7 @@ CASES: list[SpecCase] = [
     # continues the text (AS at b=1, audio 2..6, AE 7), so P is 0..9 on every row.
     SpecCase(
         name="omni_plain_audio",
-        source="derived by hand from spec §2.3 (audio-only item)",
+        source="derived by hand from the rules in docs/semantics.md (audio-only item)",
         config=omni,
         prompt="t AS A*5 AE t t",
         audio_feature_lengths=[20],
@@ -232,7 +233,7 @@ CASES: list[SpecCase] = [
     # L = 11, max 7 -> delta -3 (same as Qwen2-VL).
     SpecCase(
         name="omni_image",
-        source="derived by hand from spec §2.3 (image: vision block, tau = 0)",
+        source="derived by hand from the rules in docs/semantics.md (image: vision block, tau = 0)",
         config=omni,
         prompt="t VS I*6 VE t t",
         image_grid_thw=[[1, 4, 6]],
@@ -247,7 +248,7 @@ CASES: list[SpecCase] = [
     # 2 frames of 1x1 at s=2, tau 0,25; R-max: VE = 2+25+1 = 28, t 29; delta 30-6 = 24.
     SpecCase(
         name="omni_plain_video",
-        source="derived by hand from spec §2.3 (video without audio)",
+        source="derived by hand from the rules in docs/semantics.md (video without audio)",
         config=omni,
         prompt="t VS V V VE t",
         video_grid_thw=[[2, 2, 2]],
@@ -264,7 +265,7 @@ CASES: list[SpecCase] = [
     # (one chunk); layout V V A A A; last chunk max 11 -> AE=VE=12; t 13; delta 14-18 = -4.
     SpecCase(
         name="omni_audio_then_audio_in_video",
-        source="derived by hand from spec §2.3 reference bullets",
+        source="derived by hand from docs/semantics.md reference bullets",
         config=omni_toy,
         prompt="AS A*5 AE t VS AS V V A A A AE VE t",
         video_grid_thw=[[2, 2, 2]],
@@ -277,14 +278,14 @@ CASES: list[SpecCase] = [
             (0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 9, 9, 9, 10, 11, 12, 12, 13),
         ),
     ),
-    # ---- derived by hand: the HF walker splits a frame (spec §2.3 "gap" case). Toy C=4,
+    # ---- derived by hand: the HF walker splits a frame (docs/semantics.md "gap" case). Toy C=4,
     # sp=3 -> tau 0,6,12; video (3,2,4) -> 3 frames of 1x2, per-token values 0,0,6,6,12,12:
     # cuts at 2 (6>=4), 4 (12>=8), 5 (12>=12) -> chunks [0,2) [2,4) [4,5) [5,6).
     # F=40 -> 10 audio tokens: [0,4) [4,8) [8,10). Layout V2 A4 V2 A4 V1 A2 V1; s=2.
     # Last chunk = last video token (14,2,3) -> AE=VE=15; t 16; delta 17-22 = -5.
     SpecCase(
         name="omni_audio_in_video_split_frame",
-        source="derived by hand from spec §2.3 (HF get_chunked_index walker)",
+        source="derived by hand from the rules in docs/semantics.md (HF get_chunked_index walker)",
         config=omni_toy,
         prompt="t VS AS V V A*4 V V A*4 V A A V AE VE t",
         video_grid_thw=[[3, 2, 4]],
@@ -298,12 +299,12 @@ CASES: list[SpecCase] = [
             (0, 1, 1, 2, 3, 2, 3, 4, 5, 2, 3, 6, 7, 8, 9, 2, 10, 11, 3, 15, 15, 16),
         ),
     ),
-    # ---- derived by hand: R-last-chunk below the block maximum (cf. spec D8(c)). Real Omni;
+    # ---- derived by hand: R-last-chunk below the block maximum (cf. divergence D8(c)). Real Omni;
     # video (1,8,8) -> one 4x4 frame at s=2 (H/W up to 5); F=8 -> 2 audio tokens 2,3;
     # last chunk is audio, max 3 -> AE=VE=4 (below 5); t 5, 6; L=25, delta 7-25 = -18.
     SpecCase(
         name="omni_audio_in_video_short_audio",
-        source="derived by hand from spec §2.3 (R-last-chunk)",
+        source="derived by hand from the rules in docs/semantics.md (R-last-chunk)",
         config=omni,
         prompt="t VS AS V*16 A A AE VE t t",
         video_grid_thw=[[1, 8, 8]],
@@ -321,7 +322,7 @@ CASES: list[SpecCase] = [
     # next base 5+1+1 = 7; VE 7, t 8; L = 14, delta 9-14 = -5.
     SpecCase(
         name="qwen2_5_vl_adjacent_images",
-        source="derived by hand from spec §6.2",
+        source="derived by hand from the rules in docs/semantics.md",
         config=qwen2_5_vl,
         prompt="t VS I*6 I*4 VE t",
         image_grid_thw=[[1, 4, 6], [1, 4, 4]],
@@ -338,7 +339,7 @@ CASES: list[SpecCase] = [
     # next base 7+1+1 = 9 (VE); L = 13, delta 10-13 = -3.
     SpecCase(
         name="qwen2_5_vl_two_videos",
-        source="derived by hand from spec §2.2, §6.2",
+        source="derived by hand from the rules in docs/semantics.md",
         config=qwen2_5_vl,
         prompt="VS V*4 VE t VS V*4 VE",
         video_grid_thw=[[2, 2, 4], [4, 2, 2]],

@@ -5,7 +5,7 @@ carries everything each entry point needs: token ids and grids for the
 token-scan form, and per-item (offset, length) ranges for the range form.
 
 Omni audio-in-video blocks are laid out with a literal, token-by-token copy
-of transformers' chunk walker (spec §2.3), independent of both the kernels
+of transformers' chunk walker, independent of both the kernels
 and the reference.
 """
 
@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from mrope_tracker import MRopeConfig
 
-# Frame rates that expose float32 rounding of tau (spec §2.2, D3: 1.2, 1.3,
-# 2.6 ...) and ones that leave chunks empty (fps < 1), as second_per_grid_ts
+# Frame rates that expose float32 rounding of tau and ones that leave chunks empty (fps < 1), as second_per_grid_ts
 # = temporal_patch_size / fps with temporal_patch_size 2.
 FPS_VALUES = (0.1, 0.3, 0.5, 0.6, 0.7, 1.0, 1.2, 1.3, 2.0, 2.3, 2.4, 2.6, 2.7, 3.0, 3.1, 4.0, 4.8, 6.0, 12.0)
 TEXT_IDS = np.arange(100, 140)

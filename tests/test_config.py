@@ -79,7 +79,7 @@ def _with(config: dict, path: tuple[str, ...], value) -> dict:
 
 
 def test_qwen2_vl_published():
-    """Qwen2-VL: merge 2, the published ids, no temporal scale and no audio (spec §2.1)."""
+    """Qwen2-VL: merge 2, the published ids, no temporal scale and no audio."""
     config = MRopeConfig.from_hf_config(QWEN2_VL)
     assert (config.family, config.model_type) == ("qwen2_vl", "qwen2_vl")
     assert config.spatial_merge_size == 2
@@ -90,7 +90,7 @@ def test_qwen2_vl_published():
 
 
 def test_qwen2_5_vl_published():
-    """Qwen2.5-VL reads vision_config.tokens_per_second (2 in the published checkpoints, spec §2.2)."""
+    """Qwen2.5-VL reads vision_config.tokens_per_second (2 in the published checkpoints)."""
     config = MRopeConfig.from_hf_config(QWEN2_5_VL)
     assert (config.family, config.model_type) == ("qwen2_5_vl", "qwen2_5_vl")
     assert config.tokens_per_second == 2.0 and isinstance(config.tokens_per_second, float)
@@ -100,7 +100,7 @@ def test_qwen2_5_vl_published():
 @pytest.mark.parametrize("hf", [QWEN2_5_OMNI, OMNI_THINKER], ids=["full", "thinker"])
 def test_omni_published(hf):
     """Qwen2.5-Omni (full config through thinker_config, or the thinker's own): the _index ids,
-    r = position_id_per_seconds = 25, seconds_per_chunk 2, chunk C = int(25 * 2) = 50 (spec §2.3)."""
+    r = position_id_per_seconds = 25, seconds_per_chunk 2, chunk C = int(25 * 2) = 50."""
     config = MRopeConfig.from_hf_config(hf)
     assert config.family == "qwen2_5_omni" and config.is_omni
     assert config.model_type == hf["model_type"]
@@ -213,7 +213,7 @@ def test_full_omni_reads_thinker_not_top_level():
 
 def test_omni_scale_is_position_id_per_seconds():
     """Omni's temporal scale is the thinker's position_id_per_seconds, not
-    vision_config.tokens_per_second (spec D7: transformers' choice)."""
+    vision_config.tokens_per_second (divergence D7 in docs/semantics.md: transformers' choice)."""
     thinker = _with(OMNI_THINKER, ("position_id_per_seconds",), 13)
     thinker = _with(thinker, ("vision_config", "tokens_per_second"), 25)
     config = MRopeConfig.from_hf_config(thinker)
@@ -228,7 +228,7 @@ def test_omni_chunk_truncates():
 
 
 def test_qwen2_vl_ignores_tokens_per_second_in_vision_config():
-    """Qwen2-VL has no temporal scale even when its vision config carries tokens_per_second (spec §2.1)."""
+    """Qwen2-VL has no temporal scale even when its vision config carries tokens_per_second."""
     hf = _with(QWEN2_VL, ("vision_config", "tokens_per_second"), 2)
     assert MRopeConfig.from_hf_config(hf).tokens_per_second is None
 
@@ -236,7 +236,7 @@ def test_qwen2_vl_ignores_tokens_per_second_in_vision_config():
 @pytest.mark.parametrize(
     ("hf", "expected"),
     [
-        # transformers config-class defaults (spec §2.1-§2.3): merge 2, published ids;
+        # transformers config-class defaults: merge 2, published ids;
         # Qwen2.5-VL tokens_per_second 4; Omni position_id_per_seconds 25, seconds_per_chunk 2.
         ({"model_type": "qwen2_vl"}, dict(spatial_merge_size=2, tokens_per_second=None, seconds_per_chunk=None)),
         ({"model_type": "qwen2_vl", "vision_config": {}}, dict(spatial_merge_size=2, tokens_per_second=None)),

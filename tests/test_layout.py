@@ -11,7 +11,7 @@ from strategies import prompts
 
 CONFIG = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
 IMG, VS, VE = CONFIG.image_token_id, CONFIG.vision_start_token_id, CONFIG.vision_end_token_id
-IDS = np.array([1, 2, VS] + [IMG] * 6 + [VE, 3, 4])  # spec T1 layout
+IDS = np.array([1, 2, VS] + [IMG] * 6 + [VE, 3, 4])  # T1 layout
 
 
 def good_layout() -> PromptLayout:

@@ -1,4 +1,4 @@
-"""`next_positions`: decode positions written in place (spec §1.5), against
+"""`next_positions`: decode positions written in place, against
 `reference.next_positions`, and its rejection of bad buffers and ints."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_matches_reference(delta, context_len, num_new_tokens, out_offset, tail)
 
 
 def test_continues_a_prompt():
-    """After spec T1 (L 12, delta -3), tokens 12 and 13 sit at 9 and 10 on every row (spec §2.1)."""
+    """After T1 (L 12, delta -3), tokens 12 and 13 sit at 9 and 10 on every row."""
     config = qwen2_vl()
     ids = tokens(config, "t t VS I*6 VE t t")
     _, delta = prompt_positions(config, ids, image_grid_thw=[[1, 4, 6]])

@@ -3,7 +3,7 @@
 Differential tests over the shared random prompts (tests/strategies.py), the
 layout's two builders and slice writers, every accepted input form, and
 focused prompt families (images, fractional-fps videos, Omni audio and
-audio-in-video with chunk boundaries). Reference semantics: spec §6.1.
+audio-in-video with chunk boundaries). Reference semantics: docs/semantics.md
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _layouts(prompt: Prompt) -> tuple[PromptLayout, PromptLayout]:
 
 
 def build_prompt(config: MRopeConfig, segments) -> Prompt:
-    """A valid Prompt from a segment list (layouts as the processors write them, spec §2.1-§2.3)."""
+    """A valid Prompt from a segment list (layouts as the processors write them)."""
     merge = config.spatial_merge_size
     av = any(seg[0] == "av" for seg in segments)
     ids: list[int] = []
@@ -350,7 +350,7 @@ def test_images_only(data):
 @pytest.mark.parametrize("r", [2, 4])
 @given(st.data())
 def test_videos_fractional_fps(r, data):
-    """Qwen2.5-VL videos at the frame rates that expose float32 rounding (spec D3) match
+    """Qwen2.5-VL videos at the frame rates that expose float32 rounding (divergence D3 in docs/semantics.md) match
     the reference, and their T rows are s + trunc(float32(float32(f * sp) * r))."""
     config = MRopeConfig(family="qwen2_5_vl", spatial_merge_size=data.draw(st.sampled_from((1, 2))), tokens_per_second=r)
     fps = data.draw(st.sampled_from(FPS_VALUES), label="fps")
@@ -367,7 +367,7 @@ def test_videos_fractional_fps(r, data):
 @pytest.mark.parametrize(
     ("r", "tau"),
     [
-        # sp = float32(2 / 1.2) = 1.66666663. r = 2: spec T5, tau 0, 3, 6, 10.
+        # sp = float32(2 / 1.2) = 1.66666663. r = 2: T5, tau 0, 3, 6, 10.
         (2, [0, 3, 6, 10]),
         # r = 4: f = 1: float32(1.66666663 * 4) = 6.6666665 -> 6; f = 2: 3.33333325 * 4 =
         # 13.333333 -> 13; f = 3: 3 * 1.66666663 = 4.99999988, rounded to float32 5.0,
@@ -407,7 +407,7 @@ def test_omni_audio_in_video(data):
 
 # Toy Omni config r = 2, seconds_per_chunk = 1 -> chunk C = 2; F = 12 mel frames -> n_a = 3
 # audio tokens, audio chunks [0, 2), [2, 3) (values 0, 1 | 2). Prompt t VS AS <...> AE VE t:
-# t at 0, VS = AS = b = 1, block base s = 2, audio token a at s + a (spec §6.3).
+# t at 0, VS = AS = b = 1, block base s = 2, audio token a at s + a.
 _AV_HAND = [
     pytest.param(
         # video (2, 2, 2) -> t' = 2 frames of 1 x 1, sp = 2.0 -> tau = 0, trunc(1 * 2 * 2) = 4.
@@ -514,7 +514,7 @@ def test_single_bare_item_is_whole_prompt(family_config):
 
 @given(st.data())
 def test_text_only(data):
-    """A prompt without placeholders gets 0 .. L-1 on every row and delta 0 (spec §1.1),
+    """A prompt without placeholders gets 0 .. L-1 on every row and delta 0,
     also with vision/audio start and end tokens and empty grids."""
     config = data.draw(configs())
     specials = [config.vision_start_token_id, config.vision_end_token_id]
@@ -540,7 +540,7 @@ def test_text_only(data):
 
 @given(prompts())
 def test_delta_is_max_plus_one_minus_length(prompt):
-    """delta = max(P) + 1 - L (spec §1.5) and every position is a non-negative int64."""
+    """delta = max(P) + 1 - L and every position is a non-negative int64."""
     positions, delta = prompt_positions(prompt.config, prompt.token_ids, **prompt.kwargs())
     assert positions.dtype == np.int64
     assert int(positions.min()) >= 0

@@ -1,4 +1,4 @@
-"""The spec's worked examples and test vectors (tests/spec_cases.py) against every implementation."""
+"""The documented worked examples and test vectors (tests/spec_cases.py) against every implementation."""
 
 from __future__ import annotations
 
@@ -43,14 +43,14 @@ def _run(prompt_positions, case: SpecCase):
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_delta(prompt_positions, case):
-    """The returned delta is the spec's max(P) + 1 - L for the case."""
+    """The returned delta is max(P) + 1 - L for the case."""
     _, delta = _run(prompt_positions, case)
     assert int(delta) == case.delta
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_positions(prompt_positions, case):
-    """Positions equal the spec's full rows, single-token positions and partial rows."""
+    """Positions equal the documented full rows, single-token positions and partial rows."""
     rows, _ = _run(prompt_positions, case)
     if case.rows is not None:
         assert rows == [list(row) for row in case.rows]
@@ -62,6 +62,6 @@ def test_positions(prompt_positions, case):
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_delta_is_max_plus_one_minus_length(prompt_positions, case):
-    """delta = max(P) + 1 - L over all rows and tokens (spec §1.5)."""
+    """delta = max(P) + 1 - L over all rows and tokens."""
     rows, delta = _run(prompt_positions, case)
     assert int(delta) == max(map(max, rows)) + 1 - len(rows[0])

@@ -7,7 +7,7 @@ in token order, covering the prompt without gaps (see docs/design.md):
             (text, audio, the audio part of an Omni interleave chunk)
     CONST   every token of the row sits at base (Omni's shared bos/eos pair)
     GRID    tokens grid_offset ... grid_offset + len - 1 of a (t', h', w')
-            vision grid: (base + tau(f), base + i, base + j), spec §1.3
+            vision grid: (base + tau(f), base + i, base + j)
 
 tau(f) follows the row's tau mode (TAU_* below); the per-row float32 pair
 (sp, r) lives in a parallel float32 array.

@@ -49,6 +49,6 @@ def fill_positions(out, out_col, rows, scales, row_begin, row_end, start, end):
 
 @helper
 def write_next_positions(out, out_col, delta, context_len, num_new_tokens):
-    """Tokens past the prompt: index + delta on every row (spec §1.5).
+    """Tokens past the prompt: index + delta on every row.
     Writes delta + context_len + n into out[:, out_col + n] for n < num_new_tokens."""
     write_linear(out, out_col, context_len + delta, num_new_tokens)

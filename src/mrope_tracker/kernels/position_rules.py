@@ -1,4 +1,4 @@
-"""The per-token position rules shared by every kernel (spec §1.3, §1.5).
+"""The per-token position rules shared by every kernel.
 
 - tau(f): a frame's temporal index;
 - writers for the three segment kinds (see layout_codes): their inner loops
