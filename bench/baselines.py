@@ -6,15 +6,23 @@ many tokens each gets) into the step's (3, N) positions on the "device"
 
 - `SeedMainDesign`: vLLM before the seed PR (v0.8.5): the torch reference
   at admission, then per request a slice of its prompt tensor or a fresh
-  `torch.arange(...).expand(3, -1)` for decode tokens (spec §5.1 "History").
-- `V1Design`: vLLM's V1 runner today (v0.33, spec §5.1): a (3, L) prompt
-  array per request from admission on, a Python loop per step copying slices
-  and writing numpy aranges into a CPU buffer, then one device copy per row.
-- `MRV2Design`: like vLLM's Model Runner V2 (spec §5.2): a
-  [max_num_reqs * 3, max_model_len] int32 table of prompt positions per slot
-  (pinned in vLLM), filled at admission and gathered by one kernel per step
-  (Triton in vLLM, numba here), then one device copy.
-- `TrackerDesign`: `PositionTracker.prepare`.
+  `torch.arange(...).expand(3, -1)` for decode tokens.
+- `V1Design`: vLLM's V1 runner today (v0.33, `gpu_model_runner.py`): a
+  (3, L) prompt array per request from admission on, a Python loop per step
+  copying slices and writing numpy aranges into a CPU buffer, then one
+  device copy per row.
+- `MRV2Design`: like vLLM's Model Runner V2 (v0.33,
+  `vllm/v1/worker/gpu/mm/rope.py`): a [max_num_reqs * 3, max_model_len]
+  int32 table of prompt positions per slot (pinned in vLLM), filled at
+  admission and gathered by one kernel per step (Triton in vLLM, numba
+  here), then one device copy. Real MRV2 keeps the batch's slot indices
+  (`idx_mapping`) in its shared input batch, built by the runner whatever
+  the positions; so `map_ids` turns request ids into slots outside `step`,
+  and the scheduler suite times it on its own.
+- `TrackerSlotsDesign`: `PositionTracker.prepare_slots`, with the ids
+  mapped outside the step exactly as for MRV2: the like-for-like comparison
+  with MRV2's gather.
+- `TrackerDesign`: `PositionTracker.prepare` (its id mapping included).
 
 On a CPU-only run the "device" is the CPU: every design writes host memory
 and none copies (V1 and MRV2 skip their device copies, the tracker writes in
@@ -114,7 +122,7 @@ class V1Design:
         if self.device is None:  # the CPU is the device
             return self.cpu[:, :offset]
         # one copy per row: a strided 2-D copy would go through a pageable
-        # temporary and block (spec §5.1)
+        # temporary and block (vLLM's comment in its V1 runner)
         for row in range(3):
             self.device[row, :offset].copy_(self.cpu[row, :offset], non_blocking=True)
         return self.device[:, :offset]
@@ -157,9 +165,11 @@ def warm_up() -> None:
     """Compile this module's kernel before anything is timed."""
     one = np.zeros(1, np.int64)
     _mrv2_gather(np.zeros((3, 2), np.int64), one, one + 1, one.copy(), one + 1, one, np.zeros((3, 2), np.int32))
+    from . import seed_design
     from .suite_prompt import write_floor
 
     write_floor(4)
+    seed_design.warm_up()
 
 
 class MRV2Design:
@@ -178,8 +188,9 @@ class MRV2Design:
         self.cpu_np = self.cpu.numpy()
         self.index: dict[str, int] = {}
         self.free = list(range(max_reqs - 1, -1, -1))
-        self.idx = np.zeros(max_reqs, np.int64)
-        self.counts = np.zeros(max_reqs, np.int64)
+        self.idx = np.zeros(max_reqs, np.int64)  # [max_num_reqs] int64: the batch's slots
+        self.counts = np.zeros(max_reqs, np.int64)  # [max_num_reqs] int64: its scheduled counts
+        self.num_batch = 0
 
     def admit(self, spec: RequestSpec) -> None:
         slot = self.free.pop()
@@ -190,13 +201,20 @@ class MRV2Design:
         self.num_computed[slot] = spec.prefix_hit
         self.index[spec.req_id] = slot
 
-    def step(self, req_ids: list[str], num_scheduled: list[int]) -> torch.Tensor:
+    def map_ids(self, req_ids: list[str], num_scheduled: list[int]) -> None:
+        """The batch's slots and counts as arrays: MRV2's input batch holds
+        these for every feature, so its position step does not pay for them."""
         n = len(req_ids)
-        idx = self.idx[:n]
-        idx[:] = [self.index[r] for r in req_ids]
-        counts = self.counts[:n]
-        counts[:] = num_scheduled
-        total = _mrv2_gather(self.cpu_np, idx, counts, self.num_computed, self.prefill_len, self.delta, self.table)
+        self.idx[:n] = [self.index[r] for r in req_ids]
+        self.counts[:n] = num_scheduled
+        self.num_batch = n
+
+    def step(self, req_ids: list[str], num_scheduled: list[int]) -> torch.Tensor:
+        """The gather alone (call `map_ids` first, with the same batch)."""
+        n = self.num_batch
+        total = _mrv2_gather(
+            self.cpu_np, self.idx[:n], self.counts[:n], self.num_computed, self.prefill_len, self.delta, self.table
+        )
         return self.cpu[:, :total]  # CPU runs: the CPU is the device (MRV2 gathers on the GPU)
 
     def finish(self, req_id: str) -> None:
@@ -237,7 +255,41 @@ class TrackerDesign:
         return sum(self.tracker.nbytes().values())
 
 
-DESIGNS = (SeedMainDesign, V1Design, MRV2Design, TrackerDesign)
+class TrackerSlotsDesign(TrackerDesign):
+    """`PositionTracker.prepare_slots`: the tracker as an engine that keeps
+    the batch's slots in arrays would call it, like MRV2's gather; the ids
+    are mapped to slots outside the step, as for MRV2."""
+
+    name = "mrope_tracker (slots)"
+
+    def __init__(self, scenario: Scenario) -> None:
+        super().__init__(scenario)
+        self.index: dict[str, int] = {}
+        self.idx = np.zeros(scenario.max_num_seqs, np.int64)  # [max_num_reqs] int64: the batch's slots
+        self.counts = np.zeros(scenario.max_num_seqs, np.int64)  # [max_num_reqs] int64: its scheduled counts
+        self.num_batch = 0
+
+    def admit(self, spec: RequestSpec) -> None:
+        super().admit(spec)
+        self.index[spec.req_id] = self.tracker.slot(spec.req_id)
+
+    def map_ids(self, req_ids: list[str], num_scheduled: list[int]) -> None:
+        n = len(req_ids)
+        self.idx[:n] = [self.index[r] for r in req_ids]
+        self.counts[:n] = num_scheduled
+        self.num_batch = n
+
+    def step(self, req_ids: list[str], num_scheduled: list[int]) -> torch.Tensor:
+        n = self.num_batch
+        return self.tracker.prepare_slots(self.idx[:n], self.counts[:n])
+
+    def finish(self, req_id: str) -> None:
+        super().finish(req_id)
+        del self.index[req_id]
+
+
+# the scheduler suite compares every design with the last one
+DESIGNS = (SeedMainDesign, V1Design, MRV2Design, TrackerSlotsDesign, TrackerDesign)
 
 
 # --------------------------------------------------------------------------

@@ -1,8 +1,37 @@
-"""Results as Markdown tables (terminal and docs/benchmarks.md) and a PNG chart."""
+"""Results as Markdown tables (terminal and docs/benchmarks.md) and a PNG chart,
+and the check of the output paths before any suite runs (`check_outputs`)."""
 
 from __future__ import annotations
 
+import os
+
 MiB = 1024 * 1024
+
+
+def check_outputs(json_path: str | None, plot_path: str | None) -> str | None:
+    """Why `--json` / `--plot` could not be written, or None when they can.
+
+    Called before the suites run, so a bad path fails in a second instead of
+    after the whole run: each path must not be a directory and its folder
+    must exist and be writable; `--plot` also needs matplotlib."""
+    for flag, path in (("--json", json_path), ("--plot", plot_path)):
+        if path is None:
+            continue
+        if not path or os.path.isdir(path):
+            return f"{flag}: expected a file path, got {path!r} (a directory or empty)"
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            return f"{flag}: expected an existing folder for {path!r}, got no folder {folder!r}"
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            return f"{flag}: expected a writable file, got {path!r}, which cannot be written"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"{flag}: expected a writable folder, got {folder!r}, which cannot be written"
+    if plot_path is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return "--plot: needs matplotlib (pip install 'mrope-tracker[bench]'), which cannot be imported"
+    return None
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -17,10 +46,21 @@ def _us(x: float) -> str:
 
 
 def _x(x: float) -> str:
-    return f"{x:,.0f}x" if x >= 10 else f"{x:,.1f}x"
+    return f"{x:,.0f}x" if x >= 10 else f"{x:,.1f}x" if x >= 1 else f"{x:,.2f}x"
 
 
-def _bytes(n: int) -> str:
+def _spread(r: dict | None, digits: int | None = None) -> str:
+    """A ratio over rounds: median (min–max)."""
+    if r is None:
+        return "–"
+    if digits is not None:
+        return f"{r['median']:.{digits}f}x ({r['min']:.{digits}f}–{r['max']:.{digits}f})"
+    return f"{_x(r['median'])} ({_x(r['min'])[:-1]}–{_x(r['max'])[:-1]})"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "–"
     if n >= 1024**3:
         return f"{n / 1024**3:,.2f} GiB"
     if n >= MiB:
@@ -30,18 +70,65 @@ def _bytes(n: int) -> str:
 
 def prompt_tables(result: dict) -> str:
     out = []
+    if result.get("seed"):
+        out.append(
+            "**Seed design (vLLM PR #16881, re-implemented in `bench/seed_design.py`) vs `prompt_positions`**, "
+            "Qwen2/2.5-VL. Speedup: seed time / our time, same grid form for both (token ids an int64 array). "
+            "Floor: allocate the (3, L) int64 output and write it once. Ratios: median (min–max) over rounds. "
+            "Targets: speedup >= 1.5x in both columns; ours / floor <= 2x on the three largest (*).\n"
+        )
+        rows = [
+            [r["case"] + (" *" if r["large"] else ""), f"{r['num_tokens']:,}", _us(r["seed_lists_us"]),
+             _us(r["ours_lists_us"]), _spread(r["speedup_lists"]), _us(r["seed_arrays_us"]), _us(r["ours_arrays_us"]),
+             _spread(r["speedup_arrays"]), _us(r["floor_us"]), _spread(r["ours_vs_floor"], 2),
+             _spread(r["seed_vs_floor"], 2)]
+            for r in result["seed"]
+        ]  # fmt: skip
+        out.append(_table(
+            ["case", "tokens", "seed, lists", "ours, lists", "speedup, lists", "seed, arrays", "ours, arrays",
+             "speedup, arrays", "write floor", "ours / floor", "seed / floor"], rows))  # fmt: skip
     for family in dict.fromkeys(r["family"] for r in result["rows"]):
         rows = [
-            [r["case"], f"{r['num_tokens']:,}", _us(r["reference_us"]), _us(r["ours_us"]), _x(r["speedup"]),
-             _us(r["floor_us"]), f"{r['vs_floor']:.2f}x", _x(r["reference_us"] / r["floor_us"])]
+            [r["case"], f"{r['num_tokens']:,}", _us(r["reference_us"]), _us(r["ours_us"]), _spread(r["speedup"]),
+             _us(r["floor_us"]), _spread(r["vs_floor"], 2), _spread(r["ceiling"])]
             for r in result["rows"] if r["family"] == family
         ]  # fmt: skip
         out.append(
-            f"**{family}**: `prompt_positions` (input checks included) vs the torch reference. Write floor: allocate "
-            "the (3, L) int64 output and write it once; ceiling: the speedup of a call that did only that.\n"
+            f"**{family}**: `prompt_positions` (input checks included, grids as numpy arrays) vs the torch "
+            "reference on one thread. Ceiling: the speedup of a call that only wrote the output (reference / floor).\n"
         )
         out.append(_table(
             ["case", "tokens", "reference", "ours", "speedup", "write floor", "ours / floor", "ceiling"], rows))  # fmt: skip
+    if result.get("families"):
+        hf = result.get("transformers")
+        hf_name = f"transformers {hf}" if hf else "transformers (not installed)"
+        out.append(
+            f"**Qwen3-VL and GLM-4.1V**: `prompt_positions` vs the torch reference (one thread) and vs "
+            f"`get_rope_index` of {hf_name} (called without a model; its tensors prepared outside the timed call).\n"
+        )
+        rows = [
+            [r["family"], r["case"], f"{r['num_tokens']:,}", _us(r["reference_us"]),
+             "–" if r["transformers_us"] is None else _us(r["transformers_us"]), _us(r["ours_us"]),
+             _spread(r["speedup"]), _spread(r["speedup_transformers"]), _spread(r["vs_floor"], 2)]
+            for r in result["families"]
+        ]  # fmt: skip
+        out.append(_table(
+            ["family", "case", "tokens", "reference", "transformers", "ours", "vs reference", "vs transformers",
+             "ours / floor"], rows))  # fmt: skip
+    if result.get("input_forms"):
+        out.append(
+            "**Input forms** (Qwen2.5-VL): the same call with its inputs in other forms; each ratio is against the "
+            "same call with ready int64 numpy arrays (second_per_grid_ts in the grids' form, float).\n"
+        )
+        cases = list(dict.fromkeys(r["case"] for r in result["input_forms"]))
+        calls = list(dict.fromkeys(r["call"] for r in result["input_forms"]))
+        cell = {(r["case"], r["call"]): r for r in result["input_forms"]}
+        rows = [
+            [call, *(f"{_us(cell[c, call]['us'])}, {_spread(cell[c, call]['vs_array'], 2)}" if (c, call) in cell
+                     else "–" for c in cases)]
+            for call in calls
+        ]  # fmt: skip
+        out.append(_table(["call", *cases], rows))
     return "\n\n".join(out)
 
 
@@ -68,7 +155,8 @@ def admission_tables(result: dict) -> str:
     names = ["tracker (ranges)", "tracker (tokens)", "V1 design", "MRV2-like"]
     rows = [[f"{r['cached_tokens']:,} of {r['prompt_tokens']:,}", *(_us(r[n]) for n in names)] for r in result["rows"]]
     growth = result["growth_32k_over_1k"]
-    rows.append(["32K / 1K", *(f"{growth[n]:.2f}x" for n in names)])
+    rows.append(["32K / 1K", *(_spread(growth[n], 2) if isinstance(growth[n], dict) else f"{growth[n]:.2f}x"
+                               for n in names)])
     return _table(["cached prefix", *names], rows)
 
 
@@ -79,12 +167,13 @@ def scheduler_tables(result: dict) -> str:
                 f"{sc['tokens']:,} tokens, max_num_seqs {sc['max_num_seqs']}, "
                 f"max_num_batched_tokens {sc['max_num_batched_tokens']:,}\n")  # fmt: skip
         rows = [
-            [d["design"], f"{d['total_ms']:,.1f} ms", _x(d["total_vs_tracker"]), _us(d["step_median_us"]),
-             _x(d["step_vs_tracker"]), _bytes(d["peak_bytes"])]
-            for d in sc["designs"]
+            [d["design"], f"{d['total_ms']:,.1f} ms", _x(d["total_vs_tracker"]), "–" if d["admit_ms"] is None else f"{d['admit_ms']:,.1f} ms",
+             f"{d['steps_ms']:,.1f} ms", _us(d["step_median_us"]), _x(d["step_vs_tracker"]), _bytes(d["peak_bytes"])]
+            for d in sc["designs"] + sc.get("id_mapping", [])
         ]  # fmt: skip
         out.append(head + "\n" + _table(
-            ["design", "position CPU time", "vs tracker", "median step", "vs tracker", "memory held (peak)"], rows))
+            ["design", "position CPU time", "vs tracker", "of which admission", "of which steps", "median step",
+             "vs tracker", "memory held (peak)"], rows))  # fmt: skip
     return "\n\n".join(out)
 
 
@@ -118,37 +207,72 @@ def markdown(results: dict) -> str:
     return "\n\n".join(parts)
 
 
+def _med(value) -> float:
+    """A ratio's median, whether it comes as a number or as a spread."""
+    return value["median"] if isinstance(value, dict) else value
+
+
+def _errors(spreads: list) -> list[list[float]] | None:
+    """matplotlib error bars (below, above) from spreads; None if any is a number."""
+    if not all(isinstance(v, dict) for v in spreads):
+        return None
+    return [[v["median"] - v["min"] for v in spreads], [v["max"] - v["median"] for v in spreads]]
+
+
 def plot(results: dict, path: str) -> None:
-    """A chart of the headline ratios, one panel per suite that ran."""
+    """A chart of the headline ratios, one panel per suite that ran (two for
+    `prompt`); error bars span the min and max over rounds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     suites = results["suites"]
-    panels = [s for s in ("prompt", "decode", "scheduler", "memory") if s in suites]
+    panels = []
+    if "prompt" in suites:
+        panels += [("seed", suites["prompt"])] if suites["prompt"].get("seed") else []
+        panels += [("prompt", suites["prompt"])]
+    panels += [(s, suites[s]) for s in ("decode", "scheduler", "memory") if s in suites]
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.6 * len(panels)), squeeze=False)
-    for ax, suite in zip(axes[:, 0], panels):
-        r = suites[suite]
-        if suite == "prompt":
-            labels = [f"{'Omni' if 'Omni' in x['family'] else 'VL'}: {x['case'].split(',')[0]}" for x in r["rows"]]
-            values = [x["speedup"] for x in r["rows"]]
-            ceilings = [x["reference_us"] / x["floor_us"] for x in r["rows"]]
+    for ax, (panel, r) in zip(axes[:, 0], panels):
+        log, yerr = True, None
+        if panel == "seed":
+            labels = [x["case"].split(",")[0] for x in r["seed"]]
+            xs = list(range(len(labels)))
+            for shift, key, tag, color in ((-0.2, "speedup_lists", "grids as lists", "#e08e3c"),
+                                           (0.2, "speedup_arrays", "grids as arrays", "#3b75af")):  # fmt: skip
+                spreads = [x[key] for x in r["seed"]]
+                ax.bar([x + shift for x in xs], [_med(v) for v in spreads], width=0.4, color=color, label=tag,
+                       yerr=_errors(spreads), capsize=2)  # fmt: skip
+            ax.axhline(1.5, color="grey", lw=0.8, ls="--")
+            ax.axhline(1.0, color="black", lw=0.6)
+            ax.legend(loc="upper left", fontsize=7)
+            ax.set_title("prompt_positions: speedup over the seed PR's design (dashed: 1.5x target)")
+            ax.set_xticks(xs)
+            ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
+            continue
+        if panel == "prompt":
+            rows = r["rows"] + r.get("families", [])
+            labels = [f"{x['family']}: {x['case'].split(',')[0]}" for x in rows]
+            values = [_med(x["speedup"]) for x in rows]
+            yerr = _errors([x["speedup"] for x in rows])
+            ceilings = [_med(x["ceiling"]) if "ceiling" in x else x["reference_us"] / x["floor_us"] for x in rows]
             ax.scatter(range(len(ceilings)), ceilings, marker="_", s=400, color="#c0392b", zorder=3,
                        label="ceiling: reference / write floor")  # fmt: skip
             ax.axhline(100, color="grey", lw=0.8, ls="--")
             ax.legend(loc="upper right", fontsize=7)
-            ax.set_title("prompt_positions: speedup over the torch reference (dashed: 100x)")
-        elif suite == "decode":
-            labels, values = [], []
+            ax.set_title("prompt_positions: speedup over the torch reference, one thread (dashed: 100x)")
+        elif panel == "decode":
+            labels, spreads = [], []
             for key, tag in (("speedup_prepare", "ids, same batch"), ("speedup_prepare_new_batch", "ids, new batch"),
                              ("speedup_slots", "slots")):  # fmt: skip
-                labels += [x["step"].split(",")[0] + f" / {tag}" for x in r["steps"]]
-                values += [x[key] for x in r["steps"]]
+                labels += [x["step"].split(",")[0] + f" / {tag}" for x in r["steps"] if key in x]
+                spreads += [x[key] for x in r["steps"] if key in x]
+            values, yerr = [_med(v) for v in spreads], _errors(spreads)
             ax.axhline(15, color="grey", lw=0.8, ls=":")
             ax.axhline(50, color="grey", lw=0.8, ls="--")
             ax.set_title("one scheduler step: speedup over the vLLM V1 design (targets: 15x by ids, 50x by slots)")
-        elif suite == "scheduler":
+        elif panel == "scheduler":
             labels, values = [], []
             for sc in r["scenarios"]:
                 for d in sc["designs"][:-1]:
@@ -162,8 +286,9 @@ def plot(results: dict, path: str) -> None:
                 labels += [f"{tag}: V1", f"{tag}: MRV2", f"{tag}: tracker"]
                 values += [x["v1_bytes"] / MiB, x["mrv2_bytes"] / MiB, x["tracker_request_state_bytes"] / MiB]
             ax.set_title("host memory for request positions (MiB)")
-        ax.bar(range(len(values)), values, color="#3b75af")
-        ax.set_yscale("log")
+        ax.bar(range(len(values)), values, color="#3b75af", yerr=yerr, capsize=2)
+        if log:
+            ax.set_yscale("log")
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
     fig.tight_layout()

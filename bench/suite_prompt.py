@@ -1,22 +1,39 @@
-"""Suite `prompt`: the seed PR's piecewise table (whole-prompt positions).
+"""Suite `prompt`: whole-prompt positions, against every baseline we have.
 
-For every seed case: the public `prompt_positions` call (input checks
-included) against the torch reference, and against the floor of merely
-allocating and writing the (3, L) int64 output. Inputs are numpy arrays for
-both (the reference converts them to tensors itself).
+Four parts, all measured in interleaved rounds with torch on one thread (our
+kernels use one), each ratio reported as the median, min and max over the
+rounds:
+
+- `seed`: the seed PR's six Qwen2/2.5-VL cases (vLLM PR #16881's table)
+  against our re-implementation of that PR's design (`seed_design`), once
+  with grids as Python lists (what vLLM's V1 runner handed it) and once as
+  numpy arrays; and against the write floor, the least any implementation
+  must do: allocate the (3, L) int64 output and write it once.
+- `rows`: `prompt_positions` against the torch reference
+  (`mrope_tracker.reference`), Qwen2/2.5-VL and Qwen2.5-Omni.
+- `families`: Qwen3-VL and GLM-4.1V (one image, a 64-frame video with
+  timestamp text, ten images) against the torch reference and, when
+  transformers can be imported, its own `get_rope_index`.
+- `input_forms`: what the form of the inputs costs: `prompt_positions` with
+  grids as lists, tuples, numpy arrays and torch tensors, token ids as a
+  list, and `PromptLayout.from_ranges` with lists and with arrays.
+
+Every contender's output is checked against ours before it is timed.
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+import torch
 
-from mrope_tracker import prompt_positions, reference
+from mrope_tracker import PromptLayout, prompt_positions, reference
 
-from .timing import compare
-from .workloads import qwen2_5_omni, qwen2_5_vl, seed_prompt_cases
+from . import seed_design, transformers_rope
+from .timing import measure, medians_us, ratio, torch_threads
+from .workloads import family_prompt_cases, glm4v, qwen2_5_omni, qwen2_5_vl, qwen3_vl, seed_prompt_cases
 
-LARGE_CASE_TOKENS = 3000  # "the large cases" of issue 2
+NUM_LARGE = 3  # the seed cases held to the write-floor target: the three largest
 
 
 @numba.njit(cache=True, nogil=True)
@@ -32,37 +49,212 @@ def write_floor(num_tokens: int) -> None:
     _fill(np.empty((3, num_tokens), np.int64).reshape(-1))
 
 
-def run(quick: bool, progress) -> dict:
+def as_form(kwargs: dict, form: str) -> dict:
+    """The item arguments (numpy arrays) in another form: "array" (as they
+    are), "list", "tuple" or "tensor"."""
+    if form == "array":
+        return dict(kwargs)
+    out = {}
+    for key, value in kwargs.items():
+        if not isinstance(value, np.ndarray):
+            out[key] = value
+        elif form == "list":
+            out[key] = value.tolist()
+        elif form == "tuple":
+            out[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value.tolist())
+        elif form == "tensor":
+            out[key] = torch.from_numpy(value)
+        else:
+            raise ValueError(f"form: expected array, list, tuple or tensor, got {form!r}")
+    return out
+
+
+def _same(name: str, got, expected) -> None:
+    positions, delta = got
+    if isinstance(positions, torch.Tensor):
+        positions = positions.numpy()
+    if int(delta) != expected[1] or not np.array_equal(positions, expected[0]):
+        raise AssertionError(f"{name}: positions differ from prompt_positions'")
+
+
+# --------------------------------------------------------------------------
+# The seed's six cases: seed design (lists, arrays), torch reference, floor
+# --------------------------------------------------------------------------
+
+
+def seed_rows(cases, config, rounds: int, target_s: float, progress=lambda message: None) -> list[dict]:
+    """One row per seed case; the three largest carry `large`."""
     rows = []
-    for family, config in (("Qwen2/2.5-VL", qwen2_5_vl()), ("Qwen2.5-Omni", qwen2_5_omni())):
-        cases = seed_prompt_cases(config)
-        for k, (name, prompt) in enumerate(cases):
-            progress(f"prompt {family}: {name} ({k + 1}/{len(cases)})")
+    largest = sorted(p.num_tokens for _, p in cases)[-NUM_LARGE:]
+    for k, (name, prompt) in enumerate(cases):
+        progress(f"prompt seed design: {name} ({k + 1}/{len(cases)})")
+        ids, arrays = prompt.token_ids, prompt.kwargs
+        lists = as_form(arrays, "list")
+        ours = prompt_positions(config, ids, **arrays)
+        _same(f"prompt_positions, grids as lists, {name}", prompt_positions(config, ids, **lists), ours)
+        _same(f"seed design, grids as lists, {name}", seed_design.seed_prompt_positions(config, ids, **lists), ours)
+        _same(f"seed design, grids as arrays, {name}", seed_design.seed_prompt_positions(config, ids, **arrays), ours)
+        _same(f"torch reference, {name}", reference.prompt_positions(config, ids, **arrays), ours)
+        samples = measure(
+            {
+                "reference": lambda: reference.prompt_positions(config, ids, **arrays),
+                "seed_lists": lambda: seed_design.seed_prompt_positions(config, ids, **lists),
+                "ours_lists": lambda: prompt_positions(config, ids, **lists),
+                "seed_arrays": lambda: seed_design.seed_prompt_positions(config, ids, **arrays),
+                "ours_arrays": lambda: prompt_positions(config, ids, **arrays),
+                "floor": lambda: write_floor(ids.shape[0]),
+            },
+            rounds=rounds,
+            target_s=target_s,
+        )
+        us = medians_us(samples)
+        rows.append({
+            "case": name,
+            "num_tokens": prompt.num_tokens,
+            **{f"{key}_us": value for key, value in us.items()},
+            "speedup_lists": ratio(samples, "seed_lists", "ours_lists"),
+            "speedup_arrays": ratio(samples, "seed_arrays", "ours_arrays"),
+            "ours_vs_floor": ratio(samples, "ours_arrays", "floor"),
+            "seed_vs_floor": ratio(samples, "seed_arrays", "floor"),
+            "speedup_reference": ratio(samples, "reference", "ours_arrays"),
+            "ceiling": ratio(samples, "reference", "floor"),
+            "large": prompt.num_tokens in largest,
+        })  # fmt: skip
+    return rows
+
+
+def reference_row(family: str, name: str, prompt, us: dict, samples, ours: str) -> dict:
+    """A row of the reference table from samples holding `reference`, `floor` and `ours`."""
+    return {
+        "family": family,
+        "case": name,
+        "num_tokens": prompt.num_tokens,
+        "reference_us": us["reference"],
+        "ours_us": us[ours],
+        "floor_us": us["floor"],
+        "speedup": ratio(samples, "reference", ours),
+        "vs_floor": ratio(samples, ours, "floor"),
+        "ceiling": ratio(samples, "reference", "floor"),
+    }
+
+
+def omni_rows(config, rounds: int, target_s: float, progress=lambda message: None) -> list[dict]:
+    rows = []
+    cases = seed_prompt_cases(config)
+    for k, (name, prompt) in enumerate(cases):
+        progress(f"prompt Qwen2.5-Omni: {name} ({k + 1}/{len(cases)})")
+        ids, kwargs = prompt.token_ids, prompt.kwargs
+        _same(f"torch reference, {name}", reference.prompt_positions(config, ids, **kwargs),
+              prompt_positions(config, ids, **kwargs))  # fmt: skip
+        samples = measure(
+            {
+                "reference": lambda: reference.prompt_positions(config, ids, **kwargs),
+                "ours": lambda: prompt_positions(config, ids, **kwargs),
+                "floor": lambda: write_floor(ids.shape[0]),
+            },
+            rounds=rounds,
+            target_s=target_s,
+        )
+        rows.append(reference_row("Qwen2.5-Omni", name, prompt, medians_us(samples), samples, "ours"))
+    return rows
+
+
+# --------------------------------------------------------------------------
+# Qwen3-VL and GLM: torch reference and transformers' get_rope_index
+# --------------------------------------------------------------------------
+
+
+def family_rows(configs, rounds: int, target_s: float, progress=lambda message: None, cases=None) -> list[dict]:
+    """`configs`: (label, MRopeConfig) pairs; `cases` overrides the workload
+    (a function of the config returning (name, prompt) pairs)."""
+    with_hf = transformers_rope.available()
+    rows = []
+    for label, config in configs:
+        for k, (name, prompt) in enumerate((cases or family_prompt_cases)(config)):
+            progress(f"prompt {label}: {name}")
             ids, kwargs = prompt.token_ids, prompt.kwargs
-            ours, delta = prompt_positions(config, ids, **kwargs)
-            ref, ref_delta = reference.prompt_positions(config, ids, **kwargs)
-            if delta != ref_delta or not np.array_equal(ours, ref.numpy()):
-                raise AssertionError(f"prompt positions differ from the reference on {family} / {name}")
-            times = compare(
-                {
-                    "reference": lambda: reference.prompt_positions(config, ids, **kwargs),
-                    "ours": lambda: prompt_positions(config, ids, **kwargs),
-                    "floor": lambda: write_floor(ids.shape[0]),
-                },
-                rounds=5 if quick else 15,
-                target_s=0.004 if quick else 0.02,
-            )
-            rows.append(
-                {
-                    "family": family,
-                    "case": name,
-                    "num_tokens": prompt.num_tokens,
-                    "reference_us": times["reference"] * 1e6,
-                    "ours_us": times["ours"] * 1e6,
-                    "floor_us": times["floor"] * 1e6,
-                    "speedup": times["reference"] / times["ours"],
-                    "vs_floor": times["ours"] / times["floor"],
-                    "large": prompt.num_tokens >= LARGE_CASE_TOKENS,
-                }
-            )
-    return {"rows": rows}
+            ours = prompt_positions(config, ids, **kwargs)
+            _same(f"torch reference, {label}, {name}", reference.prompt_positions(config, ids, **kwargs), ours)
+            contenders = {
+                "reference": lambda: reference.prompt_positions(config, ids, **kwargs),
+                "ours": lambda: prompt_positions(config, ids, **kwargs),
+                "floor": lambda: write_floor(ids.shape[0]),
+            }
+            if with_hf:
+                _same(f"transformers, {label}, {name}", transformers_rope.positions(config, ids, kwargs), ours)
+                contenders["transformers"] = transformers_rope.rope_index_call(config, ids, kwargs)
+            samples = measure(contenders, rounds=rounds, target_s=target_s)
+            us = medians_us(samples)
+            row = reference_row(label, name, prompt, us, samples, "ours")
+            row["transformers_us"] = us.get("transformers")
+            row["speedup_transformers"] = ratio(samples, "transformers", "ours") if with_hf else None
+            rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------
+# Input forms
+# --------------------------------------------------------------------------
+
+FORMS = ("array", "list", "tuple", "tensor")
+FORM_CASES = ("1 image", "10 images", "1 video of 20 frames")  # seed cases the forms are timed on
+
+
+def input_form_rows(config, cases, rounds: int, target_s: float, progress=lambda message: None) -> list[dict]:
+    """Per case: each form's median time and its ratio to the ready-array form."""
+    rows = []
+    for name, prompt in cases:
+        progress(f"prompt input forms: {name}")
+        ids, arrays, ranges = prompt.token_ids, prompt.kwargs, prompt.ranges
+        num_tokens = prompt.num_tokens
+        expected = prompt_positions(config, ids, **arrays)
+        contenders = {}
+        for form in FORMS:
+            kwargs = as_form(arrays, form)
+            _same(f"prompt_positions, grids as {form}, {name}", prompt_positions(config, ids, **kwargs), expected)
+            contenders[f"prompt_positions: grids as {form}"] = lambda kwargs=kwargs: prompt_positions(config, ids, **kwargs)
+        id_list = ids.tolist()
+        _same(f"prompt_positions, token ids as a list, {name}", prompt_positions(config, id_list, **arrays), expected)
+        contenders["prompt_positions: token ids as a list"] = lambda: prompt_positions(config, id_list, **arrays)
+        for form in ("array", "list"):
+            kwargs = {**as_form(arrays, form), **as_form(ranges, form)}
+            layout = PromptLayout.from_ranges(config, num_tokens, **kwargs)
+            _same(f"from_ranges, {form}s, {name}", (layout.positions(), layout.delta), expected)
+            contenders[f"from_ranges: ranges and grids as {form}s"] = (
+                lambda kwargs=kwargs: PromptLayout.from_ranges(config, num_tokens, **kwargs))  # fmt: skip
+        samples = measure(contenders, rounds=rounds, target_s=target_s)
+        us = medians_us(samples)
+        for contender in contenders:
+            base = "from_ranges: ranges and grids as arrays" if contender.startswith("from_ranges") else (
+                "prompt_positions: grids as array")  # fmt: skip
+            rows.append({
+                "case": name, "num_tokens": num_tokens, "call": contender, "us": us[contender],
+                "vs_array": ratio(samples, contender, base),
+            })  # fmt: skip
+    return rows
+
+
+def run(quick: bool, progress) -> dict:
+    rounds, target_s = (5, 0.004) if quick else (15, 0.02)
+    vl = qwen2_5_vl()
+    with torch_threads(1):
+        vl_cases = seed_prompt_cases(vl)
+        seed = seed_rows(vl_cases, vl, rounds, target_s, progress)
+        rows = [
+            {"family": "Qwen2/2.5-VL", "case": r["case"], "num_tokens": r["num_tokens"],
+             "reference_us": r["reference_us"], "ours_us": r["ours_arrays_us"], "floor_us": r["floor_us"],
+             "speedup": r["speedup_reference"], "vs_floor": r["ours_vs_floor"], "ceiling": r["ceiling"]}
+            for r in seed
+        ]  # fmt: skip
+        rows += omni_rows(qwen2_5_omni(), rounds, target_s, progress)
+        families = family_rows((("Qwen3-VL", qwen3_vl()), ("GLM-4.1V", glm4v())), rounds, target_s, progress)
+        picked = [case for case in vl_cases if case[0].split(",")[0] in FORM_CASES]
+        forms = input_form_rows(vl, picked, rounds, target_s, progress)
+    return {
+        "seed": seed,
+        "rows": rows,
+        "families": families,
+        "input_forms": forms,
+        "torch_threads": 1,
+        "transformers": transformers_rope.version(),
+    }

@@ -1,16 +1,22 @@
-"""Timing helpers: medians of interleaved rounds, ratios within one process.
+"""Timing helpers: interleaved rounds, per-round samples, ratios with their spread.
 
 The machines are shared and noisy, so absolute times mean little. Every
 comparison runs its contenders in alternating rounds (A, B, A, B, ...), each
-round timing a batch of calls with `perf_counter`, and reports the median
-per-call time of each and the ratio of medians. All kernels are warmed first.
+round timing a batch of calls with `perf_counter`. `measure` keeps every
+round's per-call time; `compare` reports each contender's median; `ratio`
+pairs the rounds of two contenders (round k of A against round k of B, which
+ran moments apart) and reports the median, min and max of those ratios. All
+kernels are warmed before anything is timed (`runner.run`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 from collections.abc import Callable
+
+import torch
 
 
 def calls_per_round(fn: Callable[[], object], target_s: float = 0.01, cap: int = 100_000) -> int:
@@ -25,8 +31,10 @@ def calls_per_round(fn: Callable[[], object], target_s: float = 0.01, cap: int =
     return max(1, min(cap, int(target_s / max(elapsed, 1e-9))))
 
 
-def compare(contenders: dict[str, Callable[[], object]], rounds: int = 15, target_s: float = 0.01) -> dict[str, float]:
-    """Median seconds per call of each contender, measured in interleaved rounds."""
+def measure(
+    contenders: dict[str, Callable[[], object]], rounds: int = 15, target_s: float = 0.01
+) -> dict[str, list[float]]:
+    """Seconds per call of each contender, one value per round, in interleaved rounds."""
     counts = {name: calls_per_round(fn, target_s) for name, fn in contenders.items()}
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     gc_was_enabled = gc.isenabled()
@@ -43,7 +51,23 @@ def compare(contenders: dict[str, Callable[[], object]], rounds: int = 15, targe
     finally:
         if gc_was_enabled:
             gc.enable()
-    return {name: _median(values) for name, values in samples.items()}
+    return samples
+
+
+def compare(contenders: dict[str, Callable[[], object]], rounds: int = 15, target_s: float = 0.01) -> dict[str, float]:
+    """Median seconds per call of each contender, measured in interleaved rounds."""
+    return {name: _median(values) for name, values in measure(contenders, rounds, target_s).items()}
+
+
+def ratio(samples: dict[str, list[float]], numerator: str, denominator: str) -> dict[str, float]:
+    """numerator / denominator round by round: {"median", "min", "max"}."""
+    per_round = [a / b for a, b in zip(samples[numerator], samples[denominator])]
+    return {"median": _median(per_round), "min": min(per_round), "max": max(per_round)}
+
+
+def medians_us(samples: dict[str, list[float]]) -> dict[str, float]:
+    """Median microseconds per call of each contender."""
+    return {name: _median(values) * 1e6 for name, values in samples.items()}
 
 
 def _median(values: list[float]) -> float:
@@ -53,6 +77,18 @@ def _median(values: list[float]) -> float:
 
 
 median = _median
+
+
+@contextlib.contextmanager
+def torch_threads(num_threads: int = 1):
+    """Run torch on `num_threads` intra-op threads, as our kernels run on one;
+    the previous setting comes back afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class Stopwatch:

@@ -1,6 +1,7 @@
-"""Built-in workloads: the seed PR's prompt cases and the scheduler scenarios.
+"""Built-in workloads: the seed PR's prompt cases, cases of the newer
+families, and the scheduler scenarios.
 
-Prompts are built the way the HF processors lay them out (spec §2.1-§2.3);
+Prompts are built the way the HF processors lay them out (docs/semantics.md);
 each carries its token-scan inputs and its placeholder ranges, so every
 design can take the form it needs.
 """
@@ -20,6 +21,16 @@ def qwen2_5_vl() -> MRopeConfig:
     return MRopeConfig(family="qwen2_5_vl", model_type="qwen2_5_vl", tokens_per_second=2)
 
 
+def qwen3_vl() -> MRopeConfig:
+    """Qwen3-VL's published ids (no time scale: frames are timed by text)."""
+    return MRopeConfig(family="qwen3_vl", model_type="qwen3_vl")
+
+
+def glm4v() -> MRopeConfig:
+    """GLM-4.1V's published ids."""
+    return MRopeConfig(family="glm4v", model_type="glm4v")
+
+
 def qwen2_5_omni() -> MRopeConfig:
     """Qwen2.5-Omni-7B's published values (position_id_per_seconds 25, 2 s chunks)."""
     return MRopeConfig(family="qwen2_5_omni", model_type="qwen2_5_omni", tokens_per_second=25, seconds_per_chunk=2)
@@ -29,7 +40,9 @@ def qwen2_5_omni() -> MRopeConfig:
 class Prompt:
     token_ids: np.ndarray
     kwargs: dict  # grids, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
-    ranges: dict  # image_ranges / video_ranges / audio_ranges
+    # image_ranges / video_ranges / audio_ranges: (n, 2) int64 arrays, or for
+    # per-frame videos (Qwen3-VL, GLM) a list of (offset, length, is_embed)
+    ranges: dict
 
     @property
     def num_tokens(self) -> int:
@@ -46,7 +59,7 @@ class PromptBuilder:
         self.videos: list[tuple[int, int, int]] = []
         self.sps: list[float] = []
         self.audio: list[int] = []
-        self.ranges: dict[str, list[tuple[int, int]]] = {"image": [], "video": [], "audio": []}
+        self.ranges: dict[str, list[tuple]] = {"image": [], "video": [], "audio": []}
         self.audio_in_video = False
 
     def text(self, n: int) -> "PromptBuilder":
@@ -65,6 +78,9 @@ class PromptBuilder:
         return self
 
     def video(self, t: int, h: int, w: int, sp: float = 1.0) -> "PromptBuilder":
+        """A video of t temporal patches of (h, w) patches, in the family's layout."""
+        if self.config.spec.video_blocks == "frames":
+            return self._frame_video(t, h, w)
         c, m = self.config, self.config.spatial_merge_size
         n = t * (h // m) * (w // m)
         self.videos.append((t, h, w))
@@ -73,6 +89,33 @@ class PromptBuilder:
         self.ranges["video"].append((len(self.ids), n))
         self.ids.extend([c.video_token_id] * n)
         self.ids.append(c.vision_end_token_id)
+        return self
+
+    def _frame_video(self, t: int, h: int, w: int) -> "PromptBuilder":
+        """Qwen3-VL / GLM: every temporal patch is its own block, told apart by
+        timestamp text. Qwen3-VL: ``(ts VS V*h'w' VE)*t``; GLM: ``BOV (BOI
+        I*h'w' EOI ts)*t EOV`` (frames reuse the image token). The range spans
+        the frames (GLM: BOV to EOV) with is_embed marking the frame tokens."""
+        c, m = self.config, self.config.spatial_merge_size
+        hw = (h // m) * (w // m)
+        glm = self.config.spec.video_brackets
+        token = c.image_token_id if glm else c.video_token_id
+        self.videos.append((t, h, w))
+        start = len(self.ids)
+        if glm:
+            self.ids.append(c.video_start_token_id)
+        for f in range(t):
+            if not glm:
+                self.ids.extend(_timestamp(f))
+            self.ids.append(c.vision_start_token_id)
+            self.ids.extend([token] * hw)
+            self.ids.append(c.vision_end_token_id)
+            if glm:
+                self.ids.extend(_timestamp(f))
+        if glm:
+            self.ids.append(c.video_end_token_id)
+        span = np.array(self.ids[start:], dtype=np.int64)
+        self.ranges["video"].append((start, span.shape[0], span == token))
         return self
 
     def audio_clip(self, mel_frames: int) -> "PromptBuilder":
@@ -87,7 +130,7 @@ class PromptBuilder:
 
     def video_with_audio(self, t: int, h: int, w: int, mel_frames: int, sp: float = 1.0) -> "PromptBuilder":
         """An Omni audio-in-video block, interleaved in 2-second chunks as the
-        processor lays it out (spec §2.3: video chunk j, then audio chunk j)."""
+        processor lays it out (docs/semantics.md: video chunk j, then audio chunk j)."""
         c, m = self.config, self.config.spatial_merge_size
         hw = (h // m) * (w // m)
         chunk = c.audio_chunk_positions
@@ -124,8 +167,21 @@ class PromptBuilder:
             kwargs["audio_feature_lengths"] = np.array(self.audio, dtype=np.int64)
         if self.audio_in_video:
             kwargs["use_audio_in_video"] = True
-        ranges = {f"{k}_ranges": np.array(v, dtype=np.int64).reshape(-1, 2) for k, v in self.ranges.items() if v}
+        ranges = {}
+        for kind, items in self.ranges.items():
+            if items and len(items[0]) == 3:  # frames located by is_embed masks
+                ranges[f"{kind}_ranges"] = list(items)
+            elif items:
+                ranges[f"{kind}_ranges"] = np.array(items, dtype=np.int64).reshape(-1, 2)
         return Prompt(np.array(self.ids, dtype=np.int64), kwargs, ranges)
+
+
+TIMESTAMP_TOKENS = 4  # "<1.5 seconds>" is a few text tokens
+
+
+def _timestamp(frame: int) -> list[int]:
+    """A frame's timestamp text: a few ordinary text ids."""
+    return [TEXT_ID + 1 + (frame + k) % 10 for k in range(TIMESTAMP_TOKENS)]
 
 
 def audio_tokens(mel_frames: int) -> int:
@@ -143,7 +199,7 @@ def _walk(values: np.ndarray, size: int) -> list[tuple[int, int]]:
 
 
 # --------------------------------------------------------------------------
-# The seed PR's piecewise cases (its benchmark table, ../shared/seed/)
+# The seed PR's piecewise cases (the benchmark table of vLLM PR #16881)
 # --------------------------------------------------------------------------
 
 
@@ -172,6 +228,22 @@ def seed_prompt_cases(config: MRopeConfig) -> list[tuple[str, Prompt]]:
     return cases
 
 
+def family_prompt_cases(config: MRopeConfig) -> list[tuple[str, Prompt]]:
+    """Qwen3-VL / GLM cases: one image, a 64-frame video with per-frame
+    timestamps, ten images; each between 20 text tokens."""
+
+    def case(build):
+        b = PromptBuilder(config).text(20)
+        build(b)
+        return b.text(20).build()
+
+    return [
+        ("1 image, 324 tokens", case(lambda b: b.image(36, 36))),
+        ("1 video of 64 frames, 64 x 144 tokens", case(lambda b: b.video(64, 24, 24))),
+        ("10 images, 3,240 tokens", case(lambda b: [b.image(36, 36) for _ in range(10)])),
+    ]
+
+
 # --------------------------------------------------------------------------
 # Scheduler scenarios
 # --------------------------------------------------------------------------
@@ -197,7 +269,7 @@ class Scenario:
 
 
 def scenarios(quick: bool = False) -> list[Scenario]:
-    """The four scheduler scenarios (issue 4). `quick` shrinks request counts."""
+    """The scheduler scenarios (a-d: issue 4; e: Qwen3-VL). `quick` shrinks request counts."""
     rng = np.random.default_rng(0)
     out = []
 
@@ -242,4 +314,18 @@ def scenarios(quick: bool = False) -> list[Scenario]:
         p = PromptBuilder(vl).text(int(rng.integers(20, 60))).image(14, 14).text(10).build()
         reqs.append(RequestSpec(f"d{i}", p, int(rng.integers(300, 700)), 0))
     out.append(Scenario("d", "short prompts, long outputs (decode-heavy)", vl, reqs, 256, 8192, 2048))
+
+    # e. Qwen3-VL: 16-frame videos (every frame its own block after its
+    #    timestamp text) and pairs of images.
+    q3 = qwen3_vl()
+    n = 64 if quick else 256
+    reqs = []
+    for i in range(n):
+        b = PromptBuilder(q3).text(int(rng.integers(20, 80)))
+        if i % 2:
+            b.video(16, 16, 16)  # 16 x 64 tokens, each frame after 4 timestamp tokens
+        else:
+            b.image(24, 24).text(10).image(24, 24)
+        reqs.append(RequestSpec(f"e{i}", b.text(40).build(), 150, 0))
+    out.append(Scenario("e", "Qwen3-VL: 16-frame videos with timestamps, image pairs", q3, reqs, 64, 8192, 8192))
     return out
