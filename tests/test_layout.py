@@ -176,9 +176,9 @@ def test_frames_from_is_embed(form):
     ("video_range", "match"),
     [
         ((2, 16, Q_MASK[:-1]), "mask of the range's length"),
-        ((2, 16, [False] * 16), "found 0"),
-        ((2, 16, [False] * 3 + [True] * 3 + [False] * 5 + [True] * 4 + [False]), "shorter run"),
-        ((2, 16, Q_MASK[:-1] + [True]), "more embedding tokens"),
+        ((2, 16, [False] * 16), r"found runs of \[\]"),
+        ((2, 16, [False] * 3 + [True] * 3 + [False] * 5 + [True] * 4 + [False]), r"found runs of \[3, 4\]"),
+        ((2, 16, Q_MASK[:-1] + [True]), r"found runs of \[4, 5\]"),
         ((2, 16), "without is_embed"),
         ((2, 16, ["x"] * 16), "bool mask"),
     ],
@@ -188,3 +188,12 @@ def test_bad_frame_masks(video_range, match):
     """A mask that does not mark exactly t frames of h'w' tokens is a ValueError or TypeError naming video_ranges."""
     with pytest.raises((ValueError, TypeError), match=match):
         PromptLayout.from_ranges(QWEN3, len(Q_IDS), video_ranges=[video_range], video_grid_thw=[[2, 4, 4]])
+
+
+def test_frames_back_to_back_in_one_run():
+    """Frames with no text between them form one run of the mask, split into frames."""
+    ids = np.array([1, Q_VS] + [Q_V] * 8 + [Q_VE, 2])
+    tokens = PromptLayout.from_tokens(QWEN3, ids, video_grid_thw=[[2, 4, 4]])
+    ranges = PromptLayout.from_ranges(QWEN3, len(ids), video_ranges=[(1, 10, [False] + [True] * 8 + [False])],
+                                      video_grid_thw=[[2, 4, 4]])  # fmt: skip
+    np.testing.assert_array_equal(ranges.rows, tokens.rows)

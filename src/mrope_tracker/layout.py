@@ -209,6 +209,18 @@ class PromptLayout:
         # through from_bytes, so an unpickled layout is checked like any other
         return (PromptLayout.from_bytes, (self.to_bytes(),))
 
+    @classmethod
+    def _built(cls, rows: np.ndarray, scales: np.ndarray, num_tokens: int, delta: int) -> "PromptLayout":
+        """A layout the builders just produced into fresh tables: it needs
+        neither the O(rows) check nor a private copy (both cost more than a
+        small build)."""
+        rows.setflags(write=False)
+        scales.setflags(write=False)
+        layout = object.__new__(cls)
+        for name, value in (("rows", rows), ("scales", scales), ("num_tokens", num_tokens), ("delta", delta)):
+            object.__setattr__(layout, name, value)
+        return layout
+
     @property
     def num_rows(self) -> int:
         return self.rows.shape[0]
@@ -227,7 +239,7 @@ class PromptLayout:
         ids = as_token_ids(token_ids)
         items = Items.normalize(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         rows, scales, n, top = build_rows_from_tokens(config, ids, items)
-        return cls(rows[:n], scales[:n], ids.shape[0], top + 1 - ids.shape[0])
+        return cls._built(rows[:n], scales[:n], ids.shape[0], top + 1 - ids.shape[0])
 
     @classmethod
     def from_ranges(
@@ -258,7 +270,7 @@ class PromptLayout:
         rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
         if token_ids is not None:
             check_ranges_against_tokens(config, items, ranges, token_ids)
-        return cls(rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
+        return cls._built(rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
 
     def positions(self, start: int = 0, end: int | None = None) -> np.ndarray:
         """Positions of tokens [start, end) as a new (3, end - start) int64 array."""

@@ -49,14 +49,15 @@ def _as_mask(value, name: str, length: int) -> np.ndarray | None:
     return mask
 
 
-def _split(value, name: str) -> tuple[np.ndarray, list]:
-    """(n, 2) int64 (offset, length) rows and the n is_embed masks (or Nones).
-    Items may be (offset, length), (offset, length, is_embed), or objects with
-    .offset, .length and optionally .is_embed (vLLM's PlaceholderRange)."""
+def _split(value, name: str) -> tuple[np.ndarray, list | None]:
+    """(n, 2) int64 (offset, length) rows and the n is_embed masks (or Nones;
+    None for the whole list when no item has one). Items may be (offset,
+    length), (offset, length, is_embed), or objects with .offset, .length and
+    optionally .is_embed (vLLM's PlaceholderRange)."""
     if value is None:
-        return EMPTY_RANGES, []
+        return EMPTY_RANGES, None
     if ready(value, _INT64, 2, 2):
-        return value, [None] * value.shape[0]
+        return value, None
     if isinstance(value, (list, tuple)) and value:
         first = value[0]
         if hasattr(first, "offset") or (isinstance(first, (list, tuple)) and len(first) == 3):
@@ -74,14 +75,15 @@ def _split(value, name: str) -> tuple[np.ndarray, list]:
                 else:
                     raise TypeError(f"{name}[{k}]: expected (offset, length) or (offset, length, is_embed), got {_describe(item)}")
             rows = as_ranges(pairs, name)
+            if all(m is None for m in masks):
+                return rows, None
             return rows, [_as_mask(m, f"{name}[{k}] is_embed", int(rows[k, 1])) for k, m in enumerate(masks)]
-    rows = as_ranges(value, name)
-    return rows, [None] * rows.shape[0]
+    return as_ranges(value, name), None
 
 
-def _embedded_run(rows: np.ndarray, masks: list, name: str) -> np.ndarray:
+def _embedded_run(rows: np.ndarray, masks: list | None, name: str) -> np.ndarray:
     """Ranges whose mask marks one contiguous run: narrowed to that run."""
-    if not any(m is not None for m in masks):
+    if masks is None:
         return rows
     rows = rows.copy()
     for k, mask in enumerate(masks):
@@ -105,7 +107,7 @@ def _frame_ranges(config: MRopeConfig, video_grid: np.ndarray, rows: np.ndarray,
         t = int(video_grid[n, 0])
         hw = (int(video_grid[n, 1]) // m) * (int(video_grid[n, 2]) // m)
         offset, length = int(rows[n, 0]), int(rows[n, 1])
-        mask = masks[n]
+        mask = None if masks is None else masks[n]
         if t < 1 or hw < 1:
             raise ValueError(f"video_grid_thw[{n}]: expected positive (t, h, w) of at least one merged patch, got "
                              f"{tuple(int(v) for v in video_grid[n])}")  # fmt: skip
@@ -119,23 +121,20 @@ def _frame_ranges(config: MRopeConfig, video_grid: np.ndarray, rows: np.ndarray,
             out[q : q + t, 1] = hw
             q += t
             continue
-        p = 0
-        for f in range(t):
-            rest = mask[p:]
-            start = p + int(np.argmax(rest)) if rest.size else length
-            if start >= length or not mask[start]:
-                raise ValueError(f"video_ranges[{n}] is_embed: expected {t} frames of {hw} tokens, found {f}")
-            if start + hw > length or not mask[start : start + hw].all():
-                raise ValueError(
-                    f"video_ranges[{n}] is_embed: expected frame {f} to be {hw} embedding tokens from offset "
-                    f"{offset + start}, found a shorter run"
-                )
-            out[q, 0] = offset + start
-            out[q, 1] = hw
-            q += 1
-            p = start + hw
-        if p < length and mask[p:].any():
-            raise ValueError(f"video_ranges[{n}] is_embed: expected {t} frames of {hw} tokens, found more embedding tokens")
+        # runs of embedding tokens, found by numpy in one pass over the mask
+        # (tokens are never read); each run holds one frame or several back to back
+        edges = np.flatnonzero(np.diff(mask.view(np.int8), prepend=0, append=0))
+        starts, ends = edges[0::2], edges[1::2]
+        lengths = ends - starts
+        if lengths.sum() != t * hw or (lengths % hw).any():
+            raise ValueError(
+                f"video_ranges[{n}] is_embed: expected {t} frames of {hw} embedding tokens, found runs of "
+                f"{lengths[:8].tolist()}{' ...' if lengths.size > 8 else ''} tokens"
+            )
+        frames = np.repeat(starts, lengths // hw) + hw * (np.arange(t) - np.repeat(np.cumsum(lengths // hw) - lengths // hw, lengths // hw))
+        out[q : q + t, 0] = offset + frames
+        out[q : q + t, 1] = hw
+        q += t
     return out
 
 
@@ -197,7 +196,7 @@ class Ranges:
         if config.spec.video_blocks == "frames":
             self.video = _frame_ranges(config, items.video_grid, video, video_masks)
         else:
-            for k, mask in enumerate(video_masks):
+            for k, mask in enumerate(video_masks or ()):
                 if av and mask is not None and not mask.all():
                     raise ValueError(f"video_ranges[{k}] is_embed: expected an audio-in-video interleave range "
                                      "whose every token is embedded (video or audio)")  # fmt: skip
