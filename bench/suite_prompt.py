@@ -123,8 +123,9 @@ def seed_rows(cases, config, rounds: int, target_s: float, progress=lambda messa
     return rows
 
 
-def reference_row(family: str, name: str, prompt, us: dict, samples, ours: str) -> dict:
+def reference_row(family: str, name: str, prompt, samples, ours: str = "ours") -> dict:
     """A row of the reference table from samples holding `reference`, `floor` and `ours`."""
+    us = medians_us(samples)
     return {
         "family": family,
         "case": name,
@@ -155,7 +156,7 @@ def omni_rows(config, rounds: int, target_s: float, progress=lambda message: Non
             rounds=rounds,
             target_s=target_s,
         )
-        rows.append(reference_row("Qwen2.5-Omni", name, prompt, medians_us(samples), samples, "ours"))
+        rows.append(reference_row("Qwen2.5-Omni", name, prompt, samples))
     return rows
 
 
@@ -170,7 +171,7 @@ def family_rows(configs, rounds: int, target_s: float, progress=lambda message: 
     with_hf = transformers_rope.available()
     rows = []
     for label, config in configs:
-        for k, (name, prompt) in enumerate((cases or family_prompt_cases)(config)):
+        for name, prompt in (cases or family_prompt_cases)(config):
             progress(f"prompt {label}: {name}")
             ids, kwargs = prompt.token_ids, prompt.kwargs
             ours = prompt_positions(config, ids, **kwargs)
@@ -184,9 +185,8 @@ def family_rows(configs, rounds: int, target_s: float, progress=lambda message: 
                 _same(f"transformers, {label}, {name}", transformers_rope.positions(config, ids, kwargs), ours)
                 contenders["transformers"] = transformers_rope.rope_index_call(config, ids, kwargs)
             samples = measure(contenders, rounds=rounds, target_s=target_s)
-            us = medians_us(samples)
-            row = reference_row(label, name, prompt, us, samples, "ours")
-            row["transformers_us"] = us.get("transformers")
+            row = reference_row(label, name, prompt, samples)
+            row["transformers_us"] = medians_us(samples).get("transformers")
             row["speedup_transformers"] = ratio(samples, "transformers", "ours") if with_hf else None
             rows.append(row)
     return rows

@@ -47,7 +47,9 @@ def measure(
                 for _ in range(n):
                     fn()
                 samples[name].append((time.perf_counter() - start) / n)
-            gc.collect()
+            # the young generations only: a full collection walks every object
+            # torch and transformers created (0.3-0.5 s a time here)
+            gc.collect(1)
     finally:
         if gc_was_enabled:
             gc.enable()
