@@ -129,6 +129,15 @@ def prompt_tables(result: dict) -> str:
             for call in calls
         ]  # fmt: skip
         out.append(_table(["call", *cases], rows))
+    if result.get("breakdown"):
+        out.append(
+            "**Where the time goes** (Qwen2.5-VL, medians): whole calls, each design's kernel alone writing a "
+            "preallocated output, allocation, and converting Python lists.\n"
+        )
+        cases = [r["case"] for r in result["breakdown"]]
+        parts = list(dict.fromkeys(k for r in result["breakdown"] for k in r["us"]))
+        rows = [[part, *(_us(r["us"][part]) if part in r["us"] else "–" for r in result["breakdown"])] for part in parts]
+        out.append(_table(["part", *cases], rows))
     return "\n\n".join(out)
 
 

@@ -17,6 +17,9 @@ rounds:
 - `input_forms`: what the form of the inputs costs: `prompt_positions` with
   grids as lists, tuples, numpy arrays and torch tensors, token ids as a
   list, and `PromptLayout.from_ranges` with lists and with arrays.
+- `breakdown`: where the time of three seed cases goes: each design's
+  kernel alone on a preallocated output, allocating the output, and turning
+  Python lists into arrays (our checked conversion and plain numpy's).
 
 Every contender's output is checked against ours before it is timed.
 """
@@ -234,6 +237,73 @@ def input_form_rows(config, cases, rounds: int, target_s: float, progress=lambda
     return rows
 
 
+# --------------------------------------------------------------------------
+# Where the time goes: kernels alone, allocation, input conversion
+# --------------------------------------------------------------------------
+
+BREAKDOWN_CASES = ("1 image", "10 images", "1 video of 200 frames")
+
+
+def _our_kernel_call(config, ids, kwargs):
+    """`prompt_positions`' kernel called alone on a preallocated output, as the
+    wrapper dispatches it today; None if the package's internals changed."""
+    try:
+        from mrope_tracker.inputs import normalize_items
+        from mrope_tracker.kernels.prompt import image_prompt_positions_kernel, prompt_positions_kernel
+
+        out = np.empty((3, ids.shape[0]), np.int64)
+        params = config.kernel_params
+        if set(kwargs) == {"image_grid_thw"}:
+            grid = kwargs["image_grid_thw"]
+            call = lambda: image_prompt_positions_kernel(out, ids, params, grid)  # noqa: E731
+        else:
+            items, _ = normalize_items(config, kwargs.get("image_grid_thw"), kwargs.get("video_grid_thw"),
+                                       kwargs.get("second_per_grid_ts"), None, False)  # fmt: skip
+            call = lambda: prompt_positions_kernel(out, ids, params, *items)  # noqa: E731
+        if call()[0] != 0:
+            return None
+        return call
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
+def breakdown_rows(config, cases, rounds: int, target_s: float, progress=lambda message: None) -> list[dict]:
+    """Per case, median microseconds of the whole calls and of their parts."""
+    from mrope_tracker.inputs import as_grid, as_token_ids
+
+    rows = []
+    for name, prompt in cases:
+        progress(f"prompt breakdown: {name}")
+        ids, arrays = prompt.token_ids, prompt.kwargs
+        num_tokens = ids.shape[0]
+        grid_key = "image_grid_thw" if "image_grid_thw" in arrays else "video_grid_thw"
+        grid_list = arrays[grid_key].tolist()
+        id_list = ids.tolist()
+        sp = arrays.get("second_per_grid_ts")
+        sp = np.ones(0, np.float64) if sp is None else sp.astype(np.float64)
+        no_grid = np.zeros((0, 3), np.int64)
+        grids = (arrays[grid_key], no_grid) if grid_key == "image_grid_thw" else (no_grid, arrays[grid_key])
+        out = np.empty((3, num_tokens), np.int64)
+        tps = float(config.tokens_per_second or 1.0)
+        kernel = _our_kernel_call(config, ids, arrays)
+        contenders = {
+            "prompt_positions, arrays": lambda: prompt_positions(config, ids, **arrays),
+            **({"our kernel alone": kernel} if kernel is not None else {}),
+            "seed design, arrays": lambda: seed_design.seed_prompt_positions(config, ids, **arrays),
+            "seed kernel alone": lambda: seed_design._seed_vl_positions(
+                out, ids, config.image_token_id, config.video_token_id, config.spatial_merge_size, tps, *grids, sp),
+            "np.empty((3, L), int64)": lambda: np.empty((3, num_tokens), np.int64),
+            "write floor": lambda: write_floor(num_tokens),
+            "grid list -> array: ours (as_grid)": lambda: as_grid(grid_list, grid_key),
+            "grid list -> array: np.array(.., int64)": lambda: np.array(grid_list, dtype=np.int64),
+            "token id list -> array: ours (as_token_ids)": lambda: as_token_ids(id_list),
+            "token id list -> array: np.asarray(.., int64)": lambda: np.asarray(id_list, dtype=np.int64),
+        }  # fmt: skip
+        us = medians_us(measure(contenders, rounds=rounds, target_s=target_s))
+        rows.append({"case": name, "num_tokens": num_tokens, "us": us})
+    return rows
+
+
 def run(quick: bool, progress) -> dict:
     rounds, target_s = (5, 0.004) if quick else (15, 0.02)
     vl = qwen2_5_vl()
@@ -250,11 +320,14 @@ def run(quick: bool, progress) -> dict:
         families = family_rows((("Qwen3-VL", qwen3_vl()), ("GLM-4.1V", glm4v())), rounds, target_s, progress)
         picked = [case for case in vl_cases if case[0].split(",")[0] in FORM_CASES]
         forms = input_form_rows(vl, picked, rounds, target_s, progress)
+        picked = [case for case in vl_cases if case[0].split(",")[0] in BREAKDOWN_CASES]
+        breakdown = breakdown_rows(vl, picked, rounds, target_s, progress)
     return {
         "seed": seed,
         "rows": rows,
         "families": families,
         "input_forms": forms,
+        "breakdown": breakdown,
         "torch_threads": 1,
         "transformers": transformers_rope.version(),
     }

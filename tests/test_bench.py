@@ -114,6 +114,13 @@ def test_input_forms_time_every_form(seed_cases):
     assert all(_is_spread(r["vs_array"]) for r in rows)
 
 
+def test_breakdown_times_each_part(seed_cases):
+    """breakdown_rows times both kernels alone, the allocation, the floor and the list conversions."""
+    (row,) = suite_prompt.breakdown_rows(qwen2_5_vl(), seed_cases[1:2], **TINY)
+    assert {"prompt_positions, arrays", "our kernel alone", "seed kernel alone", "write floor"} <= set(row["us"])
+    assert all(value > 0 for value in row["us"].values())
+
+
 def test_torch_threads_are_restored():
     """The suites' one-thread torch setting is undone afterwards."""
     before = torch.get_num_threads()
