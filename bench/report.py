@@ -141,23 +141,35 @@ def prompt_tables(result: dict) -> str:
     return "\n\n".join(out)
 
 
+def _ratio(value) -> str:
+    """A ratio given as a number, or as a spread over rounds."""
+    return _spread(value) if isinstance(value, dict) else _x(value)
+
+
 def decode_tables(result: dict) -> str:
     per_req = _table(
         ["per-request method (256 running requests, 1 token each)", "step", "vs torch"],
-        [[r["method"], _us(r["step_us"]), _x(r["speedup"])] for r in result["per_request"]],
+        [[r["method"], _us(r["step_us"]), _ratio(r["speedup"])] for r in result["per_request"]],
     )
     steps = _table(
         ["whole step", "vLLM V1 design", "prepare, same batch", "speedup", "prepare, new batch", "speedup",
          "prepare_slots", "speedup"],
-        [[r["step"], _us(r["v1_us"]), _us(r["prepare_us"]), _x(r["speedup_prepare"]), _us(r["prepare_new_batch_us"]),
-          _x(r["speedup_prepare_new_batch"]), _us(r["prepare_slots_us"]), _x(r["speedup_slots"])]
+        [[r["step"], _us(r["v1_us"]), _us(r["prepare_us"]), _ratio(r["speedup_prepare"]),
+          _us(r["prepare_new_batch_us"]), _ratio(r["speedup_prepare_new_batch"]), _us(r["prepare_slots_us"]),
+          _ratio(r["speedup_slots"])]
          for r in result["steps"]],
     )  # fmt: skip
-    dispatch = _table(
+    parts = [per_req, steps]
+    if result.get("forms"):
+        parts.append(_table(
+            ["step", "entry point and argument forms", "per step", "vs V1 design"],
+            [[r["step"], r["entry"], _us(r["us"]), _ratio(r["speedup"])] for r in result["forms"]],
+        ))  # fmt: skip
+    parts.append(_table(
         ["a decode step's kernel call, 256 requests (same body)", "per call"],
         [[r["call"], _us(r["step_us"])] for r in result.get("dispatch", [])],
-    )
-    return per_req + "\n\n" + steps + "\n\n" + dispatch
+    ))  # fmt: skip
+    return "\n\n".join(parts)
 
 
 def admission_tables(result: dict) -> str:
