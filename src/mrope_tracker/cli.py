@@ -1,4 +1,4 @@
-"""`mrope-tracker` command line: `bench` (the main job) and `warmup`."""
+"""`mrope-tracker` command line: `bench` (the main job), `warmup`, and `compare`."""
 
 from __future__ import annotations
 
@@ -52,6 +52,21 @@ def _warmup(args) -> int:
     return 0
 
 
+def _compare(args) -> int:
+    from . import hf_compare
+    from .families import SEMANTICS
+
+    presets = [p for item in args.presets.split(",") for p in [item.strip()] if p] if args.presets else list(SEMANTICS)
+    try:
+        prompts = hf_compare.read_prompts(args.prompts) if args.prompts else None
+        result = hf_compare.compare(args.config, prompts, presets, num_prompts=args.num_prompts, seed=args.seed)
+    except (ValueError, TypeError, KeyError) as exc:
+        print(f"mrope-tracker compare: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=1) if args.json else hf_compare.markdown(result))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="mrope-tracker", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -71,6 +86,24 @@ def main(argv=None) -> int:
     bench.set_defaults(handler=_bench)
     warm = sub.add_parser("warmup", help="compile every kernel into numba's cache (e.g. at image build time)")
     warm.set_defaults(handler=_warmup)
+    comp = sub.add_parser(
+        "compare",
+        help="where the semantics presets disagree on a model's prompts, and why",
+        description="Positions every prompt under each semantics preset and reports, per pair of presets, the share "
+        "of prompts that differ, the first differing token of an example, and the divergences (D1, D2, ...) that "
+        "explain the differences.",
+    )
+    comp.add_argument("config", help="a config.json path, a model folder, or a model type (e.g. qwen2_5_vl)")
+    comp.add_argument(
+        "--prompts", metavar="PATH",
+        help="JSONL, one prompt a line: token_ids and image_grid_thw, video_grid_thw, second_per_grid_ts, "
+        "audio_feature_lengths, use_audio_in_video as needed (default: a built-in random sample)",
+    )  # fmt: skip
+    comp.add_argument("--presets", metavar="LIST", help="comma-separated presets (default: all four)")
+    comp.add_argument("--num-prompts", type=int, default=200, metavar="N", help="size of the built-in sample (200)")
+    comp.add_argument("--seed", type=int, default=0, help="seed of the built-in sample (0)")
+    comp.add_argument("--json", action="store_true", help="print the result as JSON instead of a Markdown table")
+    comp.set_defaults(handler=_compare)
     args = parser.parse_args(argv)
     return args.handler(args)
 

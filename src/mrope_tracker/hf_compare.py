@@ -1,0 +1,514 @@
+"""`mrope-tracker compare`: where the semantics presets disagree, on which
+prompts, and which divergence explains each difference.
+
+Every prompt is positioned under each preset ("reference", "vllm-0.33",
+"transformers-4.57", "transformers-5"; docs/semantics.md). For each pair of
+presets we report the share of prompts whose positions (or delta) differ, an
+example with its first differing token, and the divergences behind the
+differences. A difference is explained by the smallest set of the pair's
+differing switches that, turned over from the first preset's rules alone,
+reproduces the second preset's positions exactly; each switch is one named
+divergence (D1, D2, ...).
+
+Prompts come from a JSONL file (one object per line: ``token_ids`` and the
+keyword arguments of `prompt_positions`) or from `sample_prompts`, a seeded
+random sample laid out as each family's processor lays prompts out: images of
+common sizes, videos at common frame rates (1, 2 or 4 fps, or any of 0.1,
+0.2, ..., 12.0), audio clips and, for the Omni families, videos with their
+audio track.
+
+Prompts are single unpadded sequences: the batch conventions of a padded
+batch (D10) are `mrope_tracker.hf`'s business, not a position rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+
+import attrs
+import numpy as np
+
+from . import reference
+from .config import SUPPORTED_MODEL_TYPES, MRopeConfig
+from .families import FAMILIES, SEMANTICS, RUN_VIDEO
+from .positions import prompt_positions
+
+__all__ = ["Prompt", "compare", "load_config", "markdown", "read_prompts", "sample_prompts"]
+
+# What each switch (or other difference between presets) is called in docs/semantics.md.
+DIVERGENCES = {
+    "next_hw": "D1",  # transformers 5: text resumes at s + max(h', w') after a vision block
+    "int_sp": "D2",  # transformers 4.57: second_per_grid_ts truncated to an int
+    "tau_f64": "D3",  # vLLM 0.33: float64 temporal products
+    "av_shift": "D5",  # vLLM 0.33: Qwen2.5-Omni audio-in-video one token early (D6 with empty chunks)
+    "av_eos_block": "D8",  # vLLM 0.33: Qwen3-Omni eos after the whole block
+    "av_merge_tau": "D8",  # vLLM 0.33: Qwen3-Omni merge on truncated times
+    "float_times": "D8",  # transformers: Qwen3-Omni times kept as float32
+    "tokens_per_second": "D7",  # which config field scales Omni time
+    "n_window": "D8",  # transformers 5 reads Qwen3-Omni's audio window from the config
+    "sp_times_r": "transformers 5 product order",  # Qwen2.5-VL frame f times float32(sp * r)
+}
+_TRANSFORMERS = ("transformers-4.57", "transformers-5")
+_FIELDS = ("tokens_per_second", "n_window")
+
+
+# --------------------------------------------------------------------------
+# Prompts
+# --------------------------------------------------------------------------
+
+
+@attrs.frozen(eq=False)
+class Prompt:
+    """One prompt: its token ids and the item arguments of `prompt_positions`."""
+
+    token_ids: np.ndarray
+    image_grid_thw: np.ndarray | None = None
+    video_grid_thw: np.ndarray | None = None
+    second_per_grid_ts: np.ndarray | None = None
+    audio_feature_lengths: np.ndarray | None = None
+    use_audio_in_video: bool = False
+
+    def kwargs(self) -> dict:
+        out = {}
+        for name in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts", "audio_feature_lengths"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.use_audio_in_video:
+            out["use_audio_in_video"] = True
+        return out
+
+    def as_json(self) -> dict:
+        out = {"token_ids": self.token_ids.tolist()}
+        for name, value in self.kwargs().items():
+            out[name] = value.tolist() if isinstance(value, np.ndarray) else value
+        return out
+
+
+_PROMPT_KEYS = {
+    "token_ids": np.int64,
+    "image_grid_thw": np.int64,
+    "video_grid_thw": np.int64,
+    "second_per_grid_ts": np.float32,
+    "audio_feature_lengths": np.int64,
+}
+
+
+def read_prompts(path) -> list[Prompt]:
+    """Prompts from a JSONL file: one object per line with ``token_ids`` and
+    optionally ``image_grid_thw``, ``video_grid_thw``, ``second_per_grid_ts``,
+    ``audio_feature_lengths``, ``use_audio_in_video`` (and an ``id``, ignored)."""
+    prompts = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError as exc:
+        raise ValueError(f"prompts: expected a readable JSONL file, got {os.fspath(path)!r} ({exc})") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"prompts: expected one JSON object per line, got a parse error on line {number} ({exc})") from None
+        if not isinstance(record, dict) or "token_ids" not in record:
+            raise ValueError(f"prompts: expected an object with token_ids on line {number}, got {str(record)[:80]}")
+        unknown = set(record) - set(_PROMPT_KEYS) - {"use_audio_in_video", "id"}
+        if unknown:
+            raise KeyError(f"prompts: unknown keys {sorted(unknown)} on line {number}; expected {sorted(_PROMPT_KEYS)}, "
+                           "use_audio_in_video or id")  # fmt: skip
+        fields = {}
+        for key, dtype in _PROMPT_KEYS.items():
+            if record.get(key) is not None:
+                fields[key] = np.asarray(record[key], dtype=dtype)
+        av = record.get("use_audio_in_video", False)
+        if not isinstance(av, bool):
+            raise TypeError(f"prompts: use_audio_in_video on line {number}: expected true or false, got {av!r}")
+        prompts.append(Prompt(use_audio_in_video=av, **fields))
+    if not prompts:
+        raise ValueError(f"prompts: expected at least one prompt in {os.fspath(path)!r}, got none")
+    return prompts
+
+
+_COMMON_FPS = (1.0, 2.0, 2.0, 4.0)
+_IMAGE_SIDES = (16, 20, 24, 28, 32, 36, 40, 48)  # patches of 14 px: 224 to 672 px
+_FRAME_SIDES = (8, 12, 16, 20, 24)
+_TEXT = range(1000, 30000)
+
+
+class _Builder:
+    def __init__(self, config: MRopeConfig, rng: np.random.Generator) -> None:
+        self.c, self.rng = config, rng
+        self.ids: list[int] = []
+        self.images: list[tuple[int, int, int]] = []
+        self.videos: list[tuple[int, int, int]] = []
+        self.sps: list[float] = []
+        self.audio: list[int] = []
+
+    def text(self, lo: int, hi: int) -> None:
+        self.ids.extend(int(v) for v in self.rng.integers(_TEXT.start, _TEXT.stop, int(self.rng.integers(lo, hi + 1))))
+
+    def image(self) -> None:
+        c, m = self.c, self.c.spatial_merge_size
+        h, w = (int(self.rng.choice(_IMAGE_SIDES)) for _ in range(2))
+        self.images.append((1, h, w))
+        self.ids += [c.vision_start_token_id] + [c.image_token_id] * ((h // m) * (w // m)) + [c.vision_end_token_id]
+
+    def audio_clip(self) -> None:
+        c = self.c
+        frames = int(self.rng.integers(100, 3001))  # 1 to 30 s of 10 ms mel frames
+        self.audio.append(frames)
+        n = int(c.spec.audio_tokens(np.array([frames], np.int64), c)[0])
+        self.ids += [c.audio_start_token_id] + [c.audio_token_id] * n + [c.audio_end_token_id]
+
+    def video(self, with_audio: bool) -> None:
+        c, m, rng = self.c, self.c.spatial_merge_size, self.rng
+        fps = float(rng.choice(_COMMON_FPS)) if rng.integers(0, 3) else int(rng.integers(1, 121)) / 10
+        t = int(rng.integers(2, 25))  # temporal patches (two frames each)
+        h, w = (int(rng.choice(_FRAME_SIDES)) for _ in range(2))
+        hw = (h // m) * (w // m)
+        self.videos.append((t, h, w))
+        sp = float(np.float32(2.0 / fps))
+        if c.spec.scaled_time:
+            self.sps.append(sp)
+        if c.spec.video_blocks == "frames":
+            self._frames(t, hw)
+        elif with_audio:
+            frames = max(3, int(round(t * 2.0 / fps * 100)))
+            self.audio.append(frames)
+            num_audio = int(c.spec.audio_tokens(np.array([frames], np.int64), c)[0])
+            layout = "model" if "model" in c.spec.interleaves else "transformers"
+            runs = c.spec.interleaves[layout](t, h // m, w // m, 2.0 / fps, num_audio, c)
+            self.ids += [c.vision_start_token_id, c.audio_start_token_id]
+            for kind, count in runs:
+                self.ids += [c.video_token_id if kind == RUN_VIDEO else c.audio_token_id] * count
+            self.ids += [c.audio_end_token_id, c.vision_end_token_id]
+        else:
+            self.ids += [c.vision_start_token_id] + [c.video_token_id] * (t * hw) + [c.vision_end_token_id]
+
+    def _frames(self, t: int, hw: int) -> None:
+        """Qwen3-VL: VS (ts VS V*hw VE)*t VE; GLM: BOV (BOI I*hw EOI ts)*t EOV."""
+        c = self.c
+        if c.spec.video_brackets:
+            self.ids.append(c.video_start_token_id)
+            for _ in range(t):
+                self.ids += [c.vision_start_token_id] + [c.image_token_id] * hw + [c.vision_end_token_id]
+                self.text(2, 5)
+            self.ids.append(c.video_end_token_id)
+            return
+        self.ids.append(c.vision_start_token_id)
+        for _ in range(t):
+            self.text(3, 6)
+            self.ids += [c.vision_start_token_id] + [c.video_token_id] * hw + [c.vision_end_token_id]
+        self.ids.append(c.vision_end_token_id)
+
+    def build(self, av: bool) -> Prompt:
+        grid = lambda rows: np.array(rows, np.int64).reshape(-1, 3) if rows else None  # noqa: E731
+        return Prompt(
+            token_ids=np.array(self.ids, np.int64),
+            image_grid_thw=grid(self.images),
+            video_grid_thw=grid(self.videos),
+            second_per_grid_ts=np.array(self.sps, np.float32) if self.sps else None,
+            audio_feature_lengths=np.array(self.audio, np.int64) if self.audio else None,
+            use_audio_in_video=av,
+        )
+
+
+def sample_prompts(config: MRopeConfig, num_prompts: int = 200, seed: int = 0) -> list[Prompt]:
+    """A seeded random sample of realistic prompts for `config`'s family: a
+    system prompt, then 0-3 images, 0-2 videos and (Omni) 0-2 audio clips in
+    random order with text between; half the Omni prompts carry every video's
+    audio track inside the video (use_audio_in_video)."""
+    if isinstance(num_prompts, bool) or not isinstance(num_prompts, int) or num_prompts < 1:
+        raise ValueError(f"num_prompts: expected a positive int, got {num_prompts!r}")
+    rng = np.random.default_rng(seed)
+    prompts = []
+    for _ in range(num_prompts):
+        b = _Builder(config, rng)
+        av = config.is_omni and bool(rng.integers(0, 2))
+        kinds = ["image"] * int(rng.integers(0, 4)) + ["video"] * int(rng.integers(0, 3))
+        if config.is_omni:
+            kinds += ["audio"] * int(rng.integers(0, 3))
+        rng.shuffle(kinds)
+        b.text(20, 60)
+        for kind in kinds:
+            if kind == "image":
+                b.image()
+            elif kind == "video":
+                b.video(av)
+            else:
+                b.audio_clip()
+            b.text(0, 40)
+        b.text(1, 20)
+        prompts.append(b.build(av and "video" in kinds))
+    return prompts
+
+
+# --------------------------------------------------------------------------
+# Configs
+# --------------------------------------------------------------------------
+
+
+def load_config(source, semantics: str = "reference") -> MRopeConfig:
+    """A config.json path, a model folder, or a model type (its family's
+    defaults: published ids, transformers' config-class scales)."""
+    if isinstance(source, str) and not os.path.exists(source):
+        if source in SUPPORTED_MODEL_TYPES:
+            return MRopeConfig(family=SUPPORTED_MODEL_TYPES[source], model_type=source, semantics=semantics)
+        raise ValueError(
+            f"config: expected a config.json path, a model folder or a model type "
+            f"({', '.join(sorted(SUPPORTED_MODEL_TYPES))}), got {source!r}"
+        )
+    return MRopeConfig.from_hf_config(source, semantics=semantics)
+
+
+# --------------------------------------------------------------------------
+# Positions under a set of rules
+# --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Rules:
+    """A preset taken apart: its switches, its config fields, its time arithmetic."""
+
+    switches: frozenset
+    fields: tuple  # ((name, value), ...) for _FIELDS
+    float_times: bool  # Qwen3-Omni float32 times (transformers)
+    sp_times_r: bool  # Qwen2.5-VL frame f times float32(sp * r) (transformers 5)
+
+    def items(self) -> frozenset:
+        out = set(self.switches)
+        out |= {f"{name}={value}" for name, value in self.fields}
+        if self.float_times:
+            out.add("float_times")
+        if self.sp_times_r:
+            out.add("sp_times_r")
+        return frozenset(out)
+
+
+def _rules_of(config: MRopeConfig) -> _Rules:
+    return _Rules(
+        switches=config.switches,
+        fields=tuple((name, getattr(config, name)) for name in _FIELDS if getattr(config, name) is not None),
+        float_times=config.family == "qwen3_omni" and config.semantics in _TRANSFORMERS,
+        sp_times_r=config.family == "qwen2_5_vl" and config.semantics == "transformers-5",
+    )
+
+
+@contextlib.contextmanager
+def _preset(family: str, switches: frozenset):
+    """The family's "reference" preset holds `switches` for the duration (the
+    switches are read when a config is built and when it is used)."""
+    spec = FAMILIES[family]
+    FAMILIES[family] = attrs.evolve(spec, presets={**spec.presets, "reference": frozenset(switches)})
+    try:
+        yield
+    finally:
+        FAMILIES[family] = spec
+
+
+def _positions(base: MRopeConfig, rules: _Rules, prompt: Prompt) -> tuple[np.ndarray, float]:
+    """(3, L) float64 positions and delta of `prompt` under `rules`."""
+    kwargs = prompt.kwargs()
+    with _preset(base.family, rules.switches):
+        config = attrs.evolve(base, semantics="reference", **dict(rules.fields))
+        sp = kwargs.get("second_per_grid_ts")
+        if rules.sp_times_r and sp is not None:
+            sp32 = np.asarray(sp, np.float32)
+            if "int_sp" in rules.switches:
+                sp32 = np.trunc(sp32)
+            kwargs["second_per_grid_ts"] = (sp32 * np.float32(config.tokens_per_second)).astype(np.float32)
+            config = attrs.evolve(config, tokens_per_second=1.0)
+        if rules.float_times and _has_fractional_times(config, prompt):
+            pos, delta = reference.prompt_positions(config, prompt.token_ids, float_positions=True, **kwargs)
+            return pos.numpy().astype(np.float64), float(delta)
+        pos, delta = prompt_positions(config, prompt.token_ids, **kwargs)
+        return pos.astype(np.float64), float(delta)
+
+
+def _has_fractional_times(config: MRopeConfig, prompt: Prompt) -> bool:
+    if prompt.video_grid_thw is None:
+        return False
+    sps = prompt.second_per_grid_ts
+    r = np.float32(config.tokens_per_second)
+    for k, (t, _, _) in enumerate(prompt.video_grid_thw):
+        sp = np.float32(config.spec.default_second_per_grid_ts if sps is None else sps[k])
+        times = (np.arange(t, dtype=np.float32) * sp).astype(np.float32) * r
+        if np.any(times != np.floor(times)):
+            return True
+    return False
+
+
+def _toggled(a: _Rules, b: _Rules, subset: frozenset) -> _Rules:
+    """`a` with the differences named in `subset` taken from `b`."""
+    switches = set(a.switches)
+    for s in subset & (a.switches ^ b.switches):
+        switches ^= {s}
+    fields = dict(a.fields)
+    for name, value in b.fields:
+        if f"{name}={value}" in subset:
+            fields[name] = value
+    return _Rules(
+        switches=frozenset(switches),
+        fields=tuple(sorted(fields.items())),
+        float_times=b.float_times if "float_times" in subset else a.float_times,
+        sp_times_r=b.sp_times_r if "sp_times_r" in subset else a.sp_times_r,
+    )
+
+
+def _differences(a: _Rules, b: _Rules) -> list[str]:
+    """What differs between two rule sets, each as one togglable name."""
+    out = sorted(a.switches ^ b.switches)
+    fa, fb = dict(a.fields), dict(b.fields)
+    out += [f"{name}={fb[name]}" for name in sorted(fb) if fa.get(name) != fb[name]]
+    if a.float_times != b.float_times:
+        out.append("float_times")
+    if a.sp_times_r != b.sp_times_r:
+        out.append("sp_times_r")
+    return out
+
+
+def _label(item: str, config: MRopeConfig, prompt: Prompt) -> str:
+    name = item.split("=", 1)[0]
+    label = DIVERGENCES.get(name, name)
+    if name == "av_shift" and _has_empty_chunks(config, prompt):
+        label = "D5+D6"
+    return label
+
+
+def _has_empty_chunks(config: MRopeConfig, prompt: Prompt) -> bool:
+    """An audio-in-video frame that jumps over a whole chunk (sp * r > C)."""
+    if not prompt.use_audio_in_video or prompt.video_grid_thw is None or config.audio_chunk_positions is None:
+        return False
+    sps = prompt.second_per_grid_ts
+    default = config.spec.default_second_per_grid_ts
+    return any(
+        (default if sps is None else float(sps[k])) * config.tokens_per_second > config.audio_chunk_positions
+        for k in range(prompt.video_grid_thw.shape[0])
+    )
+
+
+def _same(x, y) -> bool:
+    return x[1] == y[1] and x[0].shape == y[0].shape and np.array_equal(x[0], y[0])
+
+
+def _explain(base: MRopeConfig, a: _Rules, b: _Rules, target, prompt: Prompt) -> list[str]:
+    """The smallest set of differences that turns `a`'s positions into `target`."""
+    diffs = _differences(a, b)
+    for size in range(1, len(diffs) + 1):
+        for subset in itertools.combinations(diffs, size):
+            try:
+                got = _positions(base, _toggled(a, b, frozenset(subset)), prompt)
+            except (ValueError, TypeError):
+                continue
+            if _same(got, target):
+                return list(subset)
+    return []
+
+
+# --------------------------------------------------------------------------
+# compare
+# --------------------------------------------------------------------------
+
+
+def compare(config_source, prompts: list[Prompt] | None = None, presets=SEMANTICS, *, num_prompts: int = 200, seed: int = 0) -> dict:
+    """Compare `presets` pairwise on `prompts` (default: `sample_prompts` of
+    the family). Returns a dict: family, model_type, number of prompts, their
+    source, per preset the prompts it refused (ValueError), and per pair the
+    differing prompts, their share, the divergences that explain them (with
+    counts) and the first differing prompt as an example."""
+    presets = list(presets)
+    for p in presets:
+        if p not in SEMANTICS:
+            raise ValueError(f"presets: expected names from {', '.join(SEMANTICS)}, got {p!r}")
+    if len(presets) < 2 or len(set(presets)) != len(presets):
+        raise ValueError(f"presets: expected at least two distinct presets, got {presets}")
+    configs = {p: load_config(config_source, semantics=p) for p in presets}
+    base = configs[presets[0]]
+    source = "file"
+    if prompts is None:
+        prompts = sample_prompts(base, num_prompts, seed)
+        source = f"sample (seed {seed})"
+    rules = {p: _rules_of(configs[p]) for p in presets}
+    results: dict[str, list] = {p: [] for p in presets}
+    refused: dict[str, int] = {p: 0 for p in presets}
+    for prompt in prompts:
+        for p in presets:
+            try:
+                results[p].append(_positions(base, rules[p], prompt))
+            except (ValueError, TypeError):
+                results[p].append(None)
+                refused[p] += 1
+    pairs = []
+    for a, b in itertools.combinations(presets, 2):
+        differ, total, counts, example = 0, 0, {}, None
+        for k, prompt in enumerate(prompts):
+            ra, rb = results[a][k], results[b][k]
+            if ra is None or rb is None:
+                continue
+            total += 1
+            if _same(ra, rb):
+                continue
+            differ += 1
+            explained = _explain(base, rules[a], rules[b], rb, prompt)
+            label = "+".join(sorted({_label(x, base, prompt) for x in explained})) or "unexplained"
+            counts[label] = counts.get(label, 0) + 1
+            if example is None:
+                example = _example(k, ra, rb, label)
+        pairs.append({
+            "a": a, "b": b, "differ": differ, "total": total, "share": differ / total if total else 0.0,
+            "divergences": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))), "example": example,
+        })  # fmt: skip
+    return {
+        "family": base.family, "model_type": base.model_type, "prompts": len(prompts), "source": source,
+        "presets": presets, "refused": refused, "pairs": pairs,
+    }  # fmt: skip
+
+
+def _number(x: float):
+    return int(x) if float(x).is_integer() else round(float(x), 4)
+
+
+def _example(index: int, ra, rb, label: str) -> dict:
+    (pa, da), (pb, db) = ra, rb
+    cols = np.flatnonzero(np.any(pa != pb, axis=0)) if pa.shape == pb.shape else np.array([0])
+    token = int(cols[0]) if cols.size else None
+    return {
+        "prompt": index,
+        "token": token,
+        "a": None if token is None else [_number(v) for v in pa[:, token]],
+        "b": None if token is None else [_number(v) for v in pb[:, token]],
+        "delta_a": _number(da),
+        "delta_b": _number(db),
+        "divergences": label,
+    }
+
+
+def markdown(result: dict) -> str:
+    """The comparison as a Markdown table, one row per pair of presets."""
+    lines = [
+        f"{result['model_type']} ({result['family']}): {result['prompts']} prompts, {result['source']}",
+        "",
+        "| presets | prompts that differ | share | explained by | example: first differing token |",
+        "|---|---|---|---|---|",
+    ]
+    for pair in result["pairs"]:
+        div = ", ".join(f"{k} ({v})" for k, v in pair["divergences"].items()) or "-"
+        ex = pair["example"]
+        if ex is None:
+            example = "-"
+        elif ex["token"] is None:
+            example = f"prompt {ex['prompt']}: delta {ex['delta_a']} vs {ex['delta_b']} ({ex['divergences']})"
+        else:
+            a, b = (tuple(v) for v in (ex["a"], ex["b"]))
+            example = f"prompt {ex['prompt']}, token {ex['token']}: (T, H, W) {a} vs {b} ({ex['divergences']})"
+        lines.append(
+            f"| {pair['a']} vs {pair['b']} | {pair['differ']} / {pair['total']} | {100 * pair['share']:.1f}% | {div} | {example} |"
+        )
+    refused = {k: v for k, v in result["refused"].items() if v}
+    if refused:
+        lines += ["", "Refused (ValueError): " + ", ".join(f"{k} {v}" for k, v in refused.items())]
+    return "\n".join(lines)
