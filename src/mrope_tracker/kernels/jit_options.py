@@ -23,3 +23,7 @@ import numba
 
 jit = numba.njit(cache=True, nogil=True, boundscheck=False)
 helper = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False)
+# `inner` helpers are only ever called from other kernels: numba skips the
+# CPython and cfunc wrappers it would otherwise build for each one, which is
+# a good part of a cold compile.
+inner = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)

@@ -17,7 +17,7 @@ rule, and how audio-in-video pairs and eos behave. Errors are returned as
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper
+from .jit_options import helper, inner
 from .layout_emit import (
     S_COUNT,
     S_FRAME,
@@ -43,14 +43,14 @@ from .layout_emit import (
 from .position_rules import write_linear
 
 
-@helper
+@inner
 def _run_end(ids, start, stop, token):
     """First index in [start, stop) whose token is not `token` (stop if none)."""
     bad = check_run(ids, start, stop, token)
     return stop if bad < 0 else bad
 
 
-@helper
+@inner
 def _next_frame(state, video_grid, n):
     """Count one frame of video n; the video is done after its t frames."""
     f = state[S_FRAME] + 1
@@ -61,27 +61,27 @@ def _next_frame(state, video_grid, n):
     state[S_FRAME] = f
 
 
-@helper
+@inner
 def _scan_interleave(rows, scales, state, out, ids, pos, emit, s, t, h, w, mode, sp, r, num_audio, video_id, audio_id):
     """Walk an interleave from token `pos`: maximal runs of video or audio
     tokens, emitted (when `emit`) by identity. Returns (video tokens, audio
     tokens, next token, largest position of the last run)."""
     num_tokens = ids.shape[0]
     num_video = t * h * w
-    k_video = 0
-    k_audio = 0
+    k_video = np.int64(0)
+    k_audio = np.int64(0)
     last_top = s
     while pos < num_tokens:
         tok = ids[pos]
         if tok == video_id:
             end = _run_end(ids, pos, min(num_tokens, pos + num_video - k_video + 1), video_id)
             if emit and k_video + end - pos <= num_video:
-                last_top = av_run(rows, scales, state, out, pos, False, k_video, end - pos, s, t, h, w, mode, sp, r)
+                last_top = av_run(rows, scales, state, out, pos, np.int64(0), k_video, end - pos, s, t, h, w, mode, sp, r)
             k_video += end - pos
         elif tok == audio_id:
             end = _run_end(ids, pos, min(num_tokens, pos + num_audio - k_audio + 1), audio_id)
             if emit and k_audio + end - pos <= num_audio:
-                last_top = av_run(rows, scales, state, out, pos, True, k_audio, end - pos, s, t, h, w, mode, sp, r)
+                last_top = av_run(rows, scales, state, out, pos, np.int64(1), k_audio, end - pos, s, t, h, w, mode, sp, r)
             k_audio += end - pos
         else:
             break
@@ -126,7 +126,7 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
     else:
         s_a, s_b, s_c, s_d = image_id, video_id, audio_id, vision_start if av else np.int64(-1)
     in_video = False
-    i = 0
+    i = np.int64(0)
     while True:
         i = next_special(ids, i, s_a, s_b, s_c, s_d)
         if i >= num_tokens:
@@ -168,7 +168,7 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
                 return C.ERR_CUT_OFF, m, n, missing, 0
             flush_text(rows, scales, state, out, i)
             if m == C.MOD_IMAGE:  # images are never time-scaled
-                emit_grid(rows, scales, state, out, i, t, h, w, C.TAU_FRAME, np.float32(1), np.float32(1), next_rule)
+                emit_grid(rows, scales, state, out, i, t, h, w, np.int64(C.TAU_FRAME), np.float32(1), np.float32(1), next_rule)
             else:
                 emit_grid(rows, scales, state, out, i, t, h, w, mode, video_sp[n], r, next_rule)
             state[S_COUNT + m] = n + 1
@@ -349,7 +349,7 @@ def build_from_ranges(
                 return C.ERR_RANGE_LENGTH, m, k, size, 0
             flush_text(rows, scales, state, out, offset)
             if m == C.MOD_IMAGE:
-                emit_grid(rows, scales, state, out, offset, t, h, w, C.TAU_FRAME, np.float32(1), np.float32(1), next_rule)
+                emit_grid(rows, scales, state, out, offset, t, h, w, np.int64(C.TAU_FRAME), np.float32(1), np.float32(1), next_rule)
             else:
                 emit_grid(rows, scales, state, out, offset, t, h, w, mode, video_sp[n], r, next_rule)
             state[S_COUNT + m] = n + 1
@@ -372,5 +372,6 @@ def text_positions(out, ids, params):
         found |= (tok == image_id) | (tok == video_id) | (tok == audio_id)
     if found:
         return 0
-    write_linear(out, 0, 0, ids.shape[0])
+    z = np.int64(0)
+    write_linear(out, z, z, ids.shape[0])
     return -1

@@ -16,11 +16,14 @@ builders pass the switches they read from the packed config.
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper
+from .jit_options import inner
 from .position_rules import grid_range_max, temporal_index, write_segment
 
 TAU_LIMIT = 0.999 * 2.0**31  # tau bound, with room for float32 rounding
 
+# Constants passed to other kernels go through np.int64(...): a bare literal
+# (0, or a module constant such as C.KIND_GRID) makes numba compile the callee
+# once more for that literal value, which multiplied the cold compile time.
 # state array slots
 S_NUM_ROWS = 0  # rows emitted (or counted, past the table's capacity)
 S_BASE = 1  # position of the next text token
@@ -35,7 +38,7 @@ NUM_STATE = 12
 _F32_ZERO = np.float32(0)
 
 
-@helper
+@inner
 def reset(state, num_images, num_videos, num_audio):
     state[S_NUM_ROWS] = 0
     state[S_BASE] = 0
@@ -50,7 +53,7 @@ def reset(state, num_images, num_videos, num_audio):
     state[S_FRAMES_SEEN] = 0
 
 
-@helper
+@inner
 def push_row(rows, scales, state, out, tok_start, tok_len, kind, base, grid_offset, t, h, w, scaled, sp, r):
     """Emit one segment: write its positions into `out` (when it has columns),
     and append it to the table, extending the previous row when it continues
@@ -58,7 +61,7 @@ def push_row(rows, scales, state, out, tok_start, tok_len, kind, base, grid_offs
     if tok_len <= 0:
         return
     if out.shape[1] > 0:
-        write_segment(out, tok_start, 0, tok_len, kind, base, grid_offset, h, w, scaled, sp, r)
+        write_segment(out, tok_start, np.int64(0), tok_len, kind, base, grid_offset, h, w, scaled, sp, r)
     n = state[S_NUM_ROWS]
     if 0 < n <= rows.shape[0]:
         p = n - 1
@@ -94,13 +97,27 @@ def push_row(rows, scales, state, out, tok_start, tok_len, kind, base, grid_offs
     state[S_NUM_ROWS] = n + 1
 
 
-@helper
+@inner
+def _push_linear(rows, scales, state, out, tok_start, tok_len, base):
+    z = np.int64(0)
+    push_row(rows, scales, state, out, tok_start, tok_len, np.int64(C.KIND_LINEAR), base, z, z, z, z, z, _F32_ZERO, _F32_ZERO)
+
+
+@inner
+def _push_pair(rows, scales, state, out, tok_start, pair, base):
+    """An audio-in-video bos or eos pair: both at `base` (shared) or at base, base + 1."""
+    z = np.int64(0)
+    kind = np.int64(C.KIND_CONST) if pair == 0 else np.int64(C.KIND_LINEAR)
+    push_row(rows, scales, state, out, tok_start, np.int64(2), kind, base, z, z, z, z, z, _F32_ZERO, _F32_ZERO)
+
+
+@inner
 def flush_text(rows, scales, state, out, upto):
     """Emit the pending text run [text_start, upto) at consecutive positions."""
     st = state[S_TEXT_START]
     if upto > st:
         base = state[S_BASE]
-        push_row(rows, scales, state, out, st, upto - st, C.KIND_LINEAR, base, 0, 0, 0, 0, 0, np.float32(0), np.float32(0))
+        _push_linear(rows, scales, state, out, st, upto - st, base)
         state[S_BASE] = base + (upto - st)
         state[S_MAX] = max(state[S_MAX], base + (upto - st) - 1)
     state[S_TEXT_START] = upto
@@ -108,22 +125,23 @@ def flush_text(rows, scales, state, out, upto):
 
 
 
-@helper
+@inner
 def emit_grid(rows, scales, state, out, tok_start, t, h, w, mode, sp, r, next_rule):
     """A whole (t', h', w') block at the current base. The next base is one
     past the block's largest position (R-max), or s + max(h', w') (R-hw)."""
     s = state[S_BASE]
-    push_row(rows, scales, state, out, tok_start, t * h * w, C.KIND_GRID, s, 0, t, h, w, mode, sp, r)
+    push_row(rows, scales, state, out, tok_start, t * h * w, np.int64(C.KIND_GRID), s, np.int64(0), t, h, w, mode, sp, r)
     top = s + max(temporal_index(t - 1, mode, sp, r), h - 1, w - 1)
     state[S_MAX] = max(state[S_MAX], top)
     state[S_BASE] = s + max(h, w) if next_rule == C.NEXT_HW else top + 1
     state[S_TEXT_START] = tok_start + t * h * w
 
 
-@helper
+@inner
 def emit_frame(rows, scales, state, out, tok_start, h, w):
     """One video frame of a per-frame family: its own tau = 0 block."""
-    emit_grid(rows, scales, state, out, tok_start, 1, h, w, C.TAU_FRAME, np.float32(1), np.float32(1), C.NEXT_MAX)
+    one = np.int64(1)
+    emit_grid(rows, scales, state, out, tok_start, one, h, w, np.int64(C.TAU_FRAME), np.float32(1), np.float32(1), np.int64(C.NEXT_MAX))
 
 
 # --- audio in video -----------------------------------------------------------
@@ -135,61 +153,62 @@ def emit_frame(rows, scales, state, out, tok_start, h, w):
 # position of the block's last run (or of the whole block), shared or e, e + 1.
 
 
-@helper
+@inner
 def av_open(rows, scales, state, out, bos_tok, pair):
     """Emit the bos pair at the current base; returns s, the content base."""
     b = state[S_BASE]
-    push_row(rows, scales, state, out, bos_tok, 2, C.KIND_CONST if pair == 0 else C.KIND_LINEAR, b, 0, 0, 0, 0, 0, _F32_ZERO, _F32_ZERO)  # fmt: skip
+    _push_pair(rows, scales, state, out, bos_tok, pair, b)
     state[S_MAX] = max(state[S_MAX], b + pair)
     return b + 1 + pair
 
 
-@helper
+@inner
 def av_run(rows, scales, state, out, tok, is_audio, k0, count, s, t, h, w, mode, sp, r):
-    """Emit `count` interleave tokens from `tok`: audio tokens k0.. or video
-    tokens k0.. of the grid. Returns the largest position among them."""
-    if is_audio:
-        push_row(rows, scales, state, out, tok, count, C.KIND_LINEAR, s + k0, 0, 0, 0, 0, 0, _F32_ZERO, _F32_ZERO)
+    """Emit `count` interleave tokens from `tok`: audio tokens k0.. (is_audio
+    1) or video tokens k0.. of the grid (0). Returns the largest position
+    among them."""
+    if is_audio != 0:
+        _push_linear(rows, scales, state, out, tok, count, s + k0)
         return s + k0 + count - 1
-    push_row(rows, scales, state, out, tok, count, C.KIND_GRID, s, k0, t, h, w, mode, sp, r)
+    push_row(rows, scales, state, out, tok, count, np.int64(C.KIND_GRID), s, k0, t, h, w, mode, sp, r)
     return s + grid_range_max(k0, k0 + count, h, w, temporal_index((k0 + count - 1) // (h * w), mode, sp, r))
 
 
-@helper
+@inner
 def av_block_top(s, t, h, w, num_audio, mode, sp, r):
     """Largest position of a block's content (video grid and audio)."""
     return max(s + max(temporal_index(t - 1, mode, sp, r), h - 1, w - 1), s + num_audio - 1)
 
 
-@helper
+@inner
 def av_close(rows, scales, state, out, eos_tok, e, pair, block_top):
     """Emit the eos pair at e; text resumes after it."""
-    push_row(rows, scales, state, out, eos_tok, 2, C.KIND_CONST if pair == 0 else C.KIND_LINEAR, e, 0, 0, 0, 0, 0, _F32_ZERO, _F32_ZERO)  # fmt: skip
+    _push_pair(rows, scales, state, out, eos_tok, pair, e)
     state[S_MAX] = max(state[S_MAX], block_top, e + pair)
     state[S_BASE] = e + 1 + pair
     state[S_TEXT_START] = eos_tok + 2
 
 
-@helper
+@inner
 def av_emit_runs(rows, scales, state, out, tok, runs, r0, r1, s, t, h, w, mode, sp, r):
     """Emit interleave runs[r0:r1] (kind, count) from token `tok`. Returns
     (largest position of the last run, next token)."""
-    k_video = 0
-    k_audio = 0
+    k_video = np.int64(0)
+    k_audio = np.int64(0)
     last_top = s
     for q in range(r0, r1):
         count = runs[q, 1]
         if runs[q, 0] == 0:
-            last_top = av_run(rows, scales, state, out, tok, False, k_video, count, s, t, h, w, mode, sp, r)
+            last_top = av_run(rows, scales, state, out, tok, np.int64(0), k_video, count, s, t, h, w, mode, sp, r)
             k_video += count
         else:
-            last_top = av_run(rows, scales, state, out, tok, True, k_audio, count, s, t, h, w, mode, sp, r)
+            last_top = av_run(rows, scales, state, out, tok, np.int64(1), k_audio, count, s, t, h, w, mode, sp, r)
             k_audio += count
         tok += count
     return last_top, tok
 
 
-@helper
+@inner
 def av_vllm_shifted(rows, scales, state, out, bos_tok, t, h, w, mode, sp, r, num_audio, chunk):
     """vLLM 0.33's Qwen2.5-Omni audio-in-video (its D5 and D6 behaviours).
 
@@ -204,29 +223,29 @@ def av_vllm_shifted(rows, scales, state, out, bos_tok, t, h, w, mode, sp, r, num
     s = state[S_BASE]
     tok = bos_tok + 1
     hw = h * w
-    audio_done = 0
-    f = 0
+    audio_done = np.int64(0)
+    f = np.int64(0)
     while f < t:
         c = temporal_index(f, mode, sp, r) // chunk
         f0 = f
         while f < t and temporal_index(f, mode, sp, r) // chunk == c:
             f += 1
-        av_run(rows, scales, state, out, tok, False, f0 * hw, (f - f0) * hw, s, t, h, w, mode, sp, r)
+        av_run(rows, scales, state, out, tok, np.int64(0), f0 * hw, (f - f0) * hw, s, t, h, w, mode, sp, r)
         tok += (f - f0) * hw
         take = min(chunk, num_audio - audio_done)
         if take > 0:
-            av_run(rows, scales, state, out, tok, True, audio_done, take, s, t, h, w, mode, sp, r)
+            av_run(rows, scales, state, out, tok, np.int64(1), audio_done, take, s, t, h, w, mode, sp, r)
             tok += take
             audio_done += take
     if num_audio > audio_done:
-        av_run(rows, scales, state, out, tok, True, audio_done, num_audio - audio_done, s, t, h, w, mode, sp, r)
+        av_run(rows, scales, state, out, tok, np.int64(1), audio_done, num_audio - audio_done, s, t, h, w, mode, sp, r)
     top = av_block_top(s, t, h, w, num_audio, mode, sp, r)
     state[S_MAX] = max(state[S_MAX], top)
     state[S_BASE] = top + 1
     state[S_TEXT_START] = bos_tok + 1 + t * hw + num_audio
 
 
-@helper
+@inner
 def av_tau_merge(rows, scales, state, out, tok, s, t, h, w, mode, sp, r, num_audio):
     """vLLM 0.33's Qwen3-Omni audio-in-video positions (its D8): a merge of the
     frames' truncated temporal indices with the audio indices (frame f goes
@@ -234,17 +253,17 @@ def av_tau_merge(rows, scales, state, out, tok, s, t, h, w, mode, sp, r, num_aud
     the prompt's own layout (which its processor merged on untruncated times).
     Returns the next token."""
     hw = h * w
-    done = 0
+    done = np.int64(0)
     for f in range(t):
         before = min(num_audio, max(temporal_index(f, mode, sp, r), 0))
         if before > done:
-            av_run(rows, scales, state, out, tok, True, done, before - done, s, t, h, w, mode, sp, r)
+            av_run(rows, scales, state, out, tok, np.int64(1), done, before - done, s, t, h, w, mode, sp, r)
             tok += before - done
             done = before
-        av_run(rows, scales, state, out, tok, False, f * hw, hw, s, t, h, w, mode, sp, r)
+        av_run(rows, scales, state, out, tok, np.int64(0), f * hw, hw, s, t, h, w, mode, sp, r)
         tok += hw
     if num_audio > done:
-        av_run(rows, scales, state, out, tok, True, done, num_audio - done, s, t, h, w, mode, sp, r)
+        av_run(rows, scales, state, out, tok, np.int64(1), done, num_audio - done, s, t, h, w, mode, sp, r)
         tok += num_audio - done
     return tok
 
@@ -253,7 +272,7 @@ _BLOCK = 256  # tokens checked per branch-free block
 _NEAR = 8  # tokens checked one by one before the blocks start
 
 
-@helper
+@inner
 def check_run(ids, start, stop, token):
     """Index of the first token in [start, stop) that is not `token`, or -1.
     Blocks are checked without branches (vectorised); only a failing block
@@ -270,7 +289,7 @@ def check_run(ids, start, stop, token):
     return -1
 
 
-@helper
+@inner
 def next_special(ids, start, a, b, c, d):
     """Index of the first token at or after `start` equal to a, b, c or d
     (or len(ids)); text is skipped a branch-free block at a time."""
@@ -297,7 +316,7 @@ def next_special(ids, start, a, b, c, d):
     return num_tokens
 
 
-@helper
+@inner
 def _check_grids(grids, modality, merge):
     """Every dimension positive, h and w divisible by the merge size, images t == 1."""
     for n in range(grids.shape[0]):
@@ -312,7 +331,7 @@ def _check_grids(grids, modality, merge):
     return C.OK, 0, 0, 0
 
 
-@helper
+@inner
 def grid_tokens(grids, n, merge, limit):
     """t' h' w' and their product, or a product of limit + 1 when it exceeds limit
     (so huge grids cannot overflow int64)."""
@@ -326,7 +345,7 @@ def grid_tokens(grids, n, merge, limit):
 
 
 
-@helper
+@inner
 def check_items(params, image_grid, video_grid, video_sp, audio_tokens):
     """Validate grids, second_per_grid_ts and audio token counts before any row is built."""
     merge = np.int64(params[C.P_MERGE])
@@ -351,7 +370,7 @@ def check_items(params, image_grid, video_grid, video_sp, audio_tokens):
     return C.OK, 0, 0, 0
 
 
-@helper
+@inner
 def scan_item(ids, start, size, token):
     """Check a placeholder run of `size` tokens from `start`: returns
     (first foreign token index or -1, tokens missing past the prompt's end)."""

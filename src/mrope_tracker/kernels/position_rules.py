@@ -9,10 +9,10 @@
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper, jit
+from .jit_options import inner
 
 
-@jit
+@inner
 def temporal_index(frame, mode, sp, r):
     """tau(f) under a row's tau mode (layout_codes.TAU_*): the frame index;
     trunc((float32(f) * sp) * r) with both products rounded to float32, the
@@ -26,7 +26,7 @@ def temporal_index(frame, mode, sp, r):
     return np.int64(np.float64(frame) * (np.float64(sp) * np.float64(r)))
 
 
-@jit
+@inner
 def grid_range_max(k0, k1, h, w, tau_last):
     """Largest offset over the three rows among grid tokens k0 .. k1-1, where
     tau_last is the temporal index of the frame of token k1-1."""
@@ -48,7 +48,7 @@ def grid_range_max(k0, k1, h, w, tau_last):
 # access, which stops LLVM from vectorising (3-4x slower, measured).
 
 
-@helper
+@inner
 def write_linear(out, col, first, count):
     """first, first+1, ... on all three rows (text, audio, decode tokens)."""
     t_row = out[0, col : col + count]
@@ -60,12 +60,12 @@ def write_linear(out, col, first, count):
         w_row[n] = first + n
 
 
-@helper
+@inner
 def write_const(out, col, value, count):
     out[:, col : col + count] = value
 
 
-@helper
+@inner
 def _write_hw_rows(out, col, base, offset, count, w):
     """H and W rows of grid tokens offset .. offset+count-1 within one frame."""
     i = offset // w
@@ -85,7 +85,7 @@ def _write_hw_rows(out, col, base, offset, count, w):
         i += 1
 
 
-@helper
+@inner
 def write_grid(out, col, base, g0, count, h, w, scaled, sp, r):
     """Grid tokens g0 .. g0+count-1 of a (t', h', w') block at `base`:
     (base + tau(f), base + i, base + j).
@@ -112,7 +112,7 @@ def write_grid(out, col, base, g0, count, h, w, scaled, sp, r):
     if head == count:
         return
     size = min(hw, count - head)
-    _write_hw_rows(out, col + head, base, 0, size, w)
+    _write_hw_rows(out, col + head, base, np.int64(0), size, w)
     h_template = out[1, col + head : col + head + size]
     w_template = out[2, col + head : col + head + size]
     done = head + size
@@ -127,7 +127,7 @@ def write_grid(out, col, base, g0, count, h, w, scaled, sp, r):
         done += run
 
 
-@helper
+@inner
 def write_segment(out, col, n0, count, kind, base, grid_offset, h, w, scaled, sp, r):
     """Tokens n0 .. n0+count-1 of one layout row, into out[:, col:col+count]."""
     if kind == C.KIND_LINEAR:

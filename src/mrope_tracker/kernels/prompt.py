@@ -9,12 +9,12 @@ an NRT-compiled function costs reference counting on every array passed.
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper, jit
+from .jit_options import inner, jit
 from .layout_build import build_from_tokens
 from .layout_emit import NUM_STATE, S_MAX
 
 
-@helper
+@inner
 def _fill_prompt(state, out, ids, params, image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video):  # fmt: skip
     no_rows = state[:0].reshape((0, C.NUM_COLS))
     no_scales = video_sp[:0].reshape((0, C.NUM_SCALE_COLS))
@@ -38,4 +38,5 @@ def image_prompt_positions_kernel(out, ids, params, image_grid):
     of dispatch)."""
     state = np.empty(NUM_STATE, np.int64)
     no_sp = np.empty(0, np.float32)
-    return _fill_prompt(state, out, ids, params, image_grid, image_grid[:0], no_sp, ids[:0], False)  # fmt: skip
+    no_av = ids.shape[0] < 0  # False, typed as a run-time bool: a literal would compile the builder again
+    return _fill_prompt(state, out, ids, params, image_grid, image_grid[:0], no_sp, ids[:0], no_av)  # fmt: skip
