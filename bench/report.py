@@ -3,6 +3,7 @@ and the check of the output paths before any suite runs (`check_outputs`)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 
 MiB = 1024 * 1024
@@ -221,10 +222,18 @@ FORMATTERS = {
 }
 
 
+def _formatter(suite: str):
+    """The suite's table maker: ours above, or the suite module's own `tables`."""
+    if suite in FORMATTERS:
+        return FORMATTERS[suite]
+    module = importlib.import_module(f"{__package__}.suite_{suite}")
+    return module.tables
+
+
 def markdown(results: dict) -> str:
     parts = []
     for suite, result in results["suites"].items():
-        parts.append(f"### {suite}\n\n{FORMATTERS[suite](result)}")
+        parts.append(f"### {suite}\n\n{_formatter(suite)(result)}")
     return "\n\n".join(parts)
 
 
