@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout
+from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions
 from mrope_tracker.kernels import layout_codes as C
 
 from strategies import prompts
@@ -197,3 +197,30 @@ def test_frames_back_to_back_in_one_run():
     ranges = PromptLayout.from_ranges(QWEN3, len(ids), video_ranges=[(1, 10, [False] + [True] * 8 + [False])],
                                       video_grid_thw=[[2, 4, 4]])  # fmt: skip
     np.testing.assert_array_equal(ranges.rows, tokens.rows)
+
+
+def test_checked_interleave_order():
+    """With token_ids, an audio-in-video range whose layout is not the named convention's is a ValueError."""
+    config = MRopeConfig(family="qwen2_5_omni", tokens_per_second=2, seconds_per_chunk=2)  # chunk C = 4
+    v, a = config.video_token_id, config.audio_token_id
+    block = [v] * 4 + [a] * 4 + [v] * 4 + [a] * 2  # video (4, 2, 4), sp 1: transformers' layout
+    ids = [1, config.vision_start_token_id, config.audio_start_token_id, *block,
+           config.audio_end_token_id, config.vision_end_token_id, 2]  # fmt: skip
+    kwargs = dict(video_grid_thw=[[4, 2, 4]], second_per_grid_ts=[1.0], audio_feature_lengths=[24], use_audio_in_video=True)
+    layout = PromptLayout.from_ranges(config, len(ids), video_ranges=[(3, 14)], token_ids=ids, **kwargs)
+    np.testing.assert_array_equal(layout.positions(), PromptLayout.from_tokens(config, ids, **kwargs).positions())
+    swapped = ids[:3] + [a] * 4 + [v] * 8 + [a] * 2 + ids[-3:]
+    with pytest.raises(ValueError, match=r"video_ranges\[0\]: the interleave convention"):
+        PromptLayout.from_ranges(config, len(ids), video_ranges=[(3, 14)], token_ids=swapped, **kwargs)
+
+
+def test_unclosed_video_bracket_message():
+    """A GLM prompt that ends inside a begin_of_video bracket with every video used names the bracket."""
+    glm = MRopeConfig(family="glm4v")
+    ids = [1, glm.video_start_token_id, 2]
+    with pytest.raises(ValueError, match="bracket"):
+        PromptLayout.from_tokens(glm, ids)
+    with pytest.raises(ValueError, match="bracket"):
+        prompt_positions(glm, ids)
+    with pytest.raises(ValueError, match="interleave"):
+        PromptLayout.from_ranges(MRopeConfig(family="qwen2_5_omni", semantics="vllm-0.33"), 5, interleave="nonsense")

@@ -11,7 +11,7 @@ the tokens are); Qwen3-VL; GLM-4.1V/4.5V; Qwen3-Omni with integral sp * rate
 (int positions) and, through the reference's float mode, any rate.
 
 The oracle itself is first checked on the worked examples T1-T12 of the
-project's specification (expected values written from its text, as
+worked examples of docs/semantics.md (expected values written from their text, as
 transformers 4.57.6 applies) and against transformers' own Omni processors.
 """
 
@@ -46,7 +46,7 @@ few_examples = settings(max_examples=_EXAMPLES)
 
 
 # --------------------------------------------------------------------------
-# The oracle on the specification's worked examples
+# The oracle on the worked examples of docs/semantics.md
 # --------------------------------------------------------------------------
 
 
@@ -66,7 +66,7 @@ def _symbolic(family: str, config: dict, prompt: str) -> list[int]:
 
 
 def _omni_toy() -> dict:
-    """The spec's toy Omni config of its example A: r = 2, 2 s chunks (C = 4)."""
+    """The toy Omni config of worked example T6: r = 2, 2 s chunks (C = 4)."""
     config = copy.deepcopy(load_config("qwen2_5_omni"))
     config["thinker_config"]["position_id_per_seconds"] = 2
     return config
@@ -129,7 +129,7 @@ SPEC_EXAMPLES = [
 
 @pytest.mark.parametrize("case", SPEC_EXAMPLES, ids=[c[0] for c in SPEC_EXAMPLES])
 def test_oracle_matches_spec_examples(case):
-    """transformers' get_rope_index, as the oracle runs it, gives the spec's worked-example positions."""
+    """transformers' get_rope_index, as the oracle runs it, gives the documented worked-example positions."""
     _, family, config, prompt, kwargs, delta, points, rows = case
     config = load_config(config) if isinstance(config, str) else config
     ids = _symbolic(family, config, prompt)
@@ -143,7 +143,7 @@ def test_oracle_matches_spec_examples(case):
 
 
 def test_oracle_qwen3_omni_fractional_time():
-    """Qwen3-Omni at fps 3 (sp = 2/3): fractional float32 positions and delta (spec T10)."""
+    """Qwen3-Omni at fps 3 (sp = 2/3): fractional float32 positions and delta (worked example T10)."""
     config = load_config("qwen3_omni_moe")
     ids = _symbolic("qwen3_omni", config, "t VS AS V V A*9 V V A*4 V V AE VE t")
     positions, delta = hf_positions(config, ids, video_grid_thw=[[3, 2, 4]], second_per_grid_ts=[2 / 3],

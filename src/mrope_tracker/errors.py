@@ -137,6 +137,9 @@ def layout_error(code, a, b, c, d, config: MRopeConfig, items: Items, ids=None, 
         return ValueError(f"token_ids: the audio-in-video block of video {a} is cut off by the end of the prompt ({b} tokens missing)")
     if code == C.ERR_VIDEO_OPEN:
         where = f"token_ids[{b}]" if b < (ids.shape[0] if ids is not None else 0) else "the end of the prompt"
+        if a >= items.video_grid.shape[0]:
+            return ValueError(f"token_ids: a begin/end-of-video bracket at {where} holds no video of video_grid_thw "
+                              f"({items.video_grid.shape[0]} given) or is left open")  # fmt: skip
         return ValueError(
             f"token_ids: video_grid_thw[{a}] = {_grid_text(items.video_grid, a)} expects all its frames inside one "
             f"begin/end-of-video pair, but {where} opens or closes a bracket after {c} frames"

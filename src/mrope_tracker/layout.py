@@ -123,6 +123,18 @@ def check_ranges_against_tokens(config: MRopeConfig, items: Items, ranges: Range
                 f"video_ranges[{k}]: expected an interleave of {t * (h // m) * (w // m)} video and "
                 f"{length - t * (h // m) * (w // m)} audio tokens from token_ids[{offset}], found {video} video and {audio} audio"
             )
+        r0, r1 = int(ranges.av_bounds[k]), int(ranges.av_bounds[k + 1])
+        if r1 > r0:  # the layout the interleave convention rebuilt must be the prompt's own
+            block = ids[offset : offset + length] == config.audio_token_id
+            edges = np.flatnonzero(np.diff(block.view(np.int8), prepend=-1, append=-1))
+            found = list(zip(block[edges[:-1]].astype(int).tolist(), np.diff(edges).tolist()))
+            expected = [tuple(run) for run in ranges.av_runs[r0:r1].tolist()]
+            if found != expected:
+                q = next(i for i, (a, b) in enumerate(zip(found + [None], expected + [None])) if a != b)
+                raise ValueError(
+                    f"video_ranges[{k}]: the interleave convention lays the block out as (kind, count) runs "
+                    f"{expected[q:q + 3]}... from run {q}, but token_ids hold {found[q:q + 3]}... (kind 0 video, 1 audio)"
+                )
 
 
 _CHECK_MESSAGES = {

@@ -202,6 +202,10 @@ class Ranges:
                                      "whose every token is embedded (video or audio)")  # fmt: skip
             self.video = video if av else _embedded_run(video, video_masks, "video_ranges")
         self.av_runs, self.av_bounds = _NO_RUNS, np.zeros(num_videos + 1, np.int64)
+        if isinstance(interleave, str) and interleave not in config.spec.interleaves and config.is_omni:
+            raise ValueError(
+                f"interleave: expected one of {', '.join(config.spec.interleaves)} or explicit runs, got {interleave!r}"
+            )
         if av and num_videos and not config.switches & {"av_shift", "av_merge_tau"}:  # else positions follow counts
             self._interleaves(config, items, interleave, second_per_grid_ts)
 

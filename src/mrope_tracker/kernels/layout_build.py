@@ -366,10 +366,11 @@ def text_positions(out, ids, params):
     image_id = np.int64(params[C.P_IMAGE])
     video_id = np.int64(params[C.P_VIDEO])
     audio_id = np.int64(params[C.P_AUDIO])
+    video_open = np.int64(params[C.P_VIDEO_OPEN])  # a bracket wants a video too
     found = False
     for i in range(ids.shape[0]):
         tok = ids[i]
-        found |= (tok == image_id) | (tok == video_id) | (tok == audio_id)
+        found |= (tok == image_id) | (tok == video_id) | (tok == audio_id) | (tok == video_open)
     if found:
         return 0
     z = np.int64(0)
