@@ -1,15 +1,18 @@
 """The device check, as one short script for a machine with a CUDA GPU.
 
-    python -m mrope_tracker.bench.gpu_check [--json PATH]
+    python -m mrope_tracker.bench.gpu_check [--copy rows|span|both] [--json PATH]
 
 1. runs tests/test_gpu.py (correctness on the device, staging ring under an
    un-synchronised queue), when the tests folder is present;
 2. times one scheduler step with its host-to-device copy: the tracker
-   (`prepare_slots` and `prepare`) against the vLLM V1 design (pinned host
-   buffer, three row copies), for a 256-request decode step and a mixed
-   step. Two figures each: the host's time to enqueue the step, and the
-   time until the step's positions are on the device (a synchronize inside
-   every call).
+   (`prepare_slots` with int32 arrays, and `prepare` with lists) against the
+   vLLM V1 design (pinned host buffer, three row copies), for a 256-request
+   decode step and a mixed step. Two figures each: the host's time to
+   enqueue the step, and the time until the step's positions are on the
+   device (a synchronize inside every call); and the bytes each step copies.
+   `--copy` picks the tracker's staging copy (staging.py): "rows" (three
+   copies of the step's n columns, the default), "span" (one copy of
+   2 * (max_num_batched_tokens + 1) + n elements), or "both" to compare them.
 """
 
 from __future__ import annotations
@@ -30,15 +33,19 @@ from .baselines import V1Design
 from .suite_decode import NUM_RUNNING, _step_scenario
 from .timing import compare
 
+MAX_NUM_BATCHED_TOKENS = 8192
 
-def _time_steps(device: str) -> list[dict]:
-    scenario = _step_scenario(8192)
+
+def _time_steps(device: str, copy_modes: list[str]) -> list[dict]:
+    scenario = _step_scenario(MAX_NUM_BATCHED_TOKENS)
     on_gpu = device.startswith("cuda")
     sync = torch.cuda.synchronize if on_gpu else (lambda: None)
     rows = []
     for kind in ("decode", "mixed"):
         v1 = V1Design(scenario, device=device)
-        tracker = PositionTracker(scenario.config, max_num_reqs=scenario.max_num_seqs, max_num_batched_tokens=8192, device=device)
+        tracker = PositionTracker(
+            scenario.config, max_num_reqs=scenario.max_num_seqs, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, device=device
+        )
         running = scenario.requests[:NUM_RUNNING]
         prefilling = {s.req_id for s in running[:4]} if kind == "mixed" else set()
         for spec in running:
@@ -50,12 +57,11 @@ def _time_steps(device: str) -> list[dict]:
             )
         ids = [s.req_id for s in running]
         counts = [500 if r in prefilling else 1 for r in ids]
-        slots = np.array([tracker.slot(r) for r in ids], np.int64)
-        counts_np = np.array(counts, np.int64)
+        total = sum(counts)
+        slots32 = np.array([tracker.slot(r) for r in ids], np.int32)
+        counts32 = np.array(counts, np.int32)
         prefill_states = [v1.requests[r] for r in prefilling]
         prefill_slots = [tracker.slot(r) for r in prefilling]
-        if not torch.equal(v1.step(ids, counts).cpu(), tracker.prepare(ids, counts).cpu()):
-            raise AssertionError(f"{kind}: tracker and V1 differ on {device}")
 
         # Prefilling requests are rewound after every call (the same loop for both) so each call is the same step.
         def v1_step():
@@ -64,40 +70,66 @@ def _time_steps(device: str) -> list[dict]:
                 state[2] -= 500
 
         def tracker_step(by_slots: bool):
-            tracker.prepare_slots(slots, counts_np) if by_slots else tracker.prepare(ids, counts)
+            tracker.prepare_slots(slots32, counts32) if by_slots else tracker.prepare(ids, counts)
             for slot in prefill_slots:
                 tracker.slot_state[slot, F_NUM_COMPUTED] -= 500
 
-        contenders = {
-            "V1 design (3 row copies)": v1_step,
-            "prepare": lambda: tracker_step(False),
-            "prepare_slots": lambda: tracker_step(True),
-        }
+        contenders = {"V1 design (3 row copies)": v1_step}
+        bytes_per_step = {"V1 design (3 row copies)": 3 * total * 8 if on_gpu else 0}
+        for mode in copy_modes if on_gpu else ["no"]:
+            if on_gpu:
+                tracker.buffers.copy_mode = mode
+            # the same positions as V1 whichever copy moved them (then both rewound)
+            expected = v1.step(ids, counts).cpu()
+            got = tracker.prepare_slots(slots32, counts32).cpu()
+            for state, slot in zip(prefill_states, prefill_slots):
+                state[2] -= 500
+                tracker.slot_state[slot, F_NUM_COMPUTED] -= 500
+            if not torch.equal(got, expected):
+                raise AssertionError(f"{kind}: tracker ({mode} copy) and V1 differ on {device}")
+
+            def in_mode(by_slots: bool, mode=mode):
+                if on_gpu:
+                    tracker.buffers.copy_mode = mode
+                tracker_step(by_slots)
+
+            for entry, by_slots in (("prepare_slots, int32", True), ("prepare, lists", False)):
+                name = f"{entry}, {mode} copy"
+                contenders[name] = lambda fn=in_mode, s=by_slots: fn(s)
+                bytes_per_step[name] = tracker.buffers.copy_nbytes(total)
         enqueue = compare(contenders, rounds=15)
         landed = compare({k: (lambda fn=fn: (fn(), sync())) for k, fn in contenders.items()}, rounds=15)
-        row = {"step": kind, "device": device}
-        row.update({f"{k}, enqueue_us": v * 1e6 for k, v in enqueue.items()})
-        row.update({f"{k}, on device_us": v * 1e6 for k, v in landed.items()})
-        rows.append(row)
+        for name in contenders:
+            rows.append({
+                "step": f"{kind}: {NUM_RUNNING} requests, {total} tokens", "device": device, "contender": name,
+                "enqueue_us": enqueue[name] * 1e6, "on_device_us": landed[name] * 1e6,
+                "bytes_copied": bytes_per_step[name],
+            })  # fmt: skip
     return rows
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copy", choices=["rows", "span", "both"], default="both",
+                        help="the tracker's staging copy to time (default: both, to compare them)")  # fmt: skip
     parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--no-tests", action="store_true", help="skip tests/test_gpu.py")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check", file=sys.stderr)
         return 1
-    results: dict = {"device": torch.cuda.get_device_name(0)}
+    copy_modes = ["rows", "span"] if args.copy == "both" else [args.copy]
+    results: dict = {"device": torch.cuda.get_device_name(0), "copy_modes": copy_modes}
     tests = os.path.join(os.path.dirname(__file__), "..", "tests", "test_gpu.py")
-    if os.path.exists(tests):
+    if os.path.exists(tests) and not args.no_tests:
         proc = subprocess.run([sys.executable, "-m", "pytest", tests, "-q", "-p", "no:cacheprovider"], check=False)
         results["tests_returncode"] = proc.returncode
     warmup()
-    results["steps_us"] = _time_steps("cuda") + _time_steps("cpu")
-    for row in results["steps_us"]:
-        print(" | ".join(f"{k}: {v:.1f}" if isinstance(v, float) else f"{k}: {v}" for k, v in row.items()))
+    results["steps"] = _time_steps("cuda", copy_modes) + _time_steps("cpu", copy_modes)
+    print("| step | device | contender | enqueue | on device | bytes copied |\n|---|---|---|---|---|---|")
+    for r in results["steps"]:
+        print(f"| {r['step']} | {r['device']} | {r['contender']} | {r['enqueue_us']:.1f} us | {r['on_device_us']:.1f} us "
+              f"| {r['bytes_copied']:,} |")  # fmt: skip
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)

@@ -6,11 +6,14 @@
    PR #19939), and this library's jitted `next_positions`.
 2. Whole steps against today's V1 design (bench/baselines.py): a decode step
    of 256 running requests, and mixed steps (chunked prefill + decode),
-   through `PositionTracker.prepare` (request ids) and `prepare_slots`
-   (slot and count arrays, as an engine's input batch holds them).
+   through `PositionTracker.prepare_slots` (int32 or int64 slot and count
+   arrays, as an engine's input batch holds them, with or without the
+   scheduler's num_computed_tokens) and `prepare` (list or tuple ids, list
+   counts, with or without num_computed_tokens, the previous step's batch or
+   a new one): `forms` has one row per entry point and argument form.
 3. The tracker's design choice: the same decode-step body as a numba
    jitclass method, and as an njit function taking the state as arrays
-   (what the tracker does).
+   (what the tracker does), with and without numba's runtime.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from mrope_tracker import PositionTracker, next_positions
 from mrope_tracker.kernels.tracker_step import F_NUM_COMPUTED
 
 from .baselines import V1Design, torch_lru_next_positions, torch_next_positions, v1_next_positions
-from .timing import compare
+from .timing import compare, measure, medians_us, ratio
 from .workloads import PromptBuilder, RequestSpec, Scenario, qwen2_5_vl
 
 NUM_RUNNING = 256
@@ -80,10 +83,25 @@ def _step_scenario(max_num_batched_tokens: int) -> Scenario:
     return Scenario("step", "", config, reqs, NUM_RUNNING + 8, max_num_batched_tokens, 32768)
 
 
-def _whole_steps(quick: bool, progress) -> list[dict]:
+# The tracker's entry points and argument forms timed against the V1 design.
+# "same batch": the previous step's ids again (every decode step);
+# "new batch": the order flips on every call, so the ids (and, for mixed
+# steps, the counts) must be mapped and converted again.
+ENTRY_POINTS = (
+    "prepare_slots, int32 arrays",
+    "prepare_slots, int64 arrays",
+    "prepare_slots, int32 arrays + num_computed_tokens",
+    "prepare, list ids + list counts",
+    "prepare, tuple ids + list counts",
+    "prepare, list ids + list counts + num_computed_tokens list",
+    "prepare, list ids + list counts, new batch",
+)
+
+
+def _whole_steps(quick: bool, progress) -> tuple[list[dict], list[dict]]:
     scenario = _step_scenario(8192)
     config = scenario.config
-    rows = []
+    rows, forms = [], []
     for kind in ("decode", "mixed"):
         progress(f"decode: whole {kind} step, {NUM_RUNNING} requests")
         v1 = V1Design(scenario)
@@ -100,71 +118,79 @@ def _whole_steps(quick: bool, progress) -> list[dict]:
                 spec.req_id, prompt_len, **spec.prompt.kwargs, **spec.prompt.ranges, num_computed_tokens=done
             )
         req_ids = [s.req_id for s in running]
+        req_tuple = tuple(req_ids)
         chunk = 500  # prefill chunk of each prefilling request (mixed steps)
         counts = [chunk if r in prefilling else 1 for r in req_ids]
-        slots = np.array([tracker.slot(r) for r in req_ids], dtype=np.int64)
-        counts_np = np.array(counts, dtype=np.int64)
+        slots64 = np.array([tracker.slot(r) for r in req_ids], dtype=np.int64)
+        counts64 = np.array(counts, dtype=np.int64)
+        slots32, counts32 = slots64.astype(np.int32), counts64.astype(np.int32)
+        # the scheduler's num_computed_tokens for this step: the tracker's counters now
+        computed = [tracker.num_computed_tokens(r) for r in req_ids]
+        computed32 = np.array(computed, dtype=np.int32)
         prefill_state = [v1.requests[r] for r in prefilling]
         prefill_slots = [tracker.slot(r) for r in prefilling]
         slot_state = tracker.slot_state
 
         # Prefilling requests are rewound after each call so that every call
-        # is the same mixed step; both designs pay the same small Python loop.
+        # is the same mixed step; every contender pays the same small loop
+        # (steps given num_computed_tokens would not need it).
+        def rewound(step):
+            def run():
+                step()
+                for s in prefill_slots:
+                    slot_state[s, F_NUM_COMPUTED] -= chunk
+
+            return run
+
         def v1_step():
             v1.step(req_ids, counts)
             for state in prefill_state:
                 state[2] -= chunk
 
-        def tracker_prepare():
-            tracker.prepare(req_ids, counts)
-            for s in prefill_slots:
-                slot_state[s, F_NUM_COMPUTED] -= chunk
-
-        def tracker_slots():
-            tracker.prepare_slots(slots, counts_np)
-            for s in prefill_slots:
-                slot_state[s, F_NUM_COMPUTED] -= chunk
-
-        # The same step with the batch order flipped on every call, so that
-        # prepare never finds the previous step's ids (nor, for mixed steps,
-        # its counts) and maps and copies them again.
         orders = [(list(req_ids), list(counts)), (req_ids[::-1], counts[::-1])]
         flip = [0]
 
-        def tracker_prepare_new_batch():
+        def new_batch():
             flip[0] ^= 1
-            tracker.prepare(*orders[flip[0]])
-            for s in prefill_slots:
-                slot_state[s, F_NUM_COMPUTED] -= chunk
+            return tracker.prepare(*orders[flip[0]])
 
-        # Same state in both designs: check each tracker entry point against a V1 step.
-        for ours in (lambda: tracker.prepare(req_ids, counts), lambda: tracker.prepare_slots(slots, counts_np)):
+        entries = dict(zip(ENTRY_POINTS, (
+            lambda: tracker.prepare_slots(slots32, counts32),
+            lambda: tracker.prepare_slots(slots64, counts64),
+            lambda: tracker.prepare_slots(slots32, counts32, computed32),
+            lambda: tracker.prepare(req_ids, counts),
+            lambda: tracker.prepare(req_tuple, counts),
+            lambda: tracker.prepare(req_ids, counts, num_computed_tokens=computed),
+            new_batch,
+        )))  # fmt: skip
+        # Same state in both designs: check every entry point against a V1 step.
+        for name, ours in entries.items():
+            computed[:] = [tracker.num_computed_tokens(r) for r in req_ids]  # the scheduler's view, now
+            computed32[:] = computed
             expected = v1.step(req_ids, counts).clone()
+            flip[0] = 1  # new_batch runs the original order next
             got = ours().clone()
             for state, s in zip(prefill_state, prefill_slots):
                 state[2] -= chunk
                 slot_state[s, F_NUM_COMPUTED] -= chunk
             if not torch.equal(got, expected):
-                raise AssertionError(f"tracker step differs from the V1 design ({kind})")
-        times = compare(
-            {"V1 design": v1_step, "prepare": tracker_prepare, "prepare_new": tracker_prepare_new_batch,
-             "prepare_slots": tracker_slots},
-            rounds=5 if quick else 15,
-        )  # fmt: skip
-        v1_time = times["V1 design"]
-        rows.append(
-            {
-                "step": f"{kind}: {NUM_RUNNING} requests, {sum(counts)} tokens",
-                "v1_us": v1_time * 1e6,
-                "prepare_us": times["prepare"] * 1e6,
-                "prepare_new_batch_us": times["prepare_new"] * 1e6,
-                "prepare_slots_us": times["prepare_slots"] * 1e6,
-                "speedup_prepare": v1_time / times["prepare"],
-                "speedup_prepare_new_batch": v1_time / times["prepare_new"],
-                "speedup_slots": v1_time / times["prepare_slots"],
-            }
-        )
-    return rows
+                raise AssertionError(f"tracker step differs from the V1 design ({kind}, {name})")
+        contenders = {"V1 design": v1_step}
+        contenders.update({name: rewound(fn) for name, fn in entries.items()})
+        samples = measure(contenders, rounds=5 if quick else 15)
+        us = medians_us(samples)
+        step = f"{kind}: {NUM_RUNNING} requests, {sum(counts)} tokens"
+        for name in ENTRY_POINTS:
+            forms.append({"step": step, "entry": name, "us": us[name], "speedup": ratio(samples, "V1 design", name)})
+        same, new, slots = ENTRY_POINTS[3], ENTRY_POINTS[6], ENTRY_POINTS[0]
+        rows.append({
+            "step": step, "v1_us": us["V1 design"],
+            "prepare_us": us[same], "prepare_new_batch_us": us[new], "prepare_slots_us": us[slots],
+            "speedup_prepare": ratio(samples, "V1 design", same),
+            "speedup_prepare_new_batch": ratio(samples, "V1 design", new),
+            "speedup_slots": ratio(samples, "V1 design", slots),
+        })  # fmt: skip
+    return rows, forms
 
 
 _SLOT_STATE_SPEC = [
@@ -202,8 +228,17 @@ def _decode_body(out, slots, counts, slot_state):
 
 
 @numba.njit(cache=True)
-def _state_as_arrays(out, slots, counts, slot_state, pool_rows, pool_scales, step_id, max_tokens, max_len):
+def _state_as_arrays(out, slots, counts, computed, slot_state, pool_rows, pool_scales, params):
     return _decode_body(out, slots, counts, slot_state)
+
+
+# the same two functions compiled without numba's runtime (NRT), as the tracker's step kernel is
+_decode_body_no_nrt = numba.njit(cache=True, _nrt=False)(_decode_body.py_func)
+
+
+@numba.njit(cache=True, _nrt=False)
+def _state_as_arrays_no_nrt(out, slots, counts, computed, slot_state, pool_rows, pool_scales, params):
+    return _decode_body_no_nrt(out, slots, counts, slot_state)
 
 
 def _dispatch(quick: bool, progress) -> list[dict]:
@@ -214,21 +249,26 @@ def _dispatch(quick: bool, progress) -> list[dict]:
     out = np.zeros((3, 8193), np.int64)
     slots = np.arange(NUM_RUNNING, dtype=np.int64)
     counts = np.ones(NUM_RUNNING, np.int64)
+    computed = np.zeros(0, np.int64)
+    params = np.zeros(6, np.int64)
+    args = (out, slots, counts, computed, slot_state, pool_rows, pool_scales, params)
     obj = _StateObject(slot_state, pool_rows, pool_scales, out)
-    if obj.step(slots, counts) != _state_as_arrays(out, slots, counts, slot_state, pool_rows, pool_scales, 1, 8192, 0):
+    if not obj.step(slots, counts) == _state_as_arrays(*args) == _state_as_arrays_no_nrt(*args):
         raise AssertionError("jitclass and njit decode bodies differ")
     times = compare(
         {"jitclass method (4 arrays inside)": lambda: obj.step(slots, counts),
-         "njit function, 9 arguments (ours)": lambda: _state_as_arrays(
-             out, slots, counts, slot_state, pool_rows, pool_scales, 1, 8192, 0)},
+         "njit function, 8 arguments, numba runtime": lambda: _state_as_arrays(*args),
+         "njit function, 8 arguments, no numba runtime (ours)": lambda: _state_as_arrays_no_nrt(*args)},
         rounds=5 if quick else 15,
     )  # fmt: skip
     return [{"call": k, "step_us": v * 1e6} for k, v in times.items()]
 
 
 def run(quick: bool, progress) -> dict:
+    steps, forms = _whole_steps(quick, progress)
     return {
         "per_request": _per_request(quick, progress),
-        "steps": _whole_steps(quick, progress),
+        "steps": steps,
+        "forms": forms,
         "dispatch": _dispatch(quick, progress),
     }

@@ -247,3 +247,54 @@ def test_cuda_tracker_always_stages():
     tracker = PositionTracker(CONFIGS["qwen2_vl"], max_num_reqs=1, max_num_batched_tokens=8, device="cuda:0")
     tracker.add_request("r", [TEXT] * 5)
     assert tracker.prepare(["r"], [7]).cpu().tolist() == [list(range(7))] * 3
+
+
+@pytest.mark.parametrize("copy_mode", ["rows", "span"])
+def test_copy_modes_match_cpu(copy_mode):
+    """Both staging copies (three row copies, or one span) land the CPU tracker's positions, also when queued unsynchronised."""
+    config, prompts, plan = workload(6, "qwen2_5_omni", num_reqs=6, num_items=6, max_text=60, max_num_batched_tokens=1024, num_steps=60)
+    expected = cpu_results(config, prompts, plan, 1024)
+    gpu = build(config, prompts, 1024, DEVICE, num_staging_buffers=2)
+    gpu.buffers.copy_mode = copy_mode
+    kept = []
+    for k, op in enumerate(plan):
+        if k % 7 == 0:
+            keep_gpu_busy()
+        out = apply(gpu, op, by_slots=k % 2 == 0)
+        if out is not None:
+            kept.append(out.clone())
+    torch.cuda.synchronize()
+    assert len(kept) == len(expected)
+    for k, (got, want) in enumerate(zip(kept, expected)):
+        assert torch.equal(got.cpu(), want), f"step {k}"
+
+
+def test_row_copies_scale_with_the_step():
+    """A rows-mode step copies 3 n elements, a span-mode step 2 (max_num_batched_tokens + 1) + n."""
+    tracker = PositionTracker(CONFIGS["qwen2_vl"], max_num_reqs=2, max_num_batched_tokens=4096, device=DEVICE)
+    assert tracker.buffers.copy_mode == "rows"
+    assert tracker.buffers.copy_nbytes(10) == 3 * 10 * 8
+    tracker.buffers.copy_mode = "span"
+    assert tracker.buffers.copy_nbytes(10) == (2 * 4097 + 10) * 8
+
+
+def test_num_computed_tokens_and_int32_arrays_on_cuda():
+    """Steps given num_computed_tokens as int32 arrays equal a CPU tracker that rolls back to the same counts."""
+    config, prompts, _ = workload(7, "qwen2_5_vl", num_reqs=4, num_items=2, max_text=20, max_num_batched_tokens=4096, num_steps=1)
+    cpu = build(config, prompts, 4096, "cpu")  # room for any catch-up step below
+    gpu = build(config, prompts, 4096, DEVICE)
+    rng = np.random.default_rng(7)
+    ids = sorted(prompts)
+    slots = np.array([gpu.slot(rid) for rid in ids], np.int32)
+    for _ in range(40):
+        computed = [int(rng.integers(0, cpu.prompt_len(rid) + 20)) for rid in ids]
+        counts = [int(rng.integers(0, 40)) for _ in ids]
+        for rid, c in zip(ids, computed):  # the CPU twin reaches each count by rollback or by a step
+            done = cpu.num_computed_tokens(rid)
+            if c <= done:
+                cpu.rollback(rid, done - c)
+            else:
+                cpu.prepare([rid], [c - done])
+        want = cpu.prepare(ids, counts).clone()
+        got = gpu.prepare_slots(slots, np.array(counts, np.int32), np.array(computed, np.int32))
+        assert got.is_cuda and torch.equal(got.cpu(), want)

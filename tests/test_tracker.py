@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mrope_tracker import MRopeConfig, PromptLayout, reference
 from mrope_tracker.tracker import PositionTracker
@@ -264,7 +266,7 @@ def test_decode_after_prompt(case):
 
 
 def test_decode_delta_values():
-    """Decode after spec T1 (L 12, delta -3) gives 9, 10, 11 (hand-checked)."""
+    """Decode after T1 (L 12, delta -3) gives 9, 10, 11 (hand-checked)."""
     case = vl_image()
     tracker = make_tracker(case.config)
     case.add(tracker, "r")
@@ -575,6 +577,22 @@ def test_cpu_staging_matches_direct(num_staging_buffers):
     assert direct.nbytes()["host_staging"] == 0
 
 
+@pytest.mark.parametrize("copy_mode", ["rows", "span"])
+def test_cpu_staging_copy_modes(copy_mode):
+    """Both staging copies (three row copies, or one span) give the direct tracker's positions; only rows scale with the step."""
+    cases = _batch_cases()
+    direct, staged = make_tracker(qwen2_vl()), make_tracker(qwen2_vl(), staging=True, num_staging_buffers=2)
+    staged.buffers.copy_mode = copy_mode
+    for rid, case in cases.items():
+        case.add(direct, rid)
+        case.add(staged, rid)
+    for order, counts in ((["a", "b", "c", "d"], [6, 5, 4, 3]), (["d", "c"], [11, 13]), (["b"], [0]), (["a", "b"], [1, 1])):
+        np.testing.assert_array_equal(as_numpy(staged.prepare(order, counts)), as_numpy(direct.prepare(order, counts)))
+    width = staged.positions.shape[1]
+    assert staged.buffers.copy_nbytes(5) == (3 * 5 if copy_mode == "rows" else 2 * width + 5) * 8
+    assert direct.buffers.copy_nbytes(5) == 0
+
+
 def test_cpu_staging_rejected_step_keeps_ring():
     """A rejected staged step leaves the ring and the next result as if it never happened."""
     case = vl_video()
@@ -668,9 +686,11 @@ BAD_CALLS = {
     "add_no_free_slot": ({"max_num_reqs": 3}, _add("tokens"), ValueError, "req_id"),
     "add_from_ranges_no_free_slot": ({"max_num_reqs": 3}, _add("ranges"), ValueError, "req_id"),
     "add_layout_no_free_slot": ({"max_num_reqs": 3}, _add("layout_ranges"), ValueError, "req_id"),
-    "add_cached_beyond_prompt": ({}, _add("tokens", computed=13), ValueError, "num_computed_tokens"),
-    "add_from_ranges_cached_beyond_prompt": ({}, _add("ranges", computed=13), ValueError, "num_computed_tokens"),
-    "add_layout_cached_beyond_prompt": ({}, _add("layout_tokens", computed=13), ValueError, "num_computed_tokens"),
+    # (populated() sets max_model_len=40; a cached count past the 12-token prompt but within it is a resumption)
+    "add_cached_beyond_max_model_len": ({}, _add("tokens", computed=41), ValueError, "num_computed_tokens"),
+    "add_from_ranges_cached_beyond_max_model_len": ({}, _add("ranges", computed=41), ValueError, "num_computed_tokens"),
+    "add_layout_cached_beyond_max_model_len": ({}, _add("layout_tokens", computed=41), ValueError, "num_computed_tokens"),
+    "add_cached_beyond_index_limit": ({"max_model_len": None}, _add("tokens", computed=2**62 + 1), ValueError, "num_computed_tokens"),
     "add_negative_cached": ({}, _add("tokens", computed=-1), ValueError, "num_computed_tokens"),
     "add_float_cached": ({}, _add("tokens", computed=2.0), TypeError, "num_computed_tokens"),
     "add_bad_items": ({}, lambda t: t.add_request("x", _IMAGE.ids, image_grid_thw=[[1, 4, 4]]), ValueError, "token_ids"),
@@ -798,14 +818,16 @@ def test_bad_constructor_arguments(kwargs, exc, match):
 def test_int32_tracker_refuses_prompts_past_int32():
     """An int32 tracker refuses a prompt whose positions pass 2**31 - 1 (naming dtype), and changes nothing."""
     config = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
-    # tau(1) = float32(1 * 1073741760) * 2 = 2147483520 < 2**31 is allowed; 300 text tokens before it
-    # put the video's last frame at 2147483820 > 2**31 - 1.
-    ids = np.array([1] * 300 + [config.video_token_id] * 8 + [2] * 3)
+    # tau(1) = float32(1 * 1.07e9) * 2 = 2.14e9 (both exact in float32) is a valid temporal index; 8M text
+    # tokens before the video (a range-form prompt: O(items)) put its last frame at 2,148,000,000 > 2**31 - 1.
+    num_tokens, video = 8_000_011, {"video_ranges": [[8_000_000, 8]], "video_grid_thw": [[2, 4, 4]]}
     tracker = PositionTracker(config, max_num_reqs=2, max_num_batched_tokens=64, dtype=torch.int32)
     with pytest.raises(ValueError, match="dtype"):
-        tracker.add_request("r", ids, video_grid_thw=[[2, 4, 4]], second_per_grid_ts=[1073741760.0])
+        tracker.add_request_from_ranges("r", num_tokens, **video, second_per_grid_ts=[1.07e9])
     assert len(tracker) == 0
-    tracker.add_request("ok", ids, video_grid_thw=[[2, 4, 4]], second_per_grid_ts=[1.0])
+    wide = PositionTracker(config, max_num_reqs=2, max_num_batched_tokens=64)
+    wide.add_request_from_ranges("r", num_tokens, **video, second_per_grid_ts=[1.07e9])  # int64 holds it
+    tracker.add_request_from_ranges("ok", num_tokens, **video, second_per_grid_ts=[1.0])
     assert len(tracker) == 1
 
 
@@ -847,3 +869,228 @@ def test_staging_must_be_a_bool():
     """staging accepts True, False or None only."""
     with pytest.raises(TypeError, match="staging"):
         PositionTracker(MRopeConfig(family="qwen2_vl"), max_num_reqs=1, max_num_batched_tokens=8, staging="yes")
+
+
+# --- the scheduler's num_computed_tokens -------------------------------------------------------
+
+# (num_computed_tokens, num_scheduled_tokens) per step, relative to the prompt length L: chunked
+# prefill, 4-token speculative steps whose next num_computed shows rejections (lower than the
+# counter), preemption to a cache hit and to zero, then a jump forward (a resumed request).
+def _scheduler_plan(length: int) -> list[tuple[int, int]]:
+    half = length // 2
+    return [(0, half), (half, length - half + 4), (length + 1, 4), (length + 3, 4), (length + 7, 1),
+            (3, 2), (0, length + 1), (length + 1, 1), (length + 20, 3), (length + 2, 0), (length + 2, 1)]  # fmt: skip
+
+
+@by_name
+@pytest.mark.parametrize("entry", ["prepare", "prepare_slots"])
+def test_num_computed_tokens_drives_positions(case, entry):
+    """Given the scheduler's num_computed_tokens, each step starts there and the counter becomes computed + scheduled."""
+    ref, delta = case.reference()
+    tracker = make_tracker(case.config)
+    case.add(tracker, "r")
+    for computed, count in _scheduler_plan(case.num_tokens):
+        if entry == "prepare":
+            out = tracker.prepare(["r"], [count], num_computed_tokens=[computed])
+        else:
+            out = tracker.prepare_slots(np.array([tracker.slot("r")]), np.array([count]), np.array([computed]))
+        assert_positions(out, expected_step(ref, delta, computed, count))
+        assert tracker.num_computed_tokens("r") == computed + count
+
+
+@by_name
+def test_num_computed_tokens_equals_rollback(case):
+    """Driving a tracker by num_computed_tokens gives the same positions as driving a twin by rollback."""
+    by_count, by_rollback = make_tracker(case.config), make_tracker(case.config)
+    case.add(by_count, "r")
+    case.add(by_rollback, "r")
+    for computed, count in _scheduler_plan(case.num_tokens):
+        counter = by_rollback.num_computed_tokens("r")
+        if computed <= counter:
+            by_rollback.rollback("r", counter - computed)
+        else:  # a jump forward: tokens the scheduler computed elsewhere (a resumed request's cache)
+            by_rollback.prepare(["r"], [computed - counter])
+        expected = as_numpy(by_rollback.prepare(["r"], [count]))
+        np.testing.assert_array_equal(as_numpy(by_count.prepare(["r"], [count], num_computed_tokens=[computed])), expected)
+
+
+def test_num_computed_tokens_in_a_batch():
+    """In one batch, each request starts at its own num_computed_tokens; requests not in the step keep their counters."""
+    cases = _batch_cases()
+    refs = {rid: case.reference() for rid, case in cases.items()}
+    tracker = make_tracker(qwen2_vl(), max_num_batched_tokens=128)
+    for rid, case in cases.items():
+        case.add(tracker, rid)
+    tracker.prepare(["a", "b", "c", "d"], [5, 5, 5, 5])
+    order, counts, computed = ["d", "b", "a"], [4, 1, 6], [2, 5 + 30, 0]
+    out = as_numpy(tracker.prepare(order, counts, num_computed_tokens=computed))
+    expected = [expected_step(*refs[rid], c, n) for rid, n, c in zip(order, counts, computed)]
+    np.testing.assert_array_equal(out, np.concatenate(expected, axis=1))
+    assert [tracker.num_computed_tokens(rid) for rid in "abcd"] == [6, 36, 5, 6]
+
+
+@by_name
+@pytest.mark.parametrize("form", FORMS)
+def test_resumed_request_admitted_past_its_prompt(case, form):
+    """A request admitted with num_computed_tokens past its prompt (cached generated tokens) decodes at index + delta."""
+    ref, delta = case.reference()
+    computed = case.num_tokens + 9
+    tracker = make_tracker(case.config, max_model_len=computed + 3)
+    case.add(tracker, "r", form, num_computed_tokens=computed)
+    assert tracker.num_computed_tokens("r") == computed
+    assert tracker.mrope_position_delta("r") == delta
+    assert_positions(tracker.prepare(["r"], [3]), expected_step(ref, delta, computed, 3))
+    # a rollback into the prompt still finds the prompt's layout
+    tracker.rollback("r", computed + 3 - 2)
+    assert_positions(tracker.prepare(["r"], [4]), expected_step(ref, delta, 2, 4))
+
+
+def test_num_computed_tokens_past_int32():
+    """num_computed_tokens past 2**31 (lists fall back to the checked conversion) gives index + delta in an int64 tracker."""
+    case = vl_image()
+    ref, delta = case.reference()
+    tracker = make_tracker(case.config)
+    case.add(tracker, "r")
+    start = 2**40 + 3
+    for computed in ([start], (start,), np.array([start]), torch.tensor([start])):
+        assert_positions(tracker.prepare(["r"], [2], num_computed_tokens=computed), expected_step(ref, delta, start, 2))
+    assert tracker.num_computed_tokens("r") == start + 2
+
+
+# --- argument forms -----------------------------------------------------------------------------
+
+
+def _form(values: list[int], form: str):
+    """`values` as one of the accepted argument forms."""
+    if form == "list":
+        return list(values)
+    if form == "tuple":
+        return tuple(values)
+    if form == "numpy_scalars":
+        return [np.int64(v) for v in values]
+    if form == "strided":
+        return np.repeat(np.array(values, np.int64), 2)[::2]
+    if form == "readonly":
+        arr = np.array(values, np.int64)
+        arr.flags.writeable = False
+        return arr
+    if form.startswith("tensor"):
+        return torch.tensor(values, dtype=getattr(torch, form.split("_")[1]))
+    return np.array(values, np.dtype(form))
+
+
+ARG_FORMS = ["list", "tuple", "int64", "int32", "int16", "uint32", "uint64", "numpy_scalars", "strided", "readonly",
+             "tensor_int64", "tensor_int32"]  # fmt: skip
+
+
+def _forms_tracker() -> PositionTracker:
+    tracker = make_tracker(qwen2_vl(), max_num_reqs=5, max_num_batched_tokens=128, max_model_len=200)
+    for rid, case in _batch_cases().items():
+        case.add(tracker, rid)
+    tracker.prepare(["a", "b", "c", "d"], [3, 2, 0, 5])
+    return tracker
+
+
+@given(
+    data=st.data(),
+    slots_form=st.sampled_from(ARG_FORMS),
+    counts_form=st.sampled_from(ARG_FORMS),
+    computed_form=st.sampled_from([None, *ARG_FORMS]),
+    ids_form=st.sampled_from(["list", "tuple", "numpy"]),
+)
+def test_argument_forms_agree(data, slots_form, counts_form, computed_form, ids_form):
+    """Every accepted form of slots, ids, counts and computed counts gives the int64-array step's positions and counters."""
+    order = data.draw(st.permutations("abcd"))[: data.draw(st.integers(0, 4))]
+    counts = [data.draw(st.integers(0, 20)) for _ in order]
+    computed = [data.draw(st.integers(0, 60)) for _ in order] if computed_form else None
+    trackers = [_forms_tracker() for _ in range(3)]
+    reference_tracker, by_slots, by_ids = trackers
+    slots = [reference_tracker.slot(rid) for rid in order]
+    want = as_numpy(reference_tracker.prepare_slots(
+        np.array(slots, np.int64), np.array(counts, np.int64), None if computed is None else np.array(computed, np.int64)))  # fmt: skip
+    got = by_slots.prepare_slots(
+        _form(slots, slots_form), _form(counts, counts_form), None if computed is None else _form(computed, computed_form))  # fmt: skip
+    np.testing.assert_array_equal(as_numpy(got), want)
+    ids = {"list": list, "tuple": tuple, "numpy": np.array}[ids_form](order)
+    kwargs = {} if computed is None else {"num_computed_tokens": _form(computed, computed_form)}
+    np.testing.assert_array_equal(as_numpy(by_ids.prepare(ids, _form(counts, counts_form), **kwargs)), want)
+    for tracker in (by_slots, by_ids):
+        assert [tracker.num_computed_tokens(r) for r in "abcd"] == [reference_tracker.num_computed_tokens(r) for r in "abcd"]
+
+
+_SLOTS = np.array([1, 0], np.int64)  # the slots of "b" and "a" in populated()
+
+BAD_FORMS = {
+    # argument: (bad value, exception, message pattern); the other arguments are valid int64 arrays
+    "counts_float_list": ("counts", [1, 2.0], TypeError, "num_scheduled_tokens"),
+    "counts_bool_in_list": ("counts", [True, 1], TypeError, "num_scheduled_tokens"),
+    "counts_bool_tuple": ("counts", (1, False), TypeError, "num_scheduled_tokens"),
+    "counts_float_array": ("counts", np.array([1.0, 2.0]), TypeError, "num_scheduled_tokens"),
+    "counts_bool_array": ("counts", np.array([True, True]), TypeError, "num_scheduled_tokens"),
+    "counts_bool_tensor": ("counts", torch.tensor([True, True]), TypeError, "num_scheduled_tokens"),
+    "counts_float_tensor": ("counts", torch.tensor([1.0, 1.0]), TypeError, "num_scheduled_tokens"),
+    "counts_2d": ("counts", np.array([[1, 1]], np.int32), ValueError, "num_scheduled_tokens"),
+    "counts_set": ("counts", {1, 2}, TypeError, "num_scheduled_tokens"),
+    "counts_none": ("counts", None, TypeError, "num_scheduled_tokens"),
+    "counts_str": ("counts", "11", TypeError, "num_scheduled_tokens"),
+    "counts_beyond_int64": ("counts", [2**64, 1], (TypeError, ValueError), "num_scheduled_tokens"),
+    "counts_too_short_int32": ("counts", np.array([1], np.int32), ValueError, "num_scheduled_tokens"),
+    "counts_too_long_list": ("counts", [1, 1, 1], ValueError, "num_scheduled_tokens"),
+    "counts_more_than_max_num_reqs": ("counts", [1] * 9, ValueError, "num_scheduled_tokens"),
+    "counts_negative_int32": ("counts", np.array([1, -1], np.int32), ValueError, r"num_scheduled_tokens\[1\]"),
+    "computed_float_list": ("computed", [1, 2.5], TypeError, "num_computed_tokens"),
+    "computed_bool_list": ("computed", [3, True], TypeError, "num_computed_tokens"),
+    "computed_float_array": ("computed", np.array([1.0, 2.0]), TypeError, "num_computed_tokens"),
+    "computed_negative_list": ("computed", [3, -1], ValueError, r"num_computed_tokens\[1\]"),
+    "computed_negative_int32": ("computed", np.array([-4, 1], np.int32), ValueError, r"num_computed_tokens\[0\]"),
+    "computed_past_max_model_len": ("computed", [3, 41], ValueError, r"num_computed_tokens\[1\].*max_model_len"),
+    "computed_plus_count_past_max_model_len": ("computed", [40, 3], ValueError, r"num_scheduled_tokens\[0\].*max_model_len"),
+    "computed_too_short": ("computed", [3], ValueError, "num_computed_tokens"),
+    "computed_2d": ("computed", [[3], [4]], ValueError, "num_computed_tokens"),
+    "computed_str": ("computed", "34", TypeError, "num_computed_tokens"),
+    "computed_generator": ("computed", (c for c in (3, 4)), TypeError, "num_computed_tokens"),
+    "slots_float_list": ("slots", [1.0, 0], TypeError, "slots"),
+    "slots_bool_list": ("slots", [True, False], TypeError, "slots"),
+    "slots_str": ("slots", "10", TypeError, "slots"),
+    "slots_2d_int32": ("slots", np.array([[1, 0]], np.int32), ValueError, "slots"),
+    "slots_free_int32": ("slots", np.array([1, 3], np.int32), KeyError, r"slots\[1\]"),
+    "slots_out_of_range_list": ("slots", [1, 9], ValueError, r"slots\[1\]"),
+    "slots_negative_int32": ("slots", np.array([-1, 0], np.int32), ValueError, r"slots\[0\]"),
+    "slots_duplicate_int32": ("slots", np.array([1, 1], np.int32), ValueError, r"slots\[1\]"),
+    "slots_more_than_max_num_reqs": ("slots", list(range(9)), ValueError, "slots"),
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "entry"),
+    [(name, entry) for name in sorted(BAD_FORMS) for entry in ("prepare", "prepare_slots")
+     if entry == "prepare_slots" or BAD_FORMS[name][0] != "slots"],  # (prepare's bad ids are in BAD_CALLS)
+)  # fmt: skip
+def test_bad_argument_forms_rejected_and_change_nothing(name, entry):
+    """A bad slot, count or computed-count argument raises naming it, and the tracker is as if the call never came."""
+    arg, bad, exc, match = BAD_FORMS[name]
+    tracker, twin = populated(), populated()
+    args = {"slots": _SLOTS.copy(), "counts": np.array([1, 2], np.int64), "computed": np.array([3, 4], np.int64)}
+    args[arg] = bad
+    with pytest.raises(exc, match=match):
+        if entry == "prepare":
+            tracker.prepare(["b", "a"], args["counts"], num_computed_tokens=args["computed"])
+        else:
+            tracker.prepare_slots(args["slots"], args["counts"], args["computed"])
+    assert_same_state(tracker, twin)
+
+
+def test_bad_forms_after_a_cached_list_step():
+    """A bad count list that compares equal to the previous step's (True == 1, 4.0 == 4) is still refused."""
+    tracker, twin = populated(), populated()
+    for t in (tracker, twin):
+        t.prepare(["c", "a"], [4, 1], num_computed_tokens=[5, 4])
+    bad = [([4, True], [5, 4], "num_scheduled_tokens"), ([4.0, 1], [5, 4], "num_scheduled_tokens"),
+           ([4, 1], [5.0, 4], "num_computed_tokens"), ([4, 1], [5, True], "num_computed_tokens")]  # fmt: skip
+    for counts, computed, name in bad:
+        with pytest.raises(TypeError, match=name):
+            tracker.prepare(["c", "a"], counts, num_computed_tokens=computed)
+        slots = np.array([tracker.slot("c"), tracker.slot("a")])
+        with pytest.raises(TypeError, match=name):
+            tracker.prepare_slots(slots, counts, computed)
+    assert_same_state(tracker, twin)

@@ -158,6 +158,85 @@ def test_large_step_makes_no_token_sized_temporaries():
     assert peak - base < 3 * 2048 * 8 // 4, peak - base
 
 
+def _step_peak(call) -> int:
+    """Traced bytes a call holds at its peak beyond what was held before it (tracemalloc must be on).
+    numpy reports every array's data to tracemalloc, so an array made inside the call counts in full."""
+    tracemalloc.reset_peak()
+    before = tracemalloc.get_traced_memory()[0]
+    call()
+    return tracemalloc.get_traced_memory()[1] - before
+
+
+@pytest.mark.parametrize("with_computed", [False, True])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_prepare_slots_index_arrays_allocate_nothing(dtype, with_computed):
+    """prepare_slots with int32 or int64 arrays (and computed counts) makes no array: each step's traced peak stays
+    far below one int64 copy of its 4,096-entry batch, and 3,000 steps leave traced memory where it was."""
+    num_reqs = 4096
+    tracker = PositionTracker(CONFIG, max_num_reqs=num_reqs, max_num_batched_tokens=8192)
+    for rid in range(num_reqs):
+        tracker.add_request_from_ranges(rid, 10, num_computed_tokens=10)
+    slots = np.array([tracker.slot(rid) for rid in range(num_reqs)], dtype)[::-1].copy()
+    counts = np.ones(num_reqs, dtype)
+    computed = np.full(num_reqs, 20, dtype) if with_computed else None  # the same decode step every time
+    for _ in range(50):  # warm up: kernels loaded, views cached
+        tracker.prepare_slots(slots, counts, computed)
+    one_copy = num_reqs * 8  # an int64 copy of the slots, or of the counts
+    tracemalloc.start()
+    try:
+        # the probe sees an array made in the call (it would catch a per-step conversion)
+        assert _step_peak(lambda: np.asarray(slots, np.int64) + 0) >= one_copy
+        peaks = [_step_peak(lambda: tracker.prepare_slots(slots, counts, computed)) for _ in range(200)]
+        start = tracemalloc.get_traced_memory()[0]
+        for _ in range(3000):
+            tracker.prepare_slots(slots, counts, computed)
+        growth = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert max(peaks) < one_copy // 8, max(peaks)
+    assert growth < 4096, growth
+    expected = 21 if with_computed else 10 + 3250
+    assert tracker.num_computed_tokens(0) == expected
+
+
+def test_index_arrays_reach_the_kernel_uncopied():
+    """int32 and int64 arrays go to the step kernel as they are: the tracker's conversion buffers are never written."""
+    tracker = PositionTracker(CONFIG, max_num_reqs=8, max_num_batched_tokens=64)
+    for rid in range(8):
+        tracker.add_request_from_ranges(rid, 5)
+    buffers = (tracker._slot_args, tracker._batch_counts, tracker._batch_computed)
+    for buf in buffers:
+        buf[:] = -7
+    for dtype in (np.int32, np.int64):
+        slots = np.arange(8, dtype=dtype)[::-1].copy()
+        out = tracker.prepare_slots(slots, np.full(8, 2, dtype), np.full(8, 3, dtype))
+        assert out.shape == (3, 16)
+    assert all((buf == -7).all() for buf in buffers)
+    tracker.prepare_slots(np.arange(8, dtype=np.int32), np.full(8, 2, np.int64))  # mixed dtypes: converted
+    assert (tracker._slot_args == np.arange(8)).all()
+
+
+def test_no_argument_form_compiles_a_new_kernel():
+    """Once int32 and int64 steps ran, no other argument form makes numba compile another step kernel."""
+    from mrope_tracker.kernels import tracker_step as K
+
+    tracker = PositionTracker(CONFIG, max_num_reqs=4, max_num_batched_tokens=64)
+    for rid in range(4):
+        tracker.add_request_from_ranges(rid, 5)
+    for dtype in (np.int32, np.int64):
+        tracker.prepare_slots(np.array([0, 1], dtype), np.array([1, 1], dtype), np.array([1, 1], dtype))
+    tracker.prepare([0, 1], [1, 1], num_computed_tokens=[2, 2])
+    kernels = (K.prepare_step, K.read_int_records)
+    compiled = [set(k.signatures) for k in kernels]
+    readonly = np.array([0, 1])
+    readonly.flags.writeable = False
+    for slots in (readonly, np.arange(4)[::2], np.array([0, 1], np.uint16), np.array([0, 1], ">i8"), torch.tensor([0, 1]),
+                  [0, 1], (0, 1)):  # fmt: skip
+        tracker.prepare_slots(slots, [1, 1], np.array([3, 3], np.int16))
+        tracker.prepare((0, 1), np.array([1, 1], np.int32), num_computed_tokens=torch.tensor([3, 3], dtype=torch.int32))
+    assert [set(k.signatures) for k in kernels] == compiled
+
+
 # --- per-request state ---------------------------------------------------------------
 
 

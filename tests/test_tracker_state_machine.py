@@ -122,7 +122,8 @@ class TrackerMachine(RuleBasedStateMachine):
     @rule(data=st.data(), form=st.sampled_from(["tokens", "ranges", "layout"]))
     def add_request(self, data, form):
         prompt = data.draw(prompts(self.config, max_items=3, max_text=10))
-        cached = data.draw(st.one_of(st.just(0), st.just(prompt.num_tokens), st.integers(0, prompt.num_tokens)))
+        cached = data.draw(st.one_of(st.just(0), st.just(prompt.num_tokens), st.integers(0, prompt.num_tokens),
+                                     st.integers(prompt.num_tokens, max(prompt.num_tokens, MAX_MODEL_LEN))))  # resumed
         rid = self.next_id
         self.next_id += 1
         if len(self.requests) == MAX_NUM_REQS:
@@ -275,7 +276,7 @@ class TrackerMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def bad_admission(self, data):
-        """Duplicate ids, cached prefixes beyond the prompt, or no free slot."""
+        """Duplicate ids, cached counts beyond max_model_len, or no free slot."""
         prompt = data.draw(prompts(self.config, max_items=2, max_text=6))
         form = data.draw(st.sampled_from(["tokens", "ranges", "layout"]))
         if self.requests and data.draw(st.booleans()):
@@ -284,7 +285,7 @@ class TrackerMachine(RuleBasedStateMachine):
         elif len(self.requests) == MAX_NUM_REQS:
             self.expect_rejected(ValueError, "req_id", lambda: prompt_add(self.tracker, -2, prompt, form, 0))
         else:
-            cached = prompt.num_tokens + data.draw(st.integers(1, 3))
+            cached = MAX_MODEL_LEN + data.draw(st.integers(1, 3))
             match = "num_computed_tokens" if prompt.num_tokens <= MAX_MODEL_LEN else "max_model_len"
             self.expect_rejected(ValueError, match, lambda: prompt_add(self.tracker, -2, prompt, form, cached))
 
@@ -327,3 +328,209 @@ def prompt_add(tracker, rid, prompt, form, cached) -> int:
 
 TrackerMachine.TestCase.settings = settings(TrackerMachine.TestCase.settings, max_examples=200, stateful_step_count=60)
 test_tracker_state_machine = TrackerMachine.TestCase
+
+
+# --- the scheduler as the source of truth --------------------------------------------------------
+
+
+def expected_positions(ref: np.ndarray, delta: int, start: int, count: int) -> np.ndarray:
+    """Tokens [start, start + count): the prompt's reference positions, then index + delta on all rows."""
+    length = ref.shape[1]
+    after = np.arange(max(start, length), start + count, dtype=np.int64) + delta
+    return np.concatenate([ref[:, start : min(start + count, length)], np.broadcast_to(after, (3, after.size))], axis=1)
+
+
+class ScheduledRequest:
+    """One request as the scheduler sees it, and what the tracker's counter must read."""
+
+    def __init__(self, prompt, positions: np.ndarray, delta: int, slot: int, computed: int, known: int):
+        self.prompt = prompt
+        self.positions = positions
+        self.delta = delta
+        self.slot = slot
+        self.computed = computed  # the scheduler's num_computed_tokens
+        self.counter = computed  # the tracker's: the last step's num_computed + scheduled
+        self.known = known  # tokens the request has (prompt + accepted outputs): a resumption may cache them all
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    """A tracker driven only by the scheduler's num_computed_tokens, never by rollback: chunked prefill,
+    decode, speculative steps whose drafts are partly rejected (the next step's num_computed is below the
+    tracker's counter), preemption back to a cache hit or to zero, eviction and resumption with cached
+    generated tokens (admission with num_computed_tokens past the prompt)."""
+
+    @initialize(config=configs(), dtype=st.sampled_from([torch.int64, torch.int32]), staging=st.booleans())
+    def setup(self, config, dtype, staging):
+        self.config = config
+        self.tracker = PositionTracker(
+            config, max_num_reqs=MAX_NUM_REQS, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+            max_model_len=MAX_MODEL_LEN, layout_rows=LAYOUT_ROWS, dtype=dtype, staging=staging,
+        )  # fmt: skip
+        self.running: dict[int, ScheduledRequest] = {}
+        self.evicted: dict[int, ScheduledRequest] = {}
+        self.next_id = 0
+
+    def admit_prompt(self, rid: int, prompt, form: str, cached: int) -> ScheduledRequest:
+        slot = prompt_add(self.tracker, rid, prompt, form, cached)
+        positions, delta = reference.prompt_positions(self.config, prompt.token_ids, **prompt.kwargs())
+        return ScheduledRequest(prompt, positions.numpy(), int(delta), slot, cached, max(cached, prompt.num_tokens))
+
+    def draw_step(self, data):
+        """A batch of running requests with counts a scheduler could give them, and their num_computed_tokens."""
+        ids = data.draw(st.permutations(sorted(self.running)))
+        ids = ids[: data.draw(st.integers(0, len(ids)))]
+        counts, room = [], MAX_NUM_BATCHED_TOKENS
+        for rid in ids:
+            req = self.running[rid]
+            cap = min(room, MAX_MODEL_LEN - req.computed)
+            left = req.positions.shape[1] - req.computed
+            if left > 0:  # chunked prefill: often to the prompt's end, else a chunk, or across the end
+                n = data.draw(st.one_of(st.just(min(cap, left)), st.just(min(cap, left)), st.integers(0, min(cap, left)),
+                                        st.integers(0, cap)))  # fmt: skip
+            else:  # one decode token, or one plus up to three drafts
+                n = min(cap, data.draw(st.sampled_from([1, 1, 2, 3, 4])))
+            counts.append(n)
+            room -= n
+        return ids, counts, [self.running[rid].computed for rid in ids]
+
+    def call(self, ids, counts, computed, entry: str, form: str):
+        """The step through `entry`, its index arguments in `form`."""
+        def as_form(values):
+            if form in ("int32", "int64"):
+                return np.array(values, np.dtype(form))
+            return tuple(values) if form == "tuple" else list(values)
+
+        if entry == "prepare":
+            return self.tracker.prepare(as_form(ids) if form == "tuple" else list(ids), as_form(counts),
+                                        num_computed_tokens=as_form(computed))  # fmt: skip
+        slots = [self.running[rid].slot if rid in self.running else MAX_NUM_REQS + 1 for rid in ids]
+        return self.tracker.prepare_slots(as_form(slots), as_form(counts), as_form(computed))
+
+    @rule(data=st.data(), form=st.sampled_from(["tokens", "ranges", "layout"]))
+    def admit(self, data, form):
+        if len(self.running) == MAX_NUM_REQS:
+            return
+        prompt = data.draw(prompts(self.config, max_items=3, max_text=10))
+        if prompt.num_tokens > MAX_MODEL_LEN:
+            return
+        cached = data.draw(st.one_of(st.just(0), st.integers(0, prompt.num_tokens)))
+        self.running[self.next_id] = self.admit_prompt(self.next_id, prompt, form, cached)
+        self.next_id += 1
+
+    @rule(data=st.data(), entry=st.sampled_from(["prepare", "prepare_slots"]),
+          form=st.sampled_from(["list", "tuple", "int32", "int64"]))  # fmt: skip
+    def step(self, data, entry, form):
+        self.run_step(data, *self.draw_step(data), entry, form)
+
+    @rule(data=st.data(), entry=st.sampled_from(["prepare", "prepare_slots"]),
+          form=st.sampled_from(["list", "int32"]))  # fmt: skip
+    def speculative_step(self, data, entry, form):
+        """Every request past its prompt gets one token plus up to three drafts (the others a prefill chunk)."""
+        ids, counts, computed = self.draw_step(data)
+        for k, rid in enumerate(ids):
+            req = self.running[rid]
+            if req.computed >= req.positions.shape[1]:
+                counts[k] = min(MAX_MODEL_LEN - req.computed, data.draw(st.integers(2, 4)))
+        if sum(counts) <= MAX_NUM_BATCHED_TOKENS:
+            self.run_step(data, ids, counts, computed, entry, form)
+
+    def run_step(self, data, ids, counts, computed, entry, form):
+        out = self.call(ids, counts, computed, entry, form)
+        parts = [expected_positions(self.running[r].positions, self.running[r].delta, c, n) for r, n, c in zip(ids, counts, computed)]
+        expected = np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), np.int64)
+        assert out.dtype == self.tracker.dtype and tuple(out.shape) == expected.shape
+        np.testing.assert_array_equal(out.numpy().astype(np.int64), expected)
+        for rid, n in zip(ids, counts):
+            req = self.running[rid]
+            req.counter = req.computed + n
+            # the scheduler accepts the step; a speculative step may lose some drafts
+            rejected = data.draw(st.integers(0, n - 1)) if n > 1 and req.computed >= req.positions.shape[1] else 0
+            if rejected:
+                event("step: drafts rejected")
+            req.computed += n - rejected
+            req.known = max(req.known, req.computed)
+
+    @rule(data=st.data())
+    def preempt(self, data):
+        """The scheduler drops a request's computed tokens back to a cache hit or to zero; the tracker is not told."""
+        if not self.running:
+            return
+        req = self.running[data.draw(st.sampled_from(sorted(self.running)))]
+        req.computed = data.draw(st.one_of(st.just(0), st.integers(0, req.computed)))
+
+    @rule(data=st.data())
+    def evict(self, data):
+        """A preempted request leaves the batch (and the tracker) until it resumes."""
+        if not self.running:
+            return
+        rid = data.draw(st.sampled_from(sorted(self.running)))
+        self.tracker.remove_request(rid)
+        self.evicted[rid] = self.running.pop(rid)
+
+    @rule(data=st.data(), form=st.sampled_from(["tokens", "ranges", "layout"]))
+    def resume(self, data, form):
+        """An evicted request comes back with a cached prefix that may include its generated tokens."""
+        if not self.evicted or len(self.running) == MAX_NUM_REQS:
+            return
+        rid = data.draw(st.sampled_from(sorted(self.evicted)))
+        old = self.evicted.pop(rid)
+        cached = data.draw(st.one_of(st.just(old.known), st.integers(0, old.known)))
+        if cached > old.prompt.num_tokens:
+            event("resume: cached generated tokens")
+        req = self.admit_prompt(rid, old.prompt, form, cached)
+        req.known = old.known
+        self.running[rid] = req
+
+    @rule(data=st.data())
+    def finish(self, data):
+        if not self.running:
+            return
+        rid = data.draw(st.sampled_from(sorted(self.running)))
+        self.tracker.remove_request(rid)
+        del self.running[rid]
+
+    @rule(data=st.data(), entry=st.sampled_from(["prepare", "prepare_slots"]),
+          form=st.sampled_from(["list", "int32", "int64"]))  # fmt: skip
+    def bad_computed(self, data, entry, form):
+        """A step with one bad num_computed_tokens entry is refused naming it, and changes no counter."""
+        ids, counts, computed = self.draw_step(data)
+        if not ids:
+            return
+        pick = data.draw(st.integers(0, len(ids) - 1))
+        kind = data.draw(st.sampled_from(["negative", "past_max_model_len", "end_past_max_model_len", "missing"]))
+        exc, match = ValueError, rf"num_computed_tokens\[{pick}\]"
+        if kind == "negative":
+            computed[pick] = -data.draw(st.integers(1, 3))
+        elif kind == "past_max_model_len":
+            computed[pick] = MAX_MODEL_LEN + data.draw(st.integers(1, 3))
+        elif kind == "end_past_max_model_len":
+            counts[pick] = max(counts[pick], 1)
+            if sum(counts) > MAX_NUM_BATCHED_TOKENS:
+                return
+            computed[pick] = MAX_MODEL_LEN - counts[pick] + 1
+            match = rf"num_scheduled_tokens\[{pick}\].*max_model_len"
+        else:
+            del computed[pick]
+            match = "num_computed_tokens"
+        event(f"bad computed: {kind}")
+        with pytest.raises(exc, match=match):
+            self.call(ids, counts, computed, entry, form)
+
+    @invariant()
+    def consistent(self):
+        if not hasattr(self, "tracker"):
+            return
+        tracker = self.tracker
+        tracker.check_invariants()
+        assert len(tracker) == len(self.running)
+        for rid, req in self.running.items():
+            assert tracker.slot(rid) == req.slot
+            assert tracker.num_computed_tokens(rid) == req.counter
+            assert tracker.prompt_len(rid) == req.positions.shape[1]
+            assert tracker.mrope_position_delta(rid) == req.delta
+        for rid in self.evicted:
+            assert rid not in tracker
+
+
+SchedulerMachine.TestCase.settings = settings(SchedulerMachine.TestCase.settings, max_examples=150, stateful_step_count=60)
+test_scheduler_state_machine = SchedulerMachine.TestCase

@@ -1,18 +1,26 @@
 """Where a step's positions go: the persistent device buffer and its host staging.
 
 The model receives views of one persistent buffer, ``positions`` [3,
-max_num_tokens + 1]. The extra column keeps ``[:, :n]`` non-contiguous so
-torch.compile does not specialise on contiguity, as vLLM does (spec §5.1).
+max_num_tokens + 1]: its address never changes, as CUDA graphs need. The
+extra column keeps ``[:, :n]`` non-contiguous so torch.compile does not
+specialise on contiguity, as vLLM does.
 
 - On the CPU (no staging), kernels write straight into that buffer.
 - With staging (always on CUDA), kernels write into one of a ring of host
-  buffers (pinned on CUDA) and one ``non_blocking`` copy moves it. The copy
-  covers the contiguous span from the buffer's first element to the end of
-  the step's columns in the last row, i.e. ``2 * (max_num_tokens + 1) + n``
-  elements: one memcpy with no device kernel or temporary, where a strided
-  ``[:, :n]`` copy would go through a pageable temporary and block (spec
-  §5.1; vLLM copies row by row instead).
-- A CUDA event per ring slot, recorded after its copy, is waited on before
+  buffers of the same shape (pinned on CUDA), and ``non_blocking`` copies
+  move the step to the device. ``copy_mode`` says how:
+  - ``"rows"`` (default): three copies, ``host[r, :n]`` to
+    ``positions[r, :n]`` for each row: 3 n elements, whatever
+    max_num_tokens is, as vLLM's V1 runner does. A strided ``[:, :n]`` copy
+    would instead go through a pageable temporary and block.
+  - ``"span"``: one copy of the contiguous span from the buffer's first
+    element to the end of the step's columns in the last row,
+    ``2 * (max_num_tokens + 1) + n`` elements: one call, but bytes that grow
+    with max_num_tokens (131 KB a step at 8192 int64 tokens). Kept for
+    comparison (bench/gpu_check.py --copy span).
+  The views each copy needs are cached by n, since slicing a tensor costs
+  about 1 us and steps repeat their sizes.
+- A CUDA event per ring slot, recorded after its copies, is waited on before
   the slot is written again, so an in-flight copy is never overwritten
   however many steps are queued.
 """
@@ -26,7 +34,15 @@ import torch
 class PositionBuffers:
     """Device buffer, optional staging ring, and the views handed to kernels."""
 
-    def __init__(self, max_num_tokens: int, device: torch.device, dtype: torch.dtype, staging: bool, num_staging: int):
+    COPY_MODES = ("rows", "span")
+
+    def __init__(
+        self, max_num_tokens: int, device: torch.device, dtype: torch.dtype, staging: bool, num_staging: int,
+        copy_mode: str = "rows",
+    ):  # fmt: skip
+        if copy_mode not in self.COPY_MODES:
+            raise ValueError(f"copy_mode: expected one of {self.COPY_MODES}, got {copy_mode!r}")
+        self.copy_mode = copy_mode
         width = max_num_tokens + 1
         self.width = width
         self.device = device
@@ -50,6 +66,8 @@ class PositionBuffers:
         # views positions[:, :n] by n: slicing a tensor costs ~1 us, a dict
         # lookup ~50 ns, and steps repeat their sizes (decode batches)
         self._views: dict[int, torch.Tensor] = {}
+        # per ring slot, by n: the (device row, host row) view pairs of a "rows" copy
+        self._row_copies: list[dict[int, tuple]] = [{} for _ in self._host]
 
     def acquire(self) -> np.ndarray:
         """The host array the next step writes into (waits for its last copy)."""
@@ -63,8 +81,15 @@ class PositionBuffers:
         """Copy the written step to the device (when staged); return positions[:, :n]."""
         if self.staged:
             k = self._current
-            span = 2 * self.width + num_tokens
-            self._device_flat[:span].copy_(self._host_flat[k][:span], non_blocking=True)
+            if self.copy_mode == "rows":
+                copies = self._row_copies[k].get(num_tokens)
+                if copies is None:
+                    copies = self._row_copy_views(k, num_tokens)
+                for device_row, host_row in copies:
+                    device_row.copy_(host_row, non_blocking=True)
+            else:
+                span = 2 * self.width + num_tokens
+                self._device_flat[:span].copy_(self._host_flat[k][:span], non_blocking=True)
             if self._events is not None:
                 # the copy runs on the current stream of the buffer's device,
                 # which need not be the current device (positions.device always
@@ -77,6 +102,22 @@ class PositionBuffers:
                 self._views.clear()
             view = self._views[num_tokens] = self.positions[:, :num_tokens]
         return view
+
+    def _row_copy_views(self, k: int, num_tokens: int) -> tuple:
+        cache = self._row_copies[k]
+        if len(cache) >= 256:
+            cache.clear()
+        host = self._host[k]
+        copies = () if num_tokens == 0 else tuple((self.positions[r, :num_tokens], host[r, :num_tokens]) for r in range(3))
+        cache[num_tokens] = copies
+        return copies
+
+    def copy_nbytes(self, num_tokens: int) -> int:
+        """Bytes one staged step of `num_tokens` tokens copies to the device (0 without staging)."""
+        if not self.staged:
+            return 0
+        elements = 3 * num_tokens if self.copy_mode == "rows" else 2 * self.width + num_tokens
+        return elements * self.positions.element_size()
 
     def host_buffers(self) -> list[torch.Tensor]:
         return list(self._host)

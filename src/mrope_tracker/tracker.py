@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+import marshal
 import operator
 
 import numpy as np
@@ -31,9 +32,14 @@ from .staging import PositionBuffers
 __all__ = ["PositionTracker"]
 
 _INT64 = np.dtype(np.int64)
-_PLAIN_INT = {int}
-_ID_SEQUENCES = (list, tuple, np.ndarray)
-_COUNT_SEQUENCES = (list, tuple, np.ndarray, torch.Tensor)
+_INT32 = np.dtype(np.int32)
+# "num_computed_tokens not given", one per index dtype the step kernel takes
+_NOT_GIVEN = {_INT64: np.zeros(0, np.int64), _INT32: np.zeros(0, np.int32)}
+_INDEX_LIMIT = 2**62  # num_computed_tokens limit without max_model_len (keeps kernel sums in int64)
+# marshal (format 2) writes a list or tuple as a 5-byte header and each int
+# that fits in 32 bits as the byte "i" and 4 little-endian bytes; anything
+# else (a bool, a float, a bigger int) gets another record. Checked once here.
+_MARSHAL_INTS = marshal.dumps([7, -2], 2) == b"[\x02\x00\x00\x00i\x07\x00\x00\x00i\xfe\xff\xff\xff"
 
 
 # Layout rows reserved per request slot at construction; the pool grows (at
@@ -107,20 +113,31 @@ class PositionTracker:
         self.pool_rows = np.zeros((layout_rows, C.NUM_COLS), np.int64)
         self.pool_scales = np.zeros((layout_rows, C.NUM_SCALE_COLS), np.float32)
         self._pool_top = 0
-        # [max_num_reqs] int64: argument arrays for `prepare`
-        self._batch_slots = np.zeros(self.max_num_reqs, np.int64)
+        # [max_num_reqs] int64: the step's argument arrays when the caller's
+        # cannot go to the kernel as they are (ids, lists, other dtypes)
+        self._batch_slots = np.zeros(self.max_num_reqs, np.int64)  # prepare's slots of _last_req_ids
+        self._slot_args = np.zeros(self.max_num_reqs, np.int64)  # prepare_slots's converted slots
         self._batch_counts = np.zeros(self.max_num_reqs, np.int64)
+        self._batch_computed = np.zeros(self.max_num_reqs, np.int64)
         self.buffers = PositionBuffers(self.max_num_batched_tokens, self.device, dtype, staging, num_staging_buffers)
         self._slot_of: dict[Hashable, int] = {}
         self._req_of_slot: list[Hashable | None] = [None] * self.max_num_reqs
         self._free_slots = list(range(self.max_num_reqs - 1, -1, -1))  # pop() gives slot 0 first
-        self._step_id = 0
-        # the previous prepare()'s ids and counts, once validated (see prepare)
-        self._last_req_ids: list | None = None
-        self._last_counts: list | None = None
-        self._max_model_len_arg = 0 if self.max_model_len is None else self.max_model_len
+        # the previous prepare()'s ids (a list copy, or the tuple itself) once mapped (see prepare)
+        self._last_req_ids: list | tuple | None = None
+        self._last_slots = self._batch_slots[:0]  # their slots: a view of _batch_slots
+        # by argument name: the marshal bytes of the list its conversion buffer
+        # holds, and the view of the buffer that holds it (see _index_array)
+        self._held: dict[str, tuple[bytes, np.ndarray]] = {}
         # largest position the output dtype holds (int64 positions stay below 2**62)
         self._max_position = 2**31 - 1 if dtype == torch.int32 else 2**62
+        # the step kernel's limits and step counter (kernels/tracker_step.py, P_*)
+        self._params = np.zeros(K.NUM_PARAMS, np.int64)
+        self._params[K.P_MAX_TOKENS] = self.max_num_batched_tokens
+        self._params[K.P_MAX_MODEL_LEN] = 0 if self.max_model_len is None else self.max_model_len
+        self._params[K.P_MAX_POSITION] = self._max_position
+        self._params[K.P_MAX_INDEX] = _INDEX_LIMIT if self.max_model_len is None else self.max_model_len
+        self._kernel = K.step_kernel(np.int32 if dtype == torch.int32 else np.int64)
 
     # ------------------------------------------------------------------ admission
     def add_request(
@@ -227,10 +244,12 @@ class PositionTracker:
             raise ValueError(
                 f"{prompt_arg}: expected a prompt of at most max_model_len={self.max_model_len} tokens, got {num_tokens}"
             )
+        # Past the prompt is a resumed request whose generated tokens are
+        # cached too: they sit at index + delta like any decode token.
         num_computed_tokens = as_index(num_computed_tokens, "num_computed_tokens")
-        if num_computed_tokens > num_tokens:
+        if self.max_model_len is not None and num_computed_tokens > self.max_model_len:
             raise ValueError(
-                f"num_computed_tokens: expected at most the prompt's {num_tokens} tokens, got {num_computed_tokens}"
+                f"num_computed_tokens: expected at most max_model_len={self.max_model_len}, got {num_computed_tokens}"
             )
         return num_computed_tokens
 
@@ -286,99 +305,171 @@ class PositionTracker:
         return self.buffers.positions
 
     # ------------------------------------------------------------------ steps
-    def prepare(self, req_ids, num_scheduled_tokens) -> torch.Tensor:
+    def prepare(self, req_ids, num_scheduled_tokens, *, num_computed_tokens=None) -> torch.Tensor:
         """Positions of each request's next tokens, in the given order, as a
         (3, sum) view of the device buffer; advances every request.
 
-        `num_scheduled_tokens` is aligned with `req_ids` (a sequence or array).
+        `num_scheduled_tokens` (and `num_computed_tokens`) are aligned with
+        `req_ids`: lists, tuples, 1-D integer arrays or tensors.
+        `num_computed_tokens`, when given, is the scheduler's count of each
+        request's computed tokens: positions start there and the tracker's
+        counters follow (num_computed + scheduled), so rejected draft tokens
+        and preemptions need no `rollback`. Without it, each request goes on
+        from the tracker's own counter.
+
         A step that repeats the previous step's ids (the usual decode step)
         reuses their slots without looking them up again."""
-        if not isinstance(req_ids, _ID_SEQUENCES):  # sets and dicts have no batch order
-            raise TypeError(f"req_ids: expected a list, tuple or 1-D array of request ids, got {type(req_ids).__name__}")
-        if not isinstance(num_scheduled_tokens, _COUNT_SEQUENCES):
-            raise TypeError(
-                f"num_scheduled_tokens: expected a list, tuple, 1-D array or tensor of counts, "
-                f"got {type(num_scheduled_tokens).__name__}"
-            )
-        n = len(req_ids)
-        if type(req_ids) is list and req_ids == self._last_req_ids:
-            slots = self._batch_slots[:n]
-        else:
+        kind = type(req_ids)
+        if kind is list or kind is tuple:
+            n = len(req_ids)
+            if req_ids == self._last_req_ids:  # a list never equals a tuple
+                slots = self._last_slots
+            else:
+                slots = self._map_ids(req_ids, n)
+        elif kind is np.ndarray and req_ids.ndim == 1:
+            n = req_ids.shape[0]
             slots = self._map_ids(req_ids, n)
-        return self._step(slots, self._copy_counts(num_scheduled_tokens, n), req_ids)
+        else:  # sets and dicts have no batch order
+            raise TypeError(f"req_ids: expected a list, tuple or 1-D array of request ids, got {kind.__name__}")
+        counts = self._index_array(num_scheduled_tokens, "num_scheduled_tokens", self._batch_counts)
+        if num_computed_tokens is None:
+            computed = _NOT_GIVEN[_INT64]
+        else:
+            computed = self._index_array(num_computed_tokens, "num_computed_tokens", self._batch_computed)
+            if computed.shape[0] != n:
+                raise ValueError(f"num_computed_tokens: expected one count per request id ({n}), got {computed.shape[0]}")
+        return self._step(slots, counts, computed, req_ids)
 
     def _map_ids(self, req_ids, n: int) -> np.ndarray:
         if n > self.max_num_reqs:
             raise ValueError(f"req_ids: expected at most max_num_reqs={self.max_num_reqs} requests, got {n}")
-        slots = self._batch_slots[:n]
         try:
             # itemgetter looks all ids up in one C call (25% faster than map)
-            slots[:] = operator.itemgetter(*req_ids)(self._slot_of) if n > 1 else [self._slot_of[r] for r in req_ids]
+            found = operator.itemgetter(*req_ids)(self._slot_of) if n > 1 else [self._slot_of[r] for r in req_ids]
         except KeyError as exc:
             raise KeyError(f"req_ids: expected tracked request ids, got unknown id {exc.args[0]!r}") from None
         except TypeError:
             raise TypeError("req_ids: expected a sequence of hashable request ids") from None
-        self._last_req_ids = list(req_ids)  # a copy: callers may mutate their list
+        self._last_req_ids = None  # until _batch_slots holds these ids' slots
+        slots = self._batch_slots[:n]
+        if not (_MARSHAL_INTS and n > 1 and K.read_int_records(marshal.dumps(found, 2), slots) < 0):
+            slots[:] = found
+        if type(req_ids) is not np.ndarray:
+            # a list is copied (callers may change theirs); a tuple cannot change
+            self._last_req_ids = list(req_ids) if type(req_ids) is list else req_ids
+            self._last_slots = slots
         return slots
 
-    def _copy_counts(self, num_scheduled_tokens, n: int) -> np.ndarray:
-        """The counts as the step kernel's int64 array. A list of plain ints
-        equal to the previous step's (every decode step) is not copied again."""
-        counts = self._batch_counts[:n]
-        if len(num_scheduled_tokens) != n:
-            raise ValueError(
-                f"num_scheduled_tokens: expected one count per request id ({n}), got {len(num_scheduled_tokens)}"
-            )
-        if type(num_scheduled_tokens) is list and set(map(type, num_scheduled_tokens)) <= _PLAIN_INT:
-            if num_scheduled_tokens != self._last_counts:
+    def _index_array(self, value, name: str, buffer: np.ndarray) -> np.ndarray:
+        """Slots or counts as a 1-D int64 array for the step kernel: an int64
+        array the kernel can take is passed as is; anything else is converted
+        into `buffer` (the tracker's own, so nothing is allocated for a list
+        of ints or an integer array) or refused, naming `name`."""
+        kind = type(value)
+        if kind is list or kind is tuple:
+            n = len(value)
+            if n > buffer.shape[0]:
+                raise ValueError(f"{name}: expected at most max_num_reqs={self.max_num_reqs} entries, got {n}")
+            if _MARSHAL_INTS:
+                # One C pass records each element's exact type, so bools and
+                # floats are told from ints without a Python-level scan; the
+                # kernel decodes plain ints and stops at anything else.
                 try:
-                    counts[:] = num_scheduled_tokens
-                except OverflowError:
-                    self._last_counts = None
-                    raise ValueError("num_scheduled_tokens: expected counts that fit in int64, got a larger one") from None
-                self._last_counts = list(num_scheduled_tokens)  # a copy: callers may mutate their list
-            return counts
-        self._last_counts = None
-        if type(num_scheduled_tokens) is np.ndarray and num_scheduled_tokens.dtype.kind == "i" and num_scheduled_tokens.ndim == 1:
-            counts[:] = num_scheduled_tokens
-        elif type(num_scheduled_tokens) is tuple and set(map(type, num_scheduled_tokens)) <= _PLAIN_INT:
-            try:
-                counts[:] = num_scheduled_tokens
-            except OverflowError:
-                raise ValueError("num_scheduled_tokens: expected counts that fit in int64, got a larger one") from None
-        else:  # numpy scalars, tensors, unsigned arrays, or something wrong: the slow, checked path
-            counts[:] = as_int_array(num_scheduled_tokens, "num_scheduled_tokens", 1, "(num_reqs,)")
-        return counts
+                    data = marshal.dumps(value, 2)
+                except ValueError:  # numpy scalars and other objects marshal cannot write
+                    data = None
+                if data is not None:
+                    held = self._held.get(name)
+                    if held is not None and held[0] == data:
+                        return held[1]  # the buffer already holds exactly these ints
+                    out = buffer[:n]
+                    if K.read_int_records(data, out) < 0:
+                        self._held[name] = (data, out)
+                        return out
+            self._held.pop(name, None)
+            out = buffer[:n]
+            out[:] = as_int_array(value, name, 1, "(num_reqs,)")  # the checked path: precise errors
+            return out
+        if kind is torch.Tensor:
+            if value.dtype == torch.bool or value.is_floating_point() or value.is_complex():
+                raise TypeError(f"{name}: expected an integer tensor, got dtype {value.dtype}")
+            value = value.detach().cpu().numpy()
+            kind = np.ndarray
+        if kind is np.ndarray and value.ndim == 1 and value.dtype.kind in "iu":
+            if value.dtype is _INT64 and value.flags.carray:  # C-contiguous, aligned, writable
+                return value
+            n = value.shape[0]
+            if n > buffer.shape[0]:
+                raise ValueError(f"{name}: expected at most max_num_reqs={self.max_num_reqs} entries, got {n}")
+            if value.dtype.kind == "u" and value.dtype.itemsize == 8 and n and value.max() > np.iinfo(np.int64).max:
+                raise ValueError(f"{name}: expected values below 2**63, got {value.max()}")
+            self._held.pop(name, None)
+            out = buffer[:n]
+            np.copyto(out, value, casting="unsafe")  # every value fits: int64 holds all but the checked uint64
+            return out
+        return as_int_array(value, name, 1, "(num_reqs,)")  # raises for every other form
 
-    def prepare_slots(self, slots: np.ndarray, num_scheduled_tokens: np.ndarray) -> torch.Tensor:
-        """`prepare` for engines that keep slots and counts as integer numpy
-        arrays (from `slot`); no per-request Python work."""
-        if not ready(slots, _INT64, 1):
-            slots = as_int_array(slots, "slots", 1, "(num_reqs,)")
-        if not ready(num_scheduled_tokens, _INT64, 1):
-            num_scheduled_tokens = as_int_array(num_scheduled_tokens, "num_scheduled_tokens", 1, "(num_reqs,)")
-        n = slots.shape[0]
-        if num_scheduled_tokens.shape != slots.shape:
-            raise ValueError(
-                f"num_scheduled_tokens: expected 1-D arrays of equal length, got shapes {slots.shape} and "
-                f"{num_scheduled_tokens.shape}"
-            )
-        if n > self.max_num_reqs:
-            raise ValueError(f"slots: expected at most max_num_reqs={self.max_num_reqs} requests, got {n}")
-        return self._step(slots, num_scheduled_tokens, None)
+    def prepare_slots(self, slots, num_scheduled_tokens, num_computed_tokens=None) -> torch.Tensor:
+        """`prepare` for engines that keep slots (from `slot`) and counts in
+        arrays: no per-request Python work.
 
-    def _step(self, slots: np.ndarray, counts: np.ndarray, req_ids) -> torch.Tensor:
-        self._step_id += 1
+        int32 or int64 numpy arrays (1-D, C-contiguous, writable, all of one
+        dtype) go to the kernel as they are: nothing is checked in Python,
+        copied or allocated. Lists, tuples, tensors and other arrays are
+        converted first."""
+        if type(slots) is np.ndarray and type(num_scheduled_tokens) is np.ndarray:
+            dtype = slots.dtype
+            if num_scheduled_tokens.dtype is dtype:
+                if num_computed_tokens is None:
+                    computed = _NOT_GIVEN.get(dtype)
+                elif type(num_computed_tokens) is np.ndarray and num_computed_tokens.dtype is dtype:
+                    computed = num_computed_tokens
+                else:
+                    computed = None
+                if computed is not None:
+                    buffers = self.buffers
+                    try:
+                        if num_computed_tokens is not None and len(computed) != len(slots):
+                            raise TypeError  # (the checked path below names the argument)
+                        total = self._kernel(
+                            buffers.acquire(), slots, num_scheduled_tokens, computed, self.slot_state, self.pool_rows,
+                            self.pool_scales, self._params,
+                        )  # fmt: skip
+                    except TypeError:
+                        pass  # read-only, strided or not 1-D: the kernel takes no such array; converted below
+                    else:
+                        if total < 0:
+                            raise self._step_error(-total, slots, num_scheduled_tokens, computed, None)
+                        return buffers.publish(total)
+        slots = self._index_array(slots, "slots", self._slot_args)
+        counts = self._index_array(num_scheduled_tokens, "num_scheduled_tokens", self._batch_counts)
+        if num_computed_tokens is None:
+            computed = _NOT_GIVEN[_INT64]
+        else:
+            computed = self._index_array(num_computed_tokens, "num_computed_tokens", self._batch_computed)
+            if computed.shape[0] != slots.shape[0]:
+                raise ValueError(
+                    f"num_computed_tokens: expected one count per slot ({slots.shape[0]}), got {computed.shape[0]}"
+                )
+        return self._step(slots, counts, computed, None)
+
+    def _step(self, slots: np.ndarray, counts: np.ndarray, computed: np.ndarray, req_ids) -> torch.Tensor:
         buffers = self.buffers
-        total, code, bad = K.prepare_step(
-            buffers.acquire(), slots, counts, self.slot_state, self.pool_rows, self.pool_scales, self._step_id,
-            self.max_num_batched_tokens, self._max_model_len_arg, self._max_position,
-        )  # fmt: skip
-        if code:
-            raise self._step_error(code, bad, slots, counts, req_ids)
+        total = self._kernel(
+            buffers.acquire(), slots, counts, computed, self.slot_state, self.pool_rows, self.pool_scales, self._params
+        )
+        if total < 0:
+            raise self._step_error(-total, slots, counts, computed, req_ids)
         return buffers.publish(total)
 
-    def _step_error(self, code, b, slots, counts, req_ids) -> Exception:
+    def _step_error(self, code, slots, counts, computed, req_ids) -> Exception:
+        n = len(slots)
+        if code == K.STEP_ERR_COUNTS_LENGTH:
+            per = "request id" if req_ids is not None else "slot"
+            return ValueError(f"num_scheduled_tokens: expected one count per {per} ({n}), got {len(counts)}")
+        if code == K.STEP_ERR_TOO_MANY_REQS:
+            return ValueError(f"slots: expected at most max_num_reqs={self.max_num_reqs} requests, got {n}")
+        b = int(self._params[K.P_ERR_INDEX])
         who = f"req_ids[{b}] = {req_ids[b]!r}" if req_ids is not None else f"slots[{b}] = {int(slots[b])}"
         count = int(counts[b])
         if code == K.STEP_ERR_SLOT_RANGE:
@@ -395,14 +486,18 @@ class PositionTracker:
                 f"num_scheduled_tokens: expected at most max_num_batched_tokens={self.max_num_batched_tokens} "
                 f"tokens in one step, got {total}"
             )
+        if code == K.STEP_ERR_COMPUTED_NEGATIVE:
+            return ValueError(f"num_computed_tokens[{b}]: expected a count >= 0 for {who}, got {int(computed[b])}")
+        if code == K.STEP_ERR_COMPUTED_LIMIT:
+            limit = f"max_model_len={self.max_model_len}" if self.max_model_len is not None else f"{_INDEX_LIMIT}"
+            return ValueError(f"num_computed_tokens[{b}]: expected at most {limit} for {who}, got {int(computed[b])}")
+        done = int(computed[b]) if computed.shape[0] else int(self.slot_state[slots[b], K.F_NUM_COMPUTED])
         if code == K.STEP_ERR_POSITION_LIMIT:
-            done = int(self.slot_state[slots[b], K.F_NUM_COMPUTED])
             return ValueError(
                 f"num_scheduled_tokens[{b}]: {who} would reach position {done + count - 1 + int(self.slot_state[slots[b], K.F_DELTA])}, "
                 f"past the largest {self.dtype} value {self._max_position}"
             )
         if code == K.STEP_ERR_MODEL_LEN:
-            done = int(self.slot_state[slots[b], K.F_NUM_COMPUTED])
             return ValueError(
                 f"num_scheduled_tokens[{b}]: {who} has {done} tokens; expected at most max_model_len="
                 f"{self.max_model_len} after this step, got {done + count}"

@@ -6,12 +6,31 @@ a shared row pool (see layout_codes). A struct of arrays passed to an njit
 function rather than a numba jitclass: with the same body, the call costs
 0.7 us against 1.0-1.3 us for a jitclass method (`mrope-tracker bench
 --suite decode`), and every buffer stays a plain numpy array the tracker owns.
+The step's limits and its counter travel in one small int64 array, `params`.
 
 The kernel validates the whole batch before writing anything, so a rejected
-step changes no counter: pass 1 checks, pass 2 writes and advances.
+step changes no counter and no position: pass 1 checks, pass 2 writes and
+advances. Each request's first index is the scheduler's `num_computed`
+when the engine passes it (the counter then follows it), else the tracker's
+own counter. A decode token (one token past the prompt) is three scalar
+stores; anything else goes through the layout's segment writers.
+
+Argument types are fixed: `out` is int64 or int32 (the tracker's dtype);
+`slots`, `num_scheduled` and `num_computed` are 1-D C-contiguous writable
+arrays of one dtype, int64 or int32, so an engine's int32 arrays need no
+copy. `step_kernel` compiles those two signatures for a dtype (or loads them
+from numba's cache) and then forbids compiling any other: an argument of
+another form raises TypeError at the call instead of compiling a new
+specialisation in the middle of serving, and the tracker converts it.
 """
 
-from .jit_options import jit
+import threading
+
+import numba
+import numpy as np
+from numba import types as nt
+
+from .jit_options import helper
 from .layout_fill import fill_positions, write_next_positions
 
 # slot_state columns
@@ -24,6 +43,15 @@ F_ROW_COUNT = 5
 F_STAMP = 6  # last step that scheduled the slot (duplicate detection)
 NUM_SLOT_FIELDS = 7
 
+# params entries (int64)
+P_STEP_ID = 0  # incremented by every call, rejected or not (duplicate stamps)
+P_MAX_TOKENS = 1  # max_num_batched_tokens
+P_MAX_MODEL_LEN = 2  # 0: no limit
+P_MAX_POSITION = 3  # the largest value the output dtype holds
+P_MAX_INDEX = 4  # the largest num_computed accepted (keeps sums inside int64)
+P_ERR_INDEX = 5  # out: batch index of the entry a rejected step stopped at
+NUM_PARAMS = 6
+
 STEP_OK = 0
 STEP_ERR_SLOT_RANGE = 1  # a slot outside [0, max_num_reqs)
 STEP_ERR_SLOT_FREE = 2  # a slot that holds no request
@@ -31,54 +59,158 @@ STEP_ERR_DUPLICATE = 3  # the same slot twice in one step
 STEP_ERR_NEGATIVE = 4  # a negative token count
 STEP_ERR_TOO_MANY_TOKENS = 5  # the step's total exceeds max_num_batched_tokens
 STEP_ERR_MODEL_LEN = 6  # a request would pass max_model_len
-STEP_ERR_POSITION_LIMIT = 7  # a decode position past what the output dtype holds
+STEP_ERR_POSITION_LIMIT = 7  # a position past what the output dtype holds
+STEP_ERR_COMPUTED_NEGATIVE = 8  # a negative num_computed
+STEP_ERR_COMPUTED_LIMIT = 9  # num_computed past max_model_len (or past P_MAX_INDEX)
+STEP_ERR_COUNTS_LENGTH = 10  # num_scheduled and slots differ in length
+STEP_ERR_TOO_MANY_REQS = 11  # more entries than slots
 
 
-@jit
-def prepare_step(out, slots, num_scheduled, slot_state, pool_rows, pool_scales, step_id, max_num_tokens, max_model_len, max_position):
+@helper  # allocates nothing: without numba's runtime, no reference counting of its 7 arrays (0.4 us a call)
+def prepare_step(out, slots, num_scheduled, num_computed, slot_state, pool_rows, pool_scales, params):
     """Write positions for every scheduled token, batch order, into out[:, :total].
 
-    `max_position` is the largest value `out`'s dtype holds (prompt positions
-    were checked against it at admission). Returns (total, error code, batch
-    index of the offending entry)."""
+    `num_computed` is empty when not given, else as long as `slots` (the
+    caller checks). Returns the step's total (>= 0), or minus an error code
+    with the offending batch index in params[P_ERR_INDEX]; a rejected step
+    changes nothing but the step counter."""
     n = slots.shape[0]
+    given = num_computed.shape[0] != 0
     num_slots = slot_state.shape[0]
+    step_id = params[P_STEP_ID] + 1
+    params[P_STEP_ID] = step_id
+    if num_scheduled.shape[0] != n:
+        return -STEP_ERR_COUNTS_LENGTH
+    if n > num_slots:
+        return -STEP_ERR_TOO_MANY_REQS
+    max_tokens = params[P_MAX_TOKENS]
+    max_model_len = params[P_MAX_MODEL_LEN]
+    max_position = params[P_MAX_POSITION]
+    max_index = params[P_MAX_INDEX]
     total = 0
-    for b in range(n):
+    code = STEP_OK
+    b = 0
+    while b < n:
         slot = slots[b]
         count = num_scheduled[b]
         if slot < 0 or slot >= num_slots:
-            return 0, STEP_ERR_SLOT_RANGE, b
+            code = STEP_ERR_SLOT_RANGE
+            break
         if slot_state[slot, F_ACTIVE] == 0:
-            return 0, STEP_ERR_SLOT_FREE, b
+            code = STEP_ERR_SLOT_FREE
+            break
         if slot_state[slot, F_STAMP] == step_id:
-            return 0, STEP_ERR_DUPLICATE, b
+            code = STEP_ERR_DUPLICATE
+            break
         slot_state[slot, F_STAMP] = step_id
         if count < 0:
-            return 0, STEP_ERR_NEGATIVE, b
-        if count > max_num_tokens - total:
-            return 0, STEP_ERR_TOO_MANY_TOKENS, b
+            code = STEP_ERR_NEGATIVE
+            break
+        if count > max_tokens - total:
+            code = STEP_ERR_TOO_MANY_TOKENS
+            break
         total += count
-        end = slot_state[slot, F_NUM_COMPUTED] + count
+        if given:
+            start = num_computed[b]
+            if start < 0:
+                code = STEP_ERR_COMPUTED_NEGATIVE
+                break
+            if start > max_index:
+                code = STEP_ERR_COMPUTED_LIMIT
+                break
+        else:
+            start = slot_state[slot, F_NUM_COMPUTED]
+        # start <= max_index and count <= max_tokens, so no sum below overflows
+        end = start + count
         if max_model_len > 0 and end > max_model_len:
-            return 0, STEP_ERR_MODEL_LEN, b
+            code = STEP_ERR_MODEL_LEN
+            break
         if end > slot_state[slot, F_PROMPT_LEN] and end - 1 + slot_state[slot, F_DELTA] > max_position:
-            return 0, STEP_ERR_POSITION_LIMIT, b
+            code = STEP_ERR_POSITION_LIMIT
+            break
+        b += 1
+    if code != STEP_OK:
+        params[P_ERR_INDEX] = b
+        return -code
     col = 0
     for b in range(n):
         slot = slots[b]
         count = num_scheduled[b]
-        start = slot_state[slot, F_NUM_COMPUTED]
+        if given:
+            start = num_computed[b]
+        else:
+            start = slot_state[slot, F_NUM_COMPUTED]
         prompt_len = slot_state[slot, F_PROMPT_LEN]
-        in_prompt = min(count, max(prompt_len - start, 0))
-        if in_prompt > 0:
-            row_start = slot_state[slot, F_ROW_START]
-            fill_positions(
-                out, col, pool_rows, pool_scales, row_start, row_start + slot_state[slot, F_ROW_COUNT],
-                start, start + in_prompt,
-            )  # fmt: skip
-        if count > in_prompt:
-            write_next_positions(out, col + in_prompt, slot_state[slot, F_DELTA], start + in_prompt, count - in_prompt)
+        if count == 1 and start >= prompt_len:
+            # a decode token: index + delta on the three rows
+            value = start + slot_state[slot, F_DELTA]
+            out[0, col] = value
+            out[1, col] = value
+            out[2, col] = value
+        elif count > 0:
+            in_prompt = min(count, max(prompt_len - start, 0))
+            if in_prompt > 0:
+                row_start = slot_state[slot, F_ROW_START]
+                fill_positions(
+                    out, col, pool_rows, pool_scales, row_start, row_start + slot_state[slot, F_ROW_COUNT],
+                    start, start + in_prompt,
+                )  # fmt: skip
+            if count > in_prompt:
+                write_next_positions(out, col + in_prompt, slot_state[slot, F_DELTA], start + in_prompt, count - in_prompt)
         col += count
         slot_state[slot, F_NUM_COMPUTED] = start + count
-    return total, STEP_OK, 0
+    return total
+
+
+_compiled: set = set()
+_compile_lock = threading.Lock()
+
+
+def step_kernel(out_dtype):
+    """`prepare_step`, ready for `out_dtype` (int64 or int32) positions with
+    int64 or int32 index arrays, and for no other argument types: the two
+    signatures are compiled (or loaded from numba's cache) on first use, then
+    compilation is switched off again."""
+    key = np.dtype(out_dtype)
+    if key not in _compiled:
+        with _compile_lock:
+            if key not in _compiled:
+                out = numba.from_dtype(key)[:, ::1]
+                prepare_step.disable_compile(False)
+                try:
+                    for index in (nt.int64[::1], nt.int32[::1]):
+                        prepare_step.compile(
+                            (out, index, index, index, nt.int64[:, ::1], nt.int64[:, ::1], nt.float32[:, ::1], nt.int64[::1])
+                        )
+                finally:
+                    prepare_step.disable_compile(True)
+                _compiled.add(key)
+    return prepare_step
+
+
+_RECORD_INT = 105  # ord("i"): marshal's record of an int that fits in 32 bits
+
+
+@helper
+def read_int_records(data, out):
+    """Decode `marshal.dumps(seq, 2)` of a list or tuple of plain ints into `out`.
+
+    Returns -1 when every element was an int record (all of `out` written),
+    else the index of the first element that is not (a bool, a float, an int
+    past 32 bits, ...) or len(out) when the header does not match; the caller
+    then takes its checked path. Each int record is the byte "i" and the
+    value as 4 little-endian bytes."""
+    n = out.shape[0]
+    if len(data) != 5 + 5 * n:
+        return n
+    p = 5
+    for k in range(n):
+        if data[p] != _RECORD_INT:
+            return k
+        value = (
+            np.int64(data[p + 1]) | (np.int64(data[p + 2]) << 8) | (np.int64(data[p + 3]) << 16)
+            | (np.int64(np.int8(data[p + 4])) << 24)
+        )  # fmt: skip
+        out[k] = value
+        p += 5
+    return -1
