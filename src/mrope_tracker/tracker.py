@@ -267,7 +267,8 @@ class PositionTracker:
 
     def rollback(self, req_id, num_tokens: int) -> None:
         """Un-schedule the last `num_tokens` tokens (rejected draft tokens, or
-        preemption back to a prefix-cache hit or to zero)."""
+        preemption back to a prefix-cache hit or to zero). An engine that
+        passes `num_computed_tokens` to each step never needs it."""
         slot = self.slot(req_id)
         num_tokens = as_index(num_tokens, "num_tokens")
         done = int(self.slot_state[slot, K.F_NUM_COMPUTED])
@@ -548,3 +549,8 @@ class PositionTracker:
         live.sort()
         for (_, end), (start, _) in zip(live, live[1:]):
             assert end <= start, "two requests share layout rows"
+        # what the step path reuses without looking again: the last ids' slots, the lists the buffers hold
+        if self._last_req_ids is not None:
+            assert [self._slot_of[r] for r in self._last_req_ids] == self._last_slots.tolist()
+        for data, view in self._held.values():
+            assert list(marshal.loads(data)) == view.tolist()
