@@ -306,7 +306,8 @@ def plot(results: dict, path: str) -> None:
             labels, values = [], []
             for sc in r["scenarios"]:
                 for d in sc["designs"][:-1]:
-                    labels.append(f"{sc['scenario']}: {d['design'].split(' (')[0]}")
+                    short = d["design"].split(" (")[0] + (" slots" if "(slots)" in d["design"] else "")
+                    labels.append(f"{sc['scenario']}: {short}")
                     values.append(d["total_vs_tracker"])
             ax.set_title("simulated scheduler: position CPU time, design / tracker")
         else:
