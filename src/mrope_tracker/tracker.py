@@ -26,7 +26,8 @@ from .inputs import Items, as_config, as_index, as_int_array, as_token_ids, read
 from .kernels import layout_codes as C
 from .kernels import tracker_step as K
 from .kernels.pool import compact_pool
-from .layout import PromptLayout, Ranges, build_rows_from_ranges, build_rows_from_tokens, estimate_rows
+from .layout import PromptLayout, build_rows_from_ranges, build_rows_from_tokens, estimate_rows
+from .ranges import Ranges
 from .staging import PositionBuffers
 
 __all__ = ["PositionTracker"]
@@ -158,7 +159,7 @@ class PositionTracker:
     def add_request_from_ranges(
         self, req_id, num_tokens, *, image_ranges=None, image_grid_thw=None, video_ranges=None, video_grid_thw=None,
         second_per_grid_ts=None, audio_ranges=None, audio_feature_lengths=None, use_audio_in_video=False,
-        num_computed_tokens=0,
+        interleave="transformers", num_computed_tokens=0,
     ) -> int:  # fmt: skip
         """Admit a request from placeholder ranges without reading its tokens:
         O(items) whatever the prompt length (see `PromptLayout.from_ranges`)."""
@@ -166,8 +167,8 @@ class PositionTracker:
         num_tokens = as_index(num_tokens, "num_tokens", minimum=1)
         num_computed_tokens = self._check_computed(num_computed_tokens, num_tokens, "num_tokens")
         items = Items.normalize(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
-        ranges = Ranges(items, image_ranges, video_ranges, audio_ranges)
-        return self._admit(req_id, num_tokens, num_computed_tokens, estimate_rows(self.config, items),
+        ranges = Ranges(self.config, items, image_ranges, video_ranges, audio_ranges, interleave, second_per_grid_ts)
+        return self._admit(req_id, num_tokens, num_computed_tokens, estimate_rows(self.config, items, ranges),
                            lambda rows, scales: build_rows_from_ranges(self.config, num_tokens, items, ranges, rows, scales))  # fmt: skip
 
     def add_request_layout(self, req_id, layout: PromptLayout, *, num_computed_tokens=0) -> int:
