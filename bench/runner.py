@@ -15,7 +15,7 @@ import torch
 
 from mrope_tracker import warmup
 
-from . import baselines, suite_admission, suite_decode, suite_memory, suite_prompt, suite_scheduler
+from . import baselines, suite_admission, suite_decode, suite_hf, suite_memory, suite_prompt, suite_scheduler, suite_startup
 
 SUITES = {
     "prompt": suite_prompt.run,
@@ -23,6 +23,8 @@ SUITES = {
     "admission": suite_admission.run,
     "scheduler": suite_scheduler.run,
     "memory": suite_memory.run,
+    "hf": suite_hf.run,
+    "startup": suite_startup.run,
 }
 
 

@@ -72,6 +72,8 @@ __all__ = [
 CONVENTIONS = ("transformers-4", "transformers-5")
 _OMNI = ("qwen2_5_omni", "qwen3_omni")
 _ERR_EMPTY_ROW = -1  # a row with no kept token (transformers cannot position it either)
+_NO_OUT = np.zeros((3, 0, 0), np.int64)  # "write no positions" for the batch kernel
+_CPU = torch.device("cpu")
 
 
 # --------------------------------------------------------------------------
@@ -121,17 +123,82 @@ def _default_convention(semantics: str) -> str:
 # --------------------------------------------------------------------------
 
 
-@jit
-def _batch_kernel(out, deltas, starts, ids, keep, params, image_grid, video_grid, video_sp, audio_tokens, use_av):
-    """Positions of every row of a padded batch, in one call.
+KEEP_ONE, KEEP_NONZERO, KEEP_ALL = 0, 1, 2  # which tokens a row keeps: mask == 1, mask != 0, every one
 
-    Row b's kept tokens (``keep[b]``) are gathered, positioned by the prompt
-    builder with the items that remain (images, videos, audio tracks are
-    consumed in batch order), and scattered back into ``out[:, b]``; padding
-    is left as the caller filled it. ``deltas[b]`` is max + 1 - kept tokens;
-    ``starts[b]`` the first image, video and audio item of row b
-    (``starts[B]`` the totals consumed). Returns (row, code, a, b, c, d):
-    row == B when every row was positioned, else the row that failed."""
+
+@jit
+def _kept(mask, b, j, keep_rule) -> bool:
+    return keep_rule == KEEP_ALL or (mask[b, j] == 1 if keep_rule == KEEP_ONE else mask[b, j] != 0)
+
+
+@jit
+def _gather(ids, mask, b, keep_rule, row_ids):
+    """Row b's kept tokens: (count, first, one past the last, the ids). A row
+    kept in one piece (left or right padding) is a slice of `ids`, else they
+    are copied into `row_ids`."""
+    width = ids.shape[1]
+    if keep_rule == KEEP_ALL:
+        return width, 0, width, ids[b]
+    n = 0
+    if keep_rule == KEEP_ONE:  # (branch-free counts: these loops vectorise)
+        for j in range(width):
+            n += mask[b, j] == 1
+    else:
+        for j in range(width):
+            n += mask[b, j] != 0
+    if n == 0:
+        return 0, 0, 0, ids[b, :0]
+    lo = 0
+    while not _kept(mask, b, lo, keep_rule):
+        lo += 1
+    hi = width
+    while not _kept(mask, b, hi - 1, keep_rule):
+        hi -= 1
+    if hi - lo == n:
+        return n, lo, hi, ids[b, lo:hi]
+    k = 0
+    for j in range(lo, hi):
+        if _kept(mask, b, j, keep_rule):
+            row_ids[k] = ids[b, j]
+            k += 1
+    return n, lo, hi, row_ids[:n]
+
+
+@jit
+def _scatter(out, b, row_out, n, lo, hi, mask, keep_rule, fill):
+    """Write a row's positions into ``out[:, b]``, `fill` where nothing is kept."""
+    for r in range(3):
+        if hi - lo == n:
+            out[r, b, :lo] = fill
+            out[r, b, lo:hi] = row_out[r]
+            out[r, b, hi:] = fill
+        else:
+            k = 0
+            for j in range(out.shape[2]):
+                if _kept(mask, b, j, keep_rule):
+                    out[r, b, j] = row_out[r, k]
+                    k += 1
+                else:
+                    out[r, b, j] = fill
+
+
+@jit
+def _batch_kernel(
+    out, deltas, kept, starts, ids, mask, keep_rule, fill, padded_delta,
+    params, image_grid, video_grid, video_sp, audio_tokens, use_av, write,
+):  # fmt: skip
+    """Positions of every row of a padded batch, in one call (without `write`,
+    the rows are only checked and their items counted; `out` is not touched).
+
+    Row b's kept tokens (by `keep_rule` on ``mask[b]``) are positioned by the
+    prompt builder with the items that remain (images, videos and audio
+    tracks are consumed in batch order) and written into ``out[:, b]``;
+    every other column gets `fill`. ``deltas[b]`` is max + 1 minus the kept
+    tokens, or minus the row width with `padded_delta`; ``kept[b]`` the kept
+    tokens; ``starts[b]`` the first image, video and audio item of row b
+    (``starts[B]``: all items consumed). Returns (row, code, a, b, c, d):
+    row == B when every row was positioned, else the row that failed and the
+    builder's error code."""
     num_rows, width = ids.shape
     row_ids = np.empty(width, np.int64)
     buf = np.empty(3 * width, np.int64)
@@ -143,16 +210,12 @@ def _batch_kernel(out, deltas, starts, ids, keep, params, image_grid, video_grid
         starts[b, 0] = p_image
         starts[b, 1] = p_video
         starts[b, 2] = p_audio
-        n = 0
-        for j in range(width):
-            if keep[b, j]:
-                row_ids[n] = ids[b, j]
-                n += 1
+        n, lo, hi, row = _gather(ids, mask, b, keep_rule, row_ids)
         if n == 0:
             return b, _ERR_EMPTY_ROW, 0, 0, 0, 0
-        row_out = buf[: 3 * n].reshape((3, n))
+        row_out = buf[: 3 * n if write else 0].reshape((3, n if write else 0))
         code, a, bb, c, d, delta = _fill_prompt(
-            state, row_out, row_ids[:n], params, image_grid[p_image:], video_grid[p_video:], video_sp[p_video:],
+            state, row_out, row, params, image_grid[p_image:], video_grid[p_video:], video_sp[p_video:],
             audio_tokens[p_audio:], use_av,
         )  # fmt: skip
         # Items left over are the next rows' items, not an error here.
@@ -161,18 +224,215 @@ def _batch_kernel(out, deltas, starts, ids, keep, params, image_grid, video_grid
         p_image += state[S_COUNT + C.MOD_IMAGE]
         p_video += state[S_COUNT + C.MOD_VIDEO]
         p_audio += state[S_COUNT + C.MOD_AUDIO]
-        deltas[b] = delta
-        k = 0
-        for j in range(width):
-            if keep[b, j]:
-                out[0, b, j] = row_out[0, k]
-                out[1, b, j] = row_out[1, k]
-                out[2, b, j] = row_out[2, k]
-                k += 1
+        kept[b] = n
+        deltas[b] = delta + (n - width if padded_delta else 0)
+        if write:
+            _scatter(out, b, row_out, n, lo, hi, mask, keep_rule, fill)
     starts[num_rows, 0] = p_image
     starts[num_rows, 1] = p_video
     starts[num_rows, 2] = p_audio
     return num_rows, 0, 0, 0, 0, 0
+
+
+# --------------------------------------------------------------------------
+# Qwen3-Omni's float32 positions, as transformers computes them
+# --------------------------------------------------------------------------
+
+_F32_ONE = np.float32(1)
+_F32_ZERO = np.float32(0)
+
+
+@jit
+def _float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, use_av):
+    """One row of Qwen3-Omni positions in float32, step by step as transformers
+    (4.57 and 5.x) computes them: each item is bos (vision_start, audio_start,
+    or both for audio in video), its content at base s, and eos (1 or 2) at 1 +
+    the maximum of the last piece appended; video frame f sits at
+    s + float32(float32(f * sp) * r), untruncated; an audio-in-video block is
+    the merge of its video and audio positions, a video token first when its
+    value is <= the audio token's. Every sum is rounded to float32 where
+    transformers rounds it. Items are taken in order from the grids given.
+    Returns 0, or 1 when the row is not laid out as transformers assumes (the
+    caller then asks the torch reference, which names the problem)."""
+    n = ids.shape[0]
+    merge = np.int64(params[C.P_MERGE])
+    image_id = np.int64(params[C.P_IMAGE])
+    video_id = np.int64(params[C.P_VIDEO])
+    audio_id = np.int64(params[C.P_AUDIO])
+    vision_start = np.int64(params[C.P_VISION_START])
+    vision_end = np.int64(params[C.P_VISION_END])
+    audio_start = np.int64(params[C.P_AUDIO_START])
+    audio_end = np.int64(params[C.P_AUDIO_END])
+    r = np.float32(params[C.P_SCALE_R])
+    n_image = 0
+    n_video = 0
+    n_audio = 0
+    st = 0
+    prev_max = _F32_ZERO  # maximum of the last piece appended
+    has_prev = False
+    while True:
+        q = st
+        while q < n and ids[q] != vision_start and ids[q] != audio_start:
+            q += 1
+        if q >= n:
+            break
+        base = prev_max + _F32_ONE if has_prev else _F32_ZERO
+        for k in range(q - st):
+            value = np.float32(k) + base
+            out[0, st + k] = value
+            out[1, st + k] = value
+            out[2, st + k] = value
+        base = base + np.float32(q - st)
+        paired = ids[q] == vision_start and q + 1 < n and ids[q + 1] == audio_start
+        bos = 2 if paired else 1
+        for k in range(bos):
+            value = np.float32(k) + base
+            out[0, q + k] = value
+            out[1, q + k] = value
+            out[2, q + k] = value
+        base = base + np.float32(bos)
+        c = q + bos
+        eos = 1
+        if ids[q] == audio_start:  # an audio clip
+            if n_audio >= audio_tokens.shape[0]:
+                return 1
+            m = audio_tokens[n_audio]
+            n_audio += 1
+            end = c + m
+            if end >= n or ids[end] != audio_end:
+                return 1
+            for a in range(m):
+                value = np.float32(a) + base
+                out[0, c + a] = value
+                out[1, c + a] = value
+                out[2, c + a] = value
+            last = np.float32(m - 1) + base
+        elif paired:  # audio in video: transformers merges by value, whatever the tokens
+            if n_video >= video_grid.shape[0] or n_audio >= audio_tokens.shape[0]:
+                return 1
+            hh = video_grid[n_video, 1] // merge
+            ww = video_grid[n_video, 2] // merge
+            num_video = video_grid[n_video, 0] * hh * ww
+            sp = video_sp[n_video]
+            m = audio_tokens[n_audio]
+            n_video += 1
+            n_audio += 1
+            end = c + num_video + m
+            if end + 1 >= n or ids[end] != audio_end or ids[end + 1] != vision_end:
+                return 1
+            v = 0
+            a = 0
+            k = c
+            while v < num_video and a < m:
+                f = v // (hh * ww)
+                vt = (np.float32(f) * sp) * r + base
+                at = np.float32(a) + base
+                if vt <= at:
+                    out[0, k] = vt
+                    out[1, k] = np.float32((v // ww) % hh) + base
+                    out[2, k] = np.float32(v % ww) + base
+                    v += 1
+                else:
+                    out[0, k] = at
+                    out[1, k] = at
+                    out[2, k] = at
+                    a += 1
+                k += 1
+            last = np.float32(-1)
+            while v < num_video:  # the rest of the video: the last piece
+                f = v // (hh * ww)
+                vt = (np.float32(f) * sp) * r + base
+                vh = np.float32((v // ww) % hh) + base
+                vw = np.float32(v % ww) + base
+                out[0, k] = vt
+                out[1, k] = vh
+                out[2, k] = vw
+                last = max(last, vt, vh, vw)
+                v += 1
+                k += 1
+            while a < m:  # or the rest of the audio
+                at = np.float32(a) + base
+                out[0, k] = at
+                out[1, k] = at
+                out[2, k] = at
+                last = max(last, at)
+                a += 1
+                k += 1
+            eos = 2
+        else:  # an image or a video: one block
+            if c >= n:
+                return 1
+            if ids[c] == image_id and n_image < image_grid.shape[0]:
+                t, h, w = image_grid[n_image, 0], image_grid[n_image, 1], image_grid[n_image, 2]
+                sp = _F32_ZERO
+                n_image += 1
+            elif ids[c] == video_id and n_video < video_grid.shape[0]:
+                t, h, w = video_grid[n_video, 0], video_grid[n_video, 1], video_grid[n_video, 2]
+                sp = video_sp[n_video]
+                n_video += 1
+            else:
+                return 1
+            hh = h // merge
+            ww = w // merge
+            end = c + t * hh * ww
+            if end >= n or ids[end] != vision_end:
+                return 1
+            last = np.float32(-1)
+            k = c
+            for f in range(t):
+                vt = (np.float32(f) * sp) * r + base
+                for i in range(hh):
+                    vh = np.float32(i) + base
+                    for j in range(ww):
+                        vw = np.float32(j) + base
+                        out[0, k] = vt
+                        out[1, k] = vh
+                        out[2, k] = vw
+                        k += 1
+                last = max(last, vt, vh, np.float32(ww - 1) + base)
+        base = last + _F32_ONE
+        for k in range(eos):
+            value = np.float32(k) + base
+            out[0, end + k] = value
+            out[1, end + k] = value
+            out[2, end + k] = value
+        prev_max = np.float32(eos - 1) + base
+        has_prev = True
+        st = end + eos
+    if st < n:
+        base = prev_max + _F32_ONE if has_prev else _F32_ZERO
+        for k in range(n - st):
+            value = np.float32(k) + base
+            out[0, st + k] = value
+            out[1, st + k] = value
+            out[2, st + k] = value
+    return 0
+
+
+@jit
+def _float_batch(positions, deltas, rows, starts, ids, mask, keep_rule, params, image_grid, video_grid, video_sp, audio_tokens, use_av):  # fmt: skip
+    """`_float_row` for the rows listed in `rows` (their items from `starts`),
+    written into the float32 ``positions[:, b]``; ``deltas[b]`` = max + 1 - n
+    in float32. Returns the first row refused, or -1."""
+    width = ids.shape[1]
+    row_ids = np.empty(width, np.int64)
+    buf = np.empty(3 * width, np.float32)
+    for b in rows:
+        n, lo, hi, row = _gather(ids, mask, b, keep_rule, row_ids)
+        row_out = buf[: 3 * n].reshape((3, n))
+        code = _float_row(
+            row_out, row, params, image_grid[starts[b, 0] : starts[b + 1, 0]], video_grid[starts[b, 1] : starts[b + 1, 1]],
+            video_sp[starts[b, 1] : starts[b + 1, 1]], audio_tokens[starts[b, 2] : starts[b + 1, 2]], use_av,
+        )  # fmt: skip
+        if code:
+            return b
+        top = row_out[0, 0]
+        for r in range(3):
+            for k in range(n):
+                top = max(top, row_out[r, k])
+        deltas[b] = (top + _F32_ONE) - np.float32(n)
+        _scatter(positions, b, row_out, n, lo, hi, mask, keep_rule, _F32_ZERO)
+    return -1
 
 
 # --------------------------------------------------------------------------
@@ -188,6 +448,8 @@ def _describe(value) -> str:
 
 def _numpy(value, name: str) -> np.ndarray:
     if isinstance(value, torch.Tensor):
+        if value.device.type == "cpu" and not value.requires_grad:
+            return value.numpy()  # a view
         return value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
         return value
@@ -201,6 +463,9 @@ def _numpy(value, name: str) -> np.ndarray:
 
 def _input_ids(input_ids) -> tuple[np.ndarray, torch.dtype, torch.device]:
     """(int64 (B, L) array, the dtype positions take, the device results go to)."""
+    if type(input_ids) is torch.Tensor and input_ids.dtype is torch.int64 and input_ids.dim() == 2:
+        if input_ids.device.type == "cpu" and input_ids.is_contiguous():  # what a training step passes
+            return input_ids.numpy(), torch.int64, _CPU
     arr = _numpy(input_ids, "input_ids")
     if arr.ndim != 2:
         raise ValueError(f"input_ids: expected shape (batch, length), got {_describe(input_ids)}")
@@ -216,6 +481,9 @@ def _input_ids(input_ids) -> tuple[np.ndarray, torch.dtype, torch.device]:
 def _mask(attention_mask, shape) -> np.ndarray | None:
     if attention_mask is None:
         return None
+    if type(attention_mask) is torch.Tensor and attention_mask.dtype is torch.int64 and attention_mask.shape == shape:
+        if attention_mask.device.type == "cpu" and attention_mask.is_contiguous():
+            return attention_mask.numpy()
     arr = _numpy(attention_mask, "attention_mask")
     if arr.shape != shape:
         raise ValueError(f"attention_mask: expected shape {shape} (that of input_ids), got {_describe(attention_mask)}")
@@ -345,13 +613,15 @@ def get_rope_index(
     if images is None and videos is None and (omni or not v5):
         return _fallback(cfg, ids, mask, dtype, device, v5)
     if mask is None:
-        keep = np.ones(ids.shape, np.bool_)
-    elif v5 and not omni:
-        keep = mask != 0
+        mask, rule = ids, KEEP_ALL  # (the kernel never reads it)
     else:
-        keep = mask == 1
+        rule = KEEP_NONZERO if v5 and not omni else KEEP_ONE
+        if mask.dtype.kind == "f":  # the rule on the floats, as transformers applies it
+            mask, rule = (mask != 0 if rule == KEEP_NONZERO else mask == 1).astype(np.int64), KEEP_NONZERO
+        elif mask.dtype != np.int64 or not mask.flags.c_contiguous:
+            mask = np.ascontiguousarray(mask, dtype=np.int64)
     if mm_token_type_ids is not None and not omni:
-        _check_types(cfg, ids, keep, mm_token_type_ids)
+        _check_types(cfg, ids, _keep(mask, rule), mm_token_type_ids)
     images = EMPTY_GRID if images is None else images
     videos = EMPTY_GRID if videos is None else videos
     run_cfg = cfg
@@ -368,26 +638,42 @@ def get_rope_index(
     audio = audio_token_counts(cfg, lengths)
     num_rows, width = ids.shape
     fill = 0 if family == "qwen3_omni" or (v5 and not omni) else 1
-    out = np.full((3, num_rows, width), fill, np.int64)
+    # Qwen3-Omni under a transformers preset: float32 times, computed below
+    floats = family == "qwen3_omni" and cfg.semantics in ("transformers-4.57", "transformers-5")
+    out = _NO_OUT if floats else np.empty((3, num_rows, width), np.int64)
     deltas = np.empty(num_rows, np.int64)
+    kept = np.empty(num_rows, np.int64)
     starts = np.zeros((num_rows + 1, 3), np.int64)
+    use_av = bool(use_audio_in_video)
+    padded_delta = not omni and not v5  # D10: transformers 4.x VL models take the padded length
     row, code, a, b, c, d = _batch_kernel(
-        out, deltas, starts, ids, keep, run_cfg.kernel_params, images, videos, sp, audio, bool(use_audio_in_video)
-    )
+        out, deltas, kept, starts, ids, mask, rule, fill, padded_delta,
+        run_cfg.kernel_params, images, videos, sp, audio, use_av, not floats,
+    )  # fmt: skip
     if row < num_rows:
-        _row_error(run_cfg, row, code, ids, keep, images, videos, sp, lengths, starts, bool(use_audio_in_video))
+        _row_error(run_cfg, row, code, ids, _keep(mask, rule), images, videos, sp, lengths, starts, use_av)
     _check_all_used(starts[num_rows], images, videos, audio)
-    kept = keep.sum(axis=1)
-    if not omni and not v5:
-        deltas += kept - width  # D10: transformers 4.x VL models take the padded length
-    if family == "qwen3_omni":
-        return _qwen3_omni_floats(
-            cfg, out, deltas, ids, keep, kept, images, videos, sp, lengths, starts, bool(use_audio_in_video), device
+    if floats:
+        return _qwen3_omni_floats(cfg, ids, mask, rule, images, videos, sp, audio, lengths, starts, use_av, device)
+    if family == "qwen3_omni":  # truncated times, as float32 (the dtype transformers' model code expects)
+        return (
+            torch.from_numpy(out.astype(np.float32)).to(device),
+            torch.from_numpy(deltas.astype(np.float32)).unsqueeze(1).to(device),
         )
     positions = torch.from_numpy(out)
-    if dtype != torch.int64:
+    if dtype is not torch.int64:
         positions = positions.to(dtype)
-    return positions.to(device), torch.from_numpy(deltas).unsqueeze(1).to(device)
+    deltas = torch.from_numpy(deltas.reshape(num_rows, 1))
+    if device.type != "cpu":
+        return positions.to(device), deltas.to(device)
+    return positions, deltas
+
+
+def _keep(mask: np.ndarray, rule: int) -> np.ndarray:
+    """The kept tokens as a (B, L) bool array."""
+    if rule == KEEP_ALL:
+        return np.ones(mask.shape, np.bool_)
+    return mask == 1 if rule == KEEP_ONE else mask != 0
 
 
 def _fallback(cfg: MRopeConfig, ids, mask, dtype, device, v5: bool):
@@ -438,6 +724,9 @@ def _row_error(cfg, row, code, ids, keep, images, videos, sp, lengths, starts, u
 
 
 def _check_all_used(used, images, videos, audio) -> None:
+    used = used.tolist()
+    if used == [images.shape[0], videos.shape[0], audio.shape[0]]:
+        return
     for name, n, total in (
         ("image_grid_thw", used[0], images.shape[0]),
         ("video_grid_thw", used[1], videos.shape[0]),
@@ -447,45 +736,25 @@ def _check_all_used(used, images, videos, audio) -> None:
             raise ValueError(f"{name}: expected one entry per item in input_ids ({int(n)}), got {int(total)}")
 
 
-def _fractional_videos(cfg: MRopeConfig, videos: np.ndarray, sp: np.ndarray) -> np.ndarray:
-    """Per video, whether some frame's float32 time f * sp * r is not an integer
-    (transformers keeps Qwen3-Omni's times as float32, unrounded)."""
-    r = np.float32(cfg.tokens_per_second)
-    out = np.zeros(videos.shape[0], np.bool_)
-    for k in range(videos.shape[0]):
-        times = (np.arange(videos[k, 0], dtype=np.float32) * sp[k]).astype(np.float32) * r
-        out[k] = bool(np.any(times != np.floor(times)))
-    return out
+def _qwen3_omni_floats(cfg, ids, mask, rule, images, videos, sp, audio, lengths, starts, use_av, device):
+    """Qwen3-Omni as transformers returns it: float32 positions (times kept
+    fractional) and float32 deltas, every row by `_float_row`."""
+    num_rows, width = ids.shape
+    positions = np.empty((3, num_rows, width), np.float32)
+    deltas = np.empty(num_rows, np.float32)
+    rows = np.arange(num_rows, dtype=np.int64)
+    refused = _float_batch(positions, deltas, rows, starts, ids, mask, rule, cfg.kernel_params, images, videos, sp, audio, use_av)  # fmt: skip
+    if refused >= 0:  # not laid out as transformers assumes: the reference says why
+        from . import reference
 
-
-def _qwen3_omni_floats(cfg, out, deltas, ids, keep, kept, images, videos, sp, lengths, starts, use_av, device):
-    """Qwen3-Omni as transformers returns it: float32 positions and deltas.
-    Rows whose videos all sit at integral times are the integer positions;
-    under a transformers preset the others come from the torch reference's
-    float mode (the other presets truncate the times, D8)."""
-    from . import reference
-
-    positions = out.astype(np.float32)
-    float_deltas = deltas.astype(np.float32)
-    # transformers keeps the fractions; the other presets truncate them (integer positions as float32)
-    keeps_fractions = cfg.semantics in ("transformers-4.57", "transformers-5")
-    fractional = _fractional_videos(cfg, videos, sp) if videos.shape[0] and keeps_fractions else None
-    for row in range(ids.shape[0]):
-        lo, hi = starts[row, 1], starts[row + 1, 1]
-        if fractional is None or not fractional[lo:hi].any():
-            continue
-        items = _row_items(starts, row, images, videos, sp, lengths, end=True)
-        pos, _ = reference.prompt_positions(
-            cfg, ids[row][keep[row]], use_audio_in_video=use_av, float_positions=True, **items
-        )
-        pos = pos.numpy()
-        positions[:, row, keep[row]] = pos
-        # transformers: max() + 1 - n on float32 tensors
-        float_deltas[row] = np.float32(np.float32(pos.max()) + np.float32(1)) - np.float32(kept[row])
-    return (
-        torch.from_numpy(positions).to(device),
-        torch.from_numpy(float_deltas).unsqueeze(1).to(device),
-    )
+        items = _row_items(starts, refused, images, videos, sp, lengths, end=True)
+        row_ids = ids[refused][_keep(mask, rule)[refused]]
+        try:
+            reference.prompt_positions(cfg, row_ids, use_audio_in_video=use_av, float_positions=True, **items)
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"input_ids row {refused}: {exc}") from None
+        raise AssertionError(f"get_rope_index: row {refused}: the float path refused what the reference accepts")
+    return torch.from_numpy(positions).to(device), torch.from_numpy(deltas).unsqueeze(1).to(device)
 
 
 # --------------------------------------------------------------------------

@@ -166,8 +166,8 @@ class _Builder:
 
     def video(self, with_audio: bool) -> None:
         c, m, rng = self.c, self.c.spatial_merge_size, self.rng
-        fps = float(rng.choice(_COMMON_FPS)) if rng.integers(0, 3) else int(rng.integers(1, 121)) / 10
-        t = int(rng.integers(2, 25))  # temporal patches (two frames each)
+        fps = float(rng.choice(_COMMON_FPS)) if rng.integers(0, 2) else int(rng.integers(1, 121)) / 10
+        t = int(rng.integers(2, 65))  # temporal patches (two frames each): 4 to 128 frames
         h, w = (int(rng.choice(_FRAME_SIDES)) for _ in range(2))
         hw = (h // m) * (w // m)
         self.videos.append((t, h, w))

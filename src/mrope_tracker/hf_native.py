@@ -22,13 +22,14 @@ import functools
 import importlib
 import json
 import types
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from .config import MRopeConfig
 
-__all__ = ["available", "config_dict", "rope_index", "supported_model_types"]
+__all__ = ["available", "config_dict", "prepare", "rope_index", "supported_model_types"]
 
 # model_type -> (module under transformers.models, class owning get_rope_index, config class, nested key)
 _MODELS = {
@@ -164,7 +165,22 @@ def _tensor(value, dtype, width: int | None = None):
     return tensor.reshape(-1, width) if width is not None else tensor
 
 
-def rope_index(
+def rope_index(config, input_ids, image_grid_thw=None, video_grid_thw=None, attention_mask=None, **kwargs):
+    """The installed transformers' ``get_rope_index`` on a batch:
+    ``((3, B, L), (B, 1))``, exactly as it returns them.
+
+    `config`: a config dict (published-style) or an `MRopeConfig` (through
+    `config_dict`). Arguments as `hf.get_rope_index` takes them
+    (`second_per_grid_ts`, `audio_feature_lengths`, `use_audio_in_video`,
+    `mm_token_type_ids` by keyword); array-likes become the tensors the
+    processors make (int64 ids, grids and lengths, float32
+    second_per_grid_ts), tensors pass as they are. None stays None, so the
+    Omni thinkers see what they are given (their model passes a mask).
+    `mm_token_type_ids` is made from the ids for transformers 5 when None."""
+    return prepare(config, input_ids, image_grid_thw, video_grid_thw, attention_mask, **kwargs)()
+
+
+def prepare(
     config,
     input_ids,
     image_grid_thw=None,
@@ -175,30 +191,23 @@ def rope_index(
     audio_feature_lengths=None,
     use_audio_in_video: bool = False,
     mm_token_type_ids=None,
-):
-    """The installed transformers' ``get_rope_index`` on a batch:
-    ``((3, B, L), (B, 1))``, exactly as it returns them.
-
-    `config`: a config dict (published-style) or an `MRopeConfig` (through
-    `config_dict`). Arguments as `hf.get_rope_index` takes them; array-likes
-    become the tensors the processors make (int64 ids, grids and lengths,
-    float32 second_per_grid_ts), tensors pass as they are. None stays None,
-    so the Omni thinkers see what they are given (their model passes a mask).
-    `mm_token_type_ids` is made from the ids for transformers 5 when None."""
+) -> Callable[[], tuple]:
+    """`rope_index` as a call with no arguments: the stand-in and the tensors
+    are made once, the call runs transformers' method alone (for timing)."""
     if isinstance(config, MRopeConfig):
         config = config_dict(config)
     model_cls, stub = _stand_in(json.dumps(config, sort_keys=True))
+    method = model_cls.get_rope_index
     ids = _tensor(input_ids, np.int64)
     mask = _tensor(attention_mask, np.int64)
     images = _tensor(image_grid_thw, np.int64, 3)
     videos = _tensor(video_grid_thw, np.int64, 3)
     sp = _tensor(second_per_grid_ts, np.float32)
-    params = model_cls.get_rope_index.__code__.co_varnames[: model_cls.get_rope_index.__code__.co_argcount]
+    params = method.__code__.co_varnames[: method.__code__.co_argcount]
     if "audio_seqlens" in params:  # the Omni thinkers (both lines)
-        return model_cls.get_rope_index(
-            stub, ids, images, videos, mask, use_audio_in_video=bool(use_audio_in_video),
-            audio_seqlens=_tensor(audio_feature_lengths, np.int64), second_per_grids=sp,
-        )  # fmt: skip
+        audio = _tensor(audio_feature_lengths, np.int64)
+        av = bool(use_audio_in_video)
+        return lambda: method(stub, ids, images, videos, mask, use_audio_in_video=av, audio_seqlens=audio, second_per_grids=sp)
     kwargs = {"attention_mask": mask}
     if "second_per_grid_ts" in params:
         kwargs["second_per_grid_ts"] = sp
@@ -210,4 +219,4 @@ def rope_index(
 
             mm_token_type_ids = make_types(config, ids)
         kwargs["mm_token_type_ids"] = _tensor(mm_token_type_ids, np.int64)
-    return model_cls.get_rope_index(stub, ids, image_grid_thw=images, video_grid_thw=videos, **kwargs)
+    return lambda: method(stub, ids, image_grid_thw=images, video_grid_thw=videos, **kwargs)
