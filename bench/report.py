@@ -309,7 +309,8 @@ def plot(results: dict, path: str) -> None:
                     short = d["design"].split(" (")[0] + (" slots" if "(slots)" in d["design"] else "")
                     labels.append(f"{sc['scenario']}: {short}")
                     values.append(d["total_vs_tracker"])
-            ax.set_title("simulated scheduler: position CPU time, design / tracker")
+            ax.set_title("simulated scheduler: position CPU time, design / tracker "
+                         "(MRV2-like and tracker slots: without their id mapping)")
         else:
             labels, values = [], []
             for x in r["rows"]:
