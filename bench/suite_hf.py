@@ -2,7 +2,7 @@
 transformers' own ``get_rope_index``, in the same process.
 
 Per family, a left-padded batch of 8 prompts from the `compare` sample
-(`hf_compare.sample_prompts`: a system prompt, images, videos at common frame
+(`hf_sample.sample_prompts`: a system prompt, images, videos at common frame
 rates, audio clips; text between), as a training step hands them to the
 model: (8, L) int64 ids, an attention mask, the batch's grids concatenated.
 The Omni families get two batches, one without and one with audio inside
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mrope_tracker import MRopeConfig, hf, hf_compare, hf_native
+from mrope_tracker import MRopeConfig, hf, hf_native, hf_sample
 
 from .timing import measure, medians_us, ratio, torch_threads
 
@@ -45,7 +45,7 @@ def batch_of(config: MRopeConfig, audio_in_video: bool, seed: int = 0) -> dict:
     """BATCH sample prompts of one kind, left-padded: the keyword arguments of get_rope_index."""
     prompts, k = [], 0
     while len(prompts) < BATCH:
-        for p in hf_compare.sample_prompts(config, 4 * BATCH, seed + k):
+        for p in hf_sample.sample_prompts(config, 4 * BATCH, seed + k):
             if p.use_audio_in_video == audio_in_video and (not audio_in_video or p.video_grid_thw is not None):
                 prompts.append(p)
         k += 1

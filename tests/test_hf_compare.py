@@ -18,7 +18,8 @@ from family_prompts import CONFIG_DIR
 
 from mrope_tracker import MRopeConfig
 from mrope_tracker.cli import main
-from mrope_tracker.hf_compare import Prompt, compare, read_prompts, sample_prompts
+from mrope_tracker.hf_compare import compare
+from mrope_tracker.hf_sample import Prompt, read_prompts, sample_prompts
 
 NUM = 60  # prompts of the built-in sample in these tests
 

@@ -434,3 +434,11 @@ def test_patch_refuses_a_model_without_a_supported_get_rope_index():
     talker.config = type("C", (), {"model_type": "qwen2_5_omni_talker"})()
     with pytest.raises(ValueError, match="qwen2_5_omni_talker"):
         hf.patch(talker)
+
+
+def test_warmup_compiles_both_batch_kernels():
+    """hf.warmup() leaves the integer and the float32 batch kernels compiled."""
+    from mrope_tracker.kernels import hf_batch
+
+    hf.warmup()
+    assert hf_batch.batch_kernel.signatures and hf_batch.float_batch.signatures

@@ -36,13 +36,12 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import inspect
 
 import attrs
 import numpy as np
 import torch
 
-from .config import SUPPORTED_MODEL_TYPES, MRopeConfig
+from .config import MRopeConfig
 from .families import SEMANTICS
 from .inputs import (
     EMPTY_FLOAT,
@@ -53,10 +52,7 @@ from .inputs import (
     as_second_per_grid_ts,
     audio_token_counts,
 )
-from .kernels import layout_codes as C
-from .kernels.jit_options import jit
-from .kernels.layout_emit import NUM_STATE, S_COUNT
-from .kernels.prompt import _fill_prompt
+from .kernels.hf_batch import ERR_EMPTY_ROW, KEEP_ALL, KEEP_NONZERO, KEEP_ONE, batch_kernel, float_batch
 from .positions import prompt_positions
 
 __all__ = [
@@ -67,11 +63,11 @@ __all__ = [
     "installed_transformers",
     "mm_token_type_ids",
     "patch",
+    "warmup",
 ]
 
 CONVENTIONS = ("transformers-4", "transformers-5")
 _OMNI = ("qwen2_5_omni", "qwen3_omni")
-_ERR_EMPTY_ROW = -1  # a row with no kept token (transformers cannot position it either)
 _NO_OUT = np.zeros((3, 0, 0), np.int64)  # "write no positions" for the batch kernel
 _CPU = torch.device("cpu")
 
@@ -116,323 +112,6 @@ def _default_convention(semantics: str) -> str:
         return "transformers-4"
     major = _major(installed_transformers())
     return "transformers-5" if major is not None and major >= 5 else "transformers-4"
-
-
-# --------------------------------------------------------------------------
-# The batch kernel
-# --------------------------------------------------------------------------
-
-
-KEEP_ONE, KEEP_NONZERO, KEEP_ALL = 0, 1, 2  # which tokens a row keeps: mask == 1, mask != 0, every one
-
-
-@jit
-def _kept(mask, b, j, keep_rule) -> bool:
-    return keep_rule == KEEP_ALL or (mask[b, j] == 1 if keep_rule == KEEP_ONE else mask[b, j] != 0)
-
-
-@jit
-def _gather(ids, mask, b, keep_rule, row_ids):
-    """Row b's kept tokens: (count, first, one past the last, the ids). A row
-    kept in one piece (left or right padding) is a slice of `ids`, else they
-    are copied into `row_ids`."""
-    width = ids.shape[1]
-    if keep_rule == KEEP_ALL:
-        return width, 0, width, ids[b]
-    n = 0
-    if keep_rule == KEEP_ONE:  # (branch-free counts: these loops vectorise)
-        for j in range(width):
-            n += mask[b, j] == 1
-    else:
-        for j in range(width):
-            n += mask[b, j] != 0
-    if n == 0:
-        return 0, 0, 0, ids[b, :0]
-    lo = 0
-    while not _kept(mask, b, lo, keep_rule):
-        lo += 1
-    hi = width
-    while not _kept(mask, b, hi - 1, keep_rule):
-        hi -= 1
-    if hi - lo == n:
-        return n, lo, hi, ids[b, lo:hi]
-    k = 0
-    for j in range(lo, hi):
-        if _kept(mask, b, j, keep_rule):
-            row_ids[k] = ids[b, j]
-            k += 1
-    return n, lo, hi, row_ids[:n]
-
-
-@jit
-def _scatter(out, b, row_out, n, lo, hi, mask, keep_rule, fill):
-    """Write a row's positions into ``out[:, b]``, `fill` where nothing is kept."""
-    for r in range(3):
-        if hi - lo == n:
-            out[r, b, :lo] = fill
-            out[r, b, lo:hi] = row_out[r]
-            out[r, b, hi:] = fill
-        else:
-            k = 0
-            for j in range(out.shape[2]):
-                if _kept(mask, b, j, keep_rule):
-                    out[r, b, j] = row_out[r, k]
-                    k += 1
-                else:
-                    out[r, b, j] = fill
-
-
-@jit
-def _batch_kernel(
-    out, deltas, kept, starts, ids, mask, keep_rule, fill, padded_delta,
-    params, image_grid, video_grid, video_sp, audio_tokens, use_av, write,
-):  # fmt: skip
-    """Positions of every row of a padded batch, in one call (without `write`,
-    the rows are only checked and their items counted; `out` is not touched).
-
-    Row b's kept tokens (by `keep_rule` on ``mask[b]``) are positioned by the
-    prompt builder with the items that remain (images, videos and audio
-    tracks are consumed in batch order) and written into ``out[:, b]``;
-    every other column gets `fill`. ``deltas[b]`` is max + 1 minus the kept
-    tokens, or minus the row width with `padded_delta`; ``kept[b]`` the kept
-    tokens; ``starts[b]`` the first image, video and audio item of row b
-    (``starts[B]``: all items consumed). Returns (row, code, a, b, c, d):
-    row == B when every row was positioned, else the row that failed and the
-    builder's error code."""
-    num_rows, width = ids.shape
-    row_ids = np.empty(width, np.int64)
-    buf = np.empty(3 * width, np.int64)
-    state = np.empty(NUM_STATE, np.int64)
-    p_image = 0
-    p_video = 0
-    p_audio = 0
-    for b in range(num_rows):
-        starts[b, 0] = p_image
-        starts[b, 1] = p_video
-        starts[b, 2] = p_audio
-        n, lo, hi, row = _gather(ids, mask, b, keep_rule, row_ids)
-        if n == 0:
-            return b, _ERR_EMPTY_ROW, 0, 0, 0, 0
-        row_out = buf[: 3 * n if write else 0].reshape((3, n if write else 0))
-        code, a, bb, c, d, delta = _fill_prompt(
-            state, row_out, row, params, image_grid[p_image:], video_grid[p_video:], video_sp[p_video:],
-            audio_tokens[p_audio:], use_av,
-        )  # fmt: skip
-        # Items left over are the next rows' items, not an error here.
-        if code != C.OK and code != C.ERR_MISSING_ITEMS:
-            return b, code, a, bb, c, d
-        p_image += state[S_COUNT + C.MOD_IMAGE]
-        p_video += state[S_COUNT + C.MOD_VIDEO]
-        p_audio += state[S_COUNT + C.MOD_AUDIO]
-        kept[b] = n
-        deltas[b] = delta + (n - width if padded_delta else 0)
-        if write:
-            _scatter(out, b, row_out, n, lo, hi, mask, keep_rule, fill)
-    starts[num_rows, 0] = p_image
-    starts[num_rows, 1] = p_video
-    starts[num_rows, 2] = p_audio
-    return num_rows, 0, 0, 0, 0, 0
-
-
-# --------------------------------------------------------------------------
-# Qwen3-Omni's float32 positions, as transformers computes them
-# --------------------------------------------------------------------------
-
-_F32_ONE = np.float32(1)
-_F32_ZERO = np.float32(0)
-
-
-@jit
-def _float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, use_av):
-    """One row of Qwen3-Omni positions in float32, step by step as transformers
-    (4.57 and 5.x) computes them: each item is bos (vision_start, audio_start,
-    or both for audio in video), its content at base s, and eos (1 or 2) at 1 +
-    the maximum of the last piece appended; video frame f sits at
-    s + float32(float32(f * sp) * r), untruncated; an audio-in-video block is
-    the merge of its video and audio positions, a video token first when its
-    value is <= the audio token's. Every sum is rounded to float32 where
-    transformers rounds it. Items are taken in order from the grids given.
-    Returns 0, or 1 when the row is not laid out as transformers assumes (the
-    caller then asks the torch reference, which names the problem)."""
-    n = ids.shape[0]
-    merge = np.int64(params[C.P_MERGE])
-    image_id = np.int64(params[C.P_IMAGE])
-    video_id = np.int64(params[C.P_VIDEO])
-    audio_id = np.int64(params[C.P_AUDIO])
-    vision_start = np.int64(params[C.P_VISION_START])
-    vision_end = np.int64(params[C.P_VISION_END])
-    audio_start = np.int64(params[C.P_AUDIO_START])
-    audio_end = np.int64(params[C.P_AUDIO_END])
-    r = np.float32(params[C.P_SCALE_R])
-    n_image = 0
-    n_video = 0
-    n_audio = 0
-    st = 0
-    prev_max = _F32_ZERO  # maximum of the last piece appended
-    has_prev = False
-    while True:
-        q = st
-        while q < n and ids[q] != vision_start and ids[q] != audio_start:
-            q += 1
-        if q >= n:
-            break
-        base = prev_max + _F32_ONE if has_prev else _F32_ZERO
-        for k in range(q - st):
-            value = np.float32(k) + base
-            out[0, st + k] = value
-            out[1, st + k] = value
-            out[2, st + k] = value
-        base = base + np.float32(q - st)
-        paired = ids[q] == vision_start and q + 1 < n and ids[q + 1] == audio_start
-        bos = 2 if paired else 1
-        for k in range(bos):
-            value = np.float32(k) + base
-            out[0, q + k] = value
-            out[1, q + k] = value
-            out[2, q + k] = value
-        base = base + np.float32(bos)
-        c = q + bos
-        eos = 1
-        if ids[q] == audio_start:  # an audio clip
-            if n_audio >= audio_tokens.shape[0]:
-                return 1
-            m = audio_tokens[n_audio]
-            n_audio += 1
-            end = c + m
-            if end >= n or ids[end] != audio_end:
-                return 1
-            for a in range(m):
-                value = np.float32(a) + base
-                out[0, c + a] = value
-                out[1, c + a] = value
-                out[2, c + a] = value
-            last = np.float32(m - 1) + base
-        elif paired:  # audio in video: transformers merges by value, whatever the tokens
-            if n_video >= video_grid.shape[0] or n_audio >= audio_tokens.shape[0]:
-                return 1
-            hh = video_grid[n_video, 1] // merge
-            ww = video_grid[n_video, 2] // merge
-            num_video = video_grid[n_video, 0] * hh * ww
-            sp = video_sp[n_video]
-            m = audio_tokens[n_audio]
-            n_video += 1
-            n_audio += 1
-            end = c + num_video + m
-            if end + 1 >= n or ids[end] != audio_end or ids[end + 1] != vision_end:
-                return 1
-            v = 0
-            a = 0
-            k = c
-            while v < num_video and a < m:
-                f = v // (hh * ww)
-                vt = (np.float32(f) * sp) * r + base
-                at = np.float32(a) + base
-                if vt <= at:
-                    out[0, k] = vt
-                    out[1, k] = np.float32((v // ww) % hh) + base
-                    out[2, k] = np.float32(v % ww) + base
-                    v += 1
-                else:
-                    out[0, k] = at
-                    out[1, k] = at
-                    out[2, k] = at
-                    a += 1
-                k += 1
-            last = np.float32(-1)
-            while v < num_video:  # the rest of the video: the last piece
-                f = v // (hh * ww)
-                vt = (np.float32(f) * sp) * r + base
-                vh = np.float32((v // ww) % hh) + base
-                vw = np.float32(v % ww) + base
-                out[0, k] = vt
-                out[1, k] = vh
-                out[2, k] = vw
-                last = max(last, vt, vh, vw)
-                v += 1
-                k += 1
-            while a < m:  # or the rest of the audio
-                at = np.float32(a) + base
-                out[0, k] = at
-                out[1, k] = at
-                out[2, k] = at
-                last = max(last, at)
-                a += 1
-                k += 1
-            eos = 2
-        else:  # an image or a video: one block
-            if c >= n:
-                return 1
-            if ids[c] == image_id and n_image < image_grid.shape[0]:
-                t, h, w = image_grid[n_image, 0], image_grid[n_image, 1], image_grid[n_image, 2]
-                sp = _F32_ZERO
-                n_image += 1
-            elif ids[c] == video_id and n_video < video_grid.shape[0]:
-                t, h, w = video_grid[n_video, 0], video_grid[n_video, 1], video_grid[n_video, 2]
-                sp = video_sp[n_video]
-                n_video += 1
-            else:
-                return 1
-            hh = h // merge
-            ww = w // merge
-            end = c + t * hh * ww
-            if end >= n or ids[end] != vision_end:
-                return 1
-            last = np.float32(-1)
-            k = c
-            for f in range(t):
-                vt = (np.float32(f) * sp) * r + base
-                for i in range(hh):
-                    vh = np.float32(i) + base
-                    for j in range(ww):
-                        vw = np.float32(j) + base
-                        out[0, k] = vt
-                        out[1, k] = vh
-                        out[2, k] = vw
-                        k += 1
-                last = max(last, vt, vh, np.float32(ww - 1) + base)
-        base = last + _F32_ONE
-        for k in range(eos):
-            value = np.float32(k) + base
-            out[0, end + k] = value
-            out[1, end + k] = value
-            out[2, end + k] = value
-        prev_max = np.float32(eos - 1) + base
-        has_prev = True
-        st = end + eos
-    if st < n:
-        base = prev_max + _F32_ONE if has_prev else _F32_ZERO
-        for k in range(n - st):
-            value = np.float32(k) + base
-            out[0, st + k] = value
-            out[1, st + k] = value
-            out[2, st + k] = value
-    return 0
-
-
-@jit
-def _float_batch(positions, deltas, rows, starts, ids, mask, keep_rule, params, image_grid, video_grid, video_sp, audio_tokens, use_av):  # fmt: skip
-    """`_float_row` for the rows listed in `rows` (their items from `starts`),
-    written into the float32 ``positions[:, b]``; ``deltas[b]`` = max + 1 - n
-    in float32. Returns the first row refused, or -1."""
-    width = ids.shape[1]
-    row_ids = np.empty(width, np.int64)
-    buf = np.empty(3 * width, np.float32)
-    for b in rows:
-        n, lo, hi, row = _gather(ids, mask, b, keep_rule, row_ids)
-        row_out = buf[: 3 * n].reshape((3, n))
-        code = _float_row(
-            row_out, row, params, image_grid[starts[b, 0] : starts[b + 1, 0]], video_grid[starts[b, 1] : starts[b + 1, 1]],
-            video_sp[starts[b, 1] : starts[b + 1, 1]], audio_tokens[starts[b, 2] : starts[b + 1, 2]], use_av,
-        )  # fmt: skip
-        if code:
-            return b
-        top = row_out[0, 0]
-        for r in range(3):
-            for k in range(n):
-                top = max(top, row_out[r, k])
-        deltas[b] = (top + _F32_ONE) - np.float32(n)
-        _scatter(positions, b, row_out, n, lo, hi, mask, keep_rule, _F32_ZERO)
-    return -1
 
 
 # --------------------------------------------------------------------------
@@ -646,7 +325,7 @@ def get_rope_index(
     starts = np.zeros((num_rows + 1, 3), np.int64)
     use_av = bool(use_audio_in_video)
     padded_delta = not omni and not v5  # D10: transformers 4.x VL models take the padded length
-    row, code, a, b, c, d = _batch_kernel(
+    row, code, a, b, c, d = batch_kernel(
         out, deltas, kept, starts, ids, mask, rule, fill, padded_delta,
         run_cfg.kernel_params, images, videos, sp, audio, use_av, not floats,
     )  # fmt: skip
@@ -713,7 +392,7 @@ def _row_items(starts, row, images, videos, sp, lengths, end: bool):
 def _row_error(cfg, row, code, ids, keep, images, videos, sp, lengths, starts, use_av) -> None:
     """Raise the error of a row the batch kernel refused, with the message
     `prompt_positions` gives for it (the row's items counted from its first)."""
-    if code == _ERR_EMPTY_ROW:
+    if code == ERR_EMPTY_ROW:
         raise ValueError(f"attention_mask: expected at least one kept token in every row, got none in row {row}")
     items = _row_items(starts, row, images, videos, sp, lengths, end=False)
     try:  # (a truncated second_per_grid_ts truncates to itself)
@@ -743,7 +422,7 @@ def _qwen3_omni_floats(cfg, ids, mask, rule, images, videos, sp, audio, lengths,
     positions = np.empty((3, num_rows, width), np.float32)
     deltas = np.empty(num_rows, np.float32)
     rows = np.arange(num_rows, dtype=np.int64)
-    refused = _float_batch(positions, deltas, rows, starts, ids, mask, rule, cfg.kernel_params, images, videos, sp, audio, use_av)  # fmt: skip
+    refused = float_batch(positions, deltas, rows, starts, ids, mask, rule, cfg.kernel_params, images, videos, sp, audio, use_av)  # fmt: skip
     if refused >= 0:  # not laid out as transformers assumes: the reference says why
         from . import reference
 
@@ -757,144 +436,12 @@ def _qwen3_omni_floats(cfg, ids, mask, rule, images, videos, sp, audio, lengths,
     return torch.from_numpy(positions).to(device), torch.from_numpy(deltas).unsqueeze(1).to(device)
 
 
-# --------------------------------------------------------------------------
-# patch
-# --------------------------------------------------------------------------
-
-# transformers' argument names -> ours
-_ARGUMENTS = {
-    "input_ids": "input_ids",
-    "image_grid_thw": "image_grid_thw",
-    "video_grid_thw": "video_grid_thw",
-    "attention_mask": "attention_mask",
-    "second_per_grid_ts": "second_per_grid_ts",
-    "second_per_grids": "second_per_grid_ts",
-    "audio_seqlens": "audio_feature_lengths",
-    "use_audio_in_video": "use_audio_in_video",
-    "mm_token_type_ids": "mm_token_type_ids",
-}
+def warmup() -> None:
+    """Compile (or load from numba's cache) the batch kernels: integer
+    positions, and Qwen3-Omni's float32 ones."""
+    ids = np.array([[7, 151652, 151655, 151655, 151655, 151655, 151653, 8]], np.int64)
+    for family, semantics in (("qwen2_vl", "reference"), ("qwen3_omni", "transformers-4.57")):
+        get_rope_index(MRopeConfig(family=family, semantics=semantics), ids, [[1, 4, 4]], attention_mask=np.ones_like(ids))
 
 
-class Patch:
-    """What `patch` changed: `undo()` (or calling it, or leaving a ``with``
-    block) puts every patched module's own ``get_rope_index`` back."""
-
-    def __init__(self, entries: list[tuple[object, str, object]]) -> None:
-        self._entries = entries  # (module, dotted name, what its __dict__ held, or _MISSING)
-
-    @property
-    def modules(self) -> list[str]:
-        """Dotted names of the patched modules ("" for the model itself)."""
-        return [name for _, name, _ in self._entries]
-
-    def undo(self) -> None:
-        for module, _, previous in reversed(self._entries):
-            if previous is _MISSING:
-                module.__dict__.pop("get_rope_index", None)
-            else:
-                module.__dict__["get_rope_index"] = previous
-        self._entries = []
-
-    __call__ = undo
-
-    def __enter__(self) -> "Patch":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.undo()
-
-
-_MISSING = object()
-
-
-def _candidates(model):
-    """(dotted name, module) of the model and its submodules."""
-    if isinstance(model, torch.nn.Module):
-        yield from model.named_modules()
-        return
-    seen = set()
-    stack = [("", model)]
-    while stack:
-        name, obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        yield name, obj
-        for attr in ("model", "thinker"):
-            sub = getattr(obj, attr, None)
-            if sub is not None:
-                stack.append((f"{name}.{attr}" if name else attr, sub))
-
-
-def _model_type(module) -> str | None:
-    config = getattr(module, "config", None)
-    return getattr(config, "model_type", None) if config is not None else None
-
-
-def patch(model, *, semantics: str | None = None) -> Patch:
-    """Replace a loaded transformers model's ``get_rope_index`` with
-    `get_rope_index` here, in place, on every module that owns one and whose
-    config is a supported model type (``model.model`` of a Qwen2-VL
-    ForConditionalGeneration, the thinker of an Omni model; an Omni talker
-    keeps its own). Returns a `Patch`: ``undo()``, call it, or use it as a
-    context manager.
-
-    `semantics` picks the position rules (default: the installed
-    transformers' preset); the batch convention is always the installed
-    transformers line's, since the model's own code consumes the result.
-    Raises ValueError for a model with no supported module.
-    """
-    if semantics is not None and semantics not in SEMANTICS:
-        raise ValueError(f"semantics: expected one of {', '.join(SEMANTICS)}, got {semantics!r}")
-    major = _major(installed_transformers())
-    convention = "transformers-5" if major is not None and major >= 5 else "transformers-4"
-    entries = []
-    found_types = []
-    for name, module in _candidates(model):
-        own = getattr(type(module), "get_rope_index", None)
-        if not callable(own):
-            continue
-        model_type = _model_type(module)
-        found_types.append(model_type)
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            continue
-        cfg = MRopeConfig.from_hf_config(module.config, semantics=default_semantics() if semantics is None else semantics)
-        previous = module.__dict__.get("get_rope_index", _MISSING)
-        module.__dict__["get_rope_index"] = _replacement(cfg, convention, inspect.signature(own))
-        entries.append((module, name, previous))
-    if not entries:
-        what = type(model).__name__
-        seen = f" (modules with a get_rope_index: model types {sorted(set(map(str, found_types)))})" if found_types else ""
-        raise ValueError(
-            f"model: expected a transformers model of a supported family ({', '.join(sorted(SUPPORTED_MODEL_TYPES))}) "
-            f"with a get_rope_index, got {what}{seen}"
-        )
-    return Patch(entries)
-
-
-def _replacement(cfg: MRopeConfig, convention: str, signature: inspect.Signature):
-    """A function with transformers' own signature (minus self) that calls ours."""
-    params = list(signature.parameters.values())[1:]  # drop self
-    bound_signature = signature.replace(parameters=params)
-
-    def get_rope_index_patched(*args, **kwargs):
-        bound = bound_signature.bind(*args, **kwargs)
-        ours = {}
-        for name, value in bound.arguments.items():
-            if name in _ARGUMENTS:
-                ours[_ARGUMENTS[name]] = value
-            elif bound_signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
-                for key, extra in value.items():  # transformers 5 passes its model kwargs through
-                    if key in _ARGUMENTS and _ARGUMENTS[key] not in ours:
-                        ours[_ARGUMENTS[key]] = extra
-        ids = ours.pop("input_ids", None)
-        if ids is None:
-            raise ValueError("input_ids: expected the token ids (get_rope_index needs them), got None")
-        use_av = ours.pop("use_audio_in_video", False)
-        return get_rope_index(
-            cfg, ids, use_audio_in_video=bool(use_av) if use_av is not None else False, convention=convention, **ours
-        )
-
-    get_rope_index_patched.__signature__ = bound_signature
-    get_rope_index_patched.__doc__ = f"mrope_tracker.hf.get_rope_index ({cfg.family}, {cfg.semantics}), patched in."
-    return get_rope_index_patched
+from .hf_patch import Patch, patch  # noqa: E402  (it calls back into this module)
