@@ -17,7 +17,7 @@ rule, and how audio-in-video pairs and eos behave. Errors are returned as
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper, inner
+from .jit_options import helper, inner, tiny
 from .layout_emit import (
     S_COUNT,
     S_FRAME,
@@ -43,14 +43,14 @@ from .layout_emit import (
 from .position_rules import write_linear
 
 
-@inner
+@tiny
 def _run_end(ids, start, stop, token):
     """First index in [start, stop) whose token is not `token` (stop if none)."""
     bad = check_run(ids, start, stop, token)
     return stop if bad < 0 else bad
 
 
-@inner
+@tiny
 def _next_frame(state, video_grid, n):
     """Count one frame of video n; the video is done after its t frames."""
     f = state[S_FRAME] + 1

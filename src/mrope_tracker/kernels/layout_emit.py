@@ -16,7 +16,7 @@ builders pass the switches they read from the packed config.
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import inner
+from .jit_options import inner, tiny
 from .position_rules import grid_range_max, temporal_index, write_segment
 
 TAU_LIMIT = 0.999 * 2.0**31  # tau bound, with room for float32 rounding
@@ -38,7 +38,7 @@ NUM_STATE = 12
 _F32_ZERO = np.float32(0)
 
 
-@inner
+@tiny
 def reset(state, num_images, num_videos, num_audio):
     state[S_NUM_ROWS] = 0
     state[S_BASE] = 0
@@ -97,13 +97,13 @@ def push_row(rows, scales, state, out, tok_start, tok_len, kind, base, grid_offs
     state[S_NUM_ROWS] = n + 1
 
 
-@inner
+@tiny
 def _push_linear(rows, scales, state, out, tok_start, tok_len, base):
     z = np.int64(0)
     push_row(rows, scales, state, out, tok_start, tok_len, np.int64(C.KIND_LINEAR), base, z, z, z, z, z, _F32_ZERO, _F32_ZERO)
 
 
-@inner
+@tiny
 def _push_pair(rows, scales, state, out, tok_start, pair, base):
     """An audio-in-video bos or eos pair: both at `base` (shared) or at base, base + 1."""
     z = np.int64(0)
@@ -137,7 +137,7 @@ def emit_grid(rows, scales, state, out, tok_start, t, h, w, mode, sp, r, next_ru
     state[S_TEXT_START] = tok_start + t * h * w
 
 
-@inner
+@tiny
 def emit_frame(rows, scales, state, out, tok_start, h, w):
     """One video frame of a per-frame family: its own tau = 0 block."""
     one = np.int64(1)
@@ -153,7 +153,7 @@ def emit_frame(rows, scales, state, out, tok_start, h, w):
 # position of the block's last run (or of the whole block), shared or e, e + 1.
 
 
-@inner
+@tiny
 def av_open(rows, scales, state, out, bos_tok, pair):
     """Emit the bos pair at the current base; returns s, the content base."""
     b = state[S_BASE]
@@ -174,13 +174,13 @@ def av_run(rows, scales, state, out, tok, is_audio, k0, count, s, t, h, w, mode,
     return s + grid_range_max(k0, k0 + count, h, w, temporal_index((k0 + count - 1) // (h * w), mode, sp, r))
 
 
-@inner
+@tiny
 def av_block_top(s, t, h, w, num_audio, mode, sp, r):
     """Largest position of a block's content (video grid and audio)."""
     return max(s + max(temporal_index(t - 1, mode, sp, r), h - 1, w - 1), s + num_audio - 1)
 
 
-@inner
+@tiny
 def av_close(rows, scales, state, out, eos_tok, e, pair, block_top):
     """Emit the eos pair at e; text resumes after it."""
     _push_pair(rows, scales, state, out, eos_tok, pair, e)
@@ -331,7 +331,7 @@ def _check_grids(grids, modality, merge):
     return C.OK, 0, 0, 0
 
 
-@inner
+@tiny
 def grid_tokens(grids, n, merge, limit):
     """t' h' w' and their product, or a product of limit + 1 when it exceeds limit
     (so huge grids cannot overflow int64)."""
@@ -370,7 +370,7 @@ def check_items(params, image_grid, video_grid, video_sp, audio_tokens):
     return C.OK, 0, 0, 0
 
 
-@inner
+@tiny
 def scan_item(ids, start, size, token):
     """Check a placeholder run of `size` tokens from `start`: returns
     (first foreign token index or -1, tokens missing past the prompt's end)."""

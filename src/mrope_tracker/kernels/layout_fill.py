@@ -6,11 +6,11 @@ written by the segment writers of position_rules.
 """
 
 from . import layout_codes as C
-from .jit_options import helper, inner
+from .jit_options import helper, tiny
 from .position_rules import write_linear, write_segment
 
 
-@inner
+@tiny
 def find_row(rows, row_begin, row_end, token):
     """Index of the row in [row_begin, row_end) that holds `token` (rows are sorted)."""
     lo = row_begin
@@ -47,7 +47,7 @@ def fill_positions(out, out_col, rows, scales, row_begin, row_end, start, end):
         r += 1
 
 
-@inner
+@tiny
 def write_next_positions(out, out_col, delta, context_len, num_new_tokens):
     """Tokens past the prompt: index + delta on every row.
     Writes delta + context_len + n into out[:, out_col + n] for n < num_new_tokens."""

@@ -9,7 +9,7 @@
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import inner
+from .jit_options import inner, tiny
 
 
 @inner
@@ -48,7 +48,7 @@ def grid_range_max(k0, k1, h, w, tau_last):
 # access, which stops LLVM from vectorising (3-4x slower, measured).
 
 
-@inner
+@tiny
 def write_linear(out, col, first, count):
     """first, first+1, ... on all three rows (text, audio, decode tokens)."""
     t_row = out[0, col : col + count]
@@ -60,7 +60,7 @@ def write_linear(out, col, first, count):
         w_row[n] = first + n
 
 
-@inner
+@tiny
 def write_const(out, col, value, count):
     out[:, col : col + count] = value
 
