@@ -27,6 +27,10 @@ def _bench(args) -> int:
                 print(f"--suite: expected one of {', '.join(runner.SUITES)}, got {name!r}", file=sys.stderr)
                 return 2
             suites.append(name)
+    problem = report.check_outputs(args.json, args.plot)  # before minutes of benchmarks, not after
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     results = runner.run(list(dict.fromkeys(suites)), args.quick, _progress_printer())
     m = results["machine"]
     print(f"\nmrope-tracker bench{' --quick' if args.quick else ''}: {m['cpu']}, {m['cores']} cores, "
@@ -78,7 +82,7 @@ def main(argv=None) -> int:
     )
     bench.add_argument(
         "--suite", action="append", metavar="NAME",
-        help="prompt, decode, admission, scheduler or memory (repeat or comma-separate; default: all)",
+        help="prompt, decode, admission, scheduler, memory, hf or startup (repeat or comma-separate; default: all)",
     )  # fmt: skip
     bench.add_argument("--quick", action="store_true", help="smaller workloads and fewer rounds (under a minute)")
     bench.add_argument("--json", metavar="PATH", help="write every result and ratio as JSON")
