@@ -290,7 +290,7 @@ def get_rope_index(
     images = _grid_or_none(image_grid_thw, "image_grid_thw")
     videos = _grid_or_none(video_grid_thw, "video_grid_thw")
     if images is None and videos is None and (omni or not v5):
-        return _fallback(cfg, ids, mask, dtype, device, v5)
+        return _fallback(cfg, ids, mask, dtype, device)
     if mask is None:
         mask, rule = ids, KEEP_ALL  # (the kernel never reads it)
     else:
@@ -355,7 +355,7 @@ def _keep(mask: np.ndarray, rule: int) -> np.ndarray:
     return mask == 1 if rule == KEEP_ONE else mask != 0
 
 
-def _fallback(cfg: MRopeConfig, ids, mask, dtype, device, v5: bool):
+def _fallback(cfg: MRopeConfig, ids, mask, dtype, device):
     """transformers' path without grids: positions from the attention mask's
     cumsum (pads 1), or an arange when there is no mask (VL, 4.x)."""
     num_rows, width = ids.shape
@@ -417,7 +417,7 @@ def _check_all_used(used, images, videos, audio) -> None:
 
 def _qwen3_omni_floats(cfg, ids, mask, rule, images, videos, sp, audio, lengths, starts, use_av, device):
     """Qwen3-Omni as transformers returns it: float32 positions (times kept
-    fractional) and float32 deltas, every row by `_float_row`."""
+    fractional) and float32 deltas, every row by `kernels.hf_batch.float_row`."""
     num_rows, width = ids.shape
     positions = np.empty((3, num_rows, width), np.float32)
     deltas = np.empty(num_rows, np.float32)
