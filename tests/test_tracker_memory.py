@@ -218,6 +218,7 @@ def test_index_arrays_reach_the_kernel_uncopied():
 
 def test_no_argument_form_compiles_a_new_kernel():
     """Once int32 and int64 steps ran, no other argument form makes numba compile another step kernel."""
+    from mrope_tracker.kernels import records
     from mrope_tracker.kernels import tracker_step as K
 
     tracker = PositionTracker(CONFIG, max_num_reqs=4, max_num_batched_tokens=64)
@@ -226,7 +227,7 @@ def test_no_argument_form_compiles_a_new_kernel():
     for dtype in (np.int32, np.int64):
         tracker.prepare_slots(np.array([0, 1], dtype), np.array([1, 1], dtype), np.array([1, 1], dtype))
     tracker.prepare([0, 1], [1, 1], num_computed_tokens=[2, 2])
-    kernels = (K.prepare_step, K.read_int_records)
+    kernels = (K.prepare_step, records.read_int_records)
     compiled = [set(k.signatures) for k in kernels]
     readonly = np.array([0, 1])
     readonly.flags.writeable = False

@@ -9,6 +9,7 @@ time. Messages name the argument, what was expected and what came.
 
 from __future__ import annotations
 
+import marshal
 import operator
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 
 from .config import MRopeConfig
 from .kernels import layout_codes as C
+from .kernels.records import MARSHAL_INTS, read_int_records, read_int_rows
 
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
@@ -92,8 +94,31 @@ def _as_int64(arr: np.ndarray) -> np.ndarray:
     return arr.astype(np.int64, order="C")
 
 
+def _plain_ints(value, width: int = 0) -> np.ndarray | None:
+    """A list or tuple of plain ints (width 0), or of equal rows of `width`
+    plain ints, as a new int64 array, decoded from its marshal bytes in one C
+    pass and one kernel call; None for anything else (a bool, a float, a
+    ragged row, ...), which the checked path then explains."""
+    n = len(value)
+    if not MARSHAL_INTS or n == 0:
+        return None
+    try:
+        data = marshal.dumps(value, 2)
+    except ValueError:  # objects marshal cannot write (numpy scalars, ...)
+        return None
+    if width:
+        out = np.empty((n, width), np.int64)
+        return out if read_int_rows(data, out) < 0 else None
+    out = np.empty(n, np.int64)
+    return out if read_int_records(data, out) < 0 else None
+
+
 def as_int_array(value, name: str, ndim: int, shape_hint: str) -> np.ndarray:
     """An integer array of `ndim` dimensions as C-contiguous writable int64."""
+    if ndim == 1 and (type(value) is list or type(value) is tuple):
+        fast = _plain_ints(value)
+        if fast is not None:
+            return fast
     arr = _to_numpy(value, name)
     kind = arr.dtype.kind
     if kind != "i":
@@ -135,6 +160,10 @@ def as_grid(value, name: str) -> np.ndarray:
         return EMPTY_GRID
     if ready(value, _INT64, 2, 3):
         return value
+    if type(value) is list or type(value) is tuple:
+        fast = _plain_ints(value, 3)
+        if fast is not None:
+            return fast
     arr = _to_numpy(value, name)
     if arr.size == 0 and (arr.ndim == 1 or arr.shape[-1:] == (3,)):
         return EMPTY_GRID
@@ -152,6 +181,10 @@ def as_ranges(value, name: str) -> np.ndarray:
         return EMPTY_RANGES
     if ready(value, _INT64, 2, 2):
         return value
+    if type(value) is list or type(value) is tuple:
+        fast = _plain_ints(value, 2)
+        if fast is not None:
+            return fast
     if isinstance(value, (list, tuple)) and value and hasattr(value[0], "offset"):
         try:
             value = [(int(item.offset), int(item.length)) for item in value]
@@ -213,7 +246,9 @@ def audio_token_counts(config: MRopeConfig, audio_lengths: np.ndarray) -> np.nda
     """Tokens of every audio track, by the family's encoder formula."""
     if audio_lengths.shape[0] == 0:
         return EMPTY_INT
-    return np.require(config.spec.audio_tokens(audio_lengths, config), np.int64, ["C", "W"])
+    if audio_lengths.shape[0] <= 8:  # numpy arithmetic on a few elements costs microseconds
+        return np.array([config.spec.audio_tokens(f, config) for f in audio_lengths.tolist()], np.int64)
+    return _as_int64(np.asarray(config.spec.audio_tokens(audio_lengths, config)))
 
 
 def as_flag(value, name: str) -> bool:

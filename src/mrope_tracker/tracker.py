@@ -21,11 +21,11 @@ import operator
 import numpy as np
 import torch
 
-from .config import MRopeConfig
-from .inputs import Items, as_config, as_index, as_int_array, as_token_ids, ready
+from .inputs import Items, as_config, as_index, as_int_array, as_token_ids
 from .kernels import layout_codes as C
 from .kernels import tracker_step as K
 from .kernels.pool import compact_pool
+from .kernels.records import MARSHAL_INTS, read_int_records
 from .layout import PromptLayout, build_rows_from_ranges, build_rows_from_tokens, estimate_rows
 from .ranges import Ranges
 from .staging import PositionBuffers
@@ -39,8 +39,8 @@ _NOT_GIVEN = {_INT64: np.zeros(0, np.int64), _INT32: np.zeros(0, np.int32)}
 _INDEX_LIMIT = 2**62  # num_computed_tokens limit without max_model_len (keeps kernel sums in int64)
 # marshal (format 2) writes a list or tuple as a 5-byte header and each int
 # that fits in 32 bits as the byte "i" and 4 little-endian bytes; anything
-# else (a bool, a float, a bigger int) gets another record. Checked once here.
-_MARSHAL_INTS = marshal.dumps([7, -2], 2) == b"[\x02\x00\x00\x00i\x07\x00\x00\x00i\xfe\xff\xff\xff"
+# else (a bool, a float, a bigger int) gets another record (kernels/records.py).
+_MARSHAL_INTS = MARSHAL_INTS
 
 
 # Layout rows reserved per request slot at construction; the pool grows (at
@@ -354,7 +354,7 @@ class PositionTracker:
             raise TypeError("req_ids: expected a sequence of hashable request ids") from None
         self._last_req_ids = None  # until _batch_slots holds these ids' slots
         slots = self._batch_slots[:n]
-        if not (_MARSHAL_INTS and n > 1 and K.read_int_records(marshal.dumps(found, 2), slots) < 0):
+        if not (_MARSHAL_INTS and n > 1 and read_int_records(marshal.dumps(found, 2), slots) < 0):
             slots[:] = found
         if type(req_ids) is not np.ndarray:
             # a list is copied (callers may change theirs); a tuple cannot change
@@ -385,7 +385,7 @@ class PositionTracker:
                     if held is not None and held[0] == data:
                         return held[1]  # the buffer already holds exactly these ints
                     out = buffer[:n]
-                    if K.read_int_records(data, out) < 0:
+                    if read_int_records(data, out) < 0:
                         self._held[name] = (data, out)
                         return out
             self._held.pop(name, None)

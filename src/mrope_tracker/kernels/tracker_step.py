@@ -190,29 +190,3 @@ def step_kernel(out_dtype):
     return prepare_step
 
 
-_RECORD_INT = 105  # ord("i"): marshal's record of an int that fits in 32 bits
-
-
-@helper
-def read_int_records(data, out):
-    """Decode `marshal.dumps(seq, 2)` of a list or tuple of plain ints into `out`.
-
-    Returns -1 when every element was an int record (all of `out` written),
-    else the index of the first element that is not (a bool, a float, an int
-    past 32 bits, ...) or len(out) when the header does not match; the caller
-    then takes its checked path. Each int record is the byte "i" and the
-    value as 4 little-endian bytes."""
-    n = out.shape[0]
-    if len(data) != 5 + 5 * n:
-        return n
-    p = 5
-    for k in range(n):
-        if data[p] != _RECORD_INT:
-            return k
-        value = (
-            np.int64(data[p + 1]) | (np.int64(data[p + 2]) << 8) | (np.int64(data[p + 3]) << 16)
-            | (np.int64(np.int8(data[p + 4])) << 24)
-        )  # fmt: skip
-        out[k] = value
-        p += 5
-    return -1
