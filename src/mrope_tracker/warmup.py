@@ -43,6 +43,8 @@ def warmup(dtypes=(torch.int64,)) -> dict[str, float]:
         prompt_positions(config, ids, **kwargs),
         prompt_positions(config, ids[:3]),
         prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]])),
+        # lists (token ids, grid rows) go through the marshal decoders
+        prompt_positions(config, image_ids.tolist(), image_grid_thw=[[1, 2, 4]]),
     ))  # fmt: skip
     stage("layout", lambda: (
         PromptLayout.from_tokens(config, ids, **kwargs).positions(1, 9),
