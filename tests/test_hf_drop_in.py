@@ -437,8 +437,8 @@ def test_patch_refuses_a_model_without_a_supported_get_rope_index():
 
 
 def test_warmup_compiles_both_batch_kernels():
-    """hf.warmup() leaves the integer and the float32 batch kernels compiled."""
+    """hf.warmup() leaves the batch kernel compiled, once for the integer and the float32 paths."""
     from mrope_tracker.kernels import hf_batch
 
     hf.warmup()
-    assert hf_batch.batch_kernel.signatures and hf_batch.float_batch.signatures
+    assert len(hf_batch.batch_kernel.signatures) == 1  # one compiled version serves both paths

@@ -52,7 +52,16 @@ from .inputs import (
     as_second_per_grid_ts,
     audio_token_counts,
 )
-from .kernels.hf_batch import ERR_EMPTY_ROW, KEEP_ALL, KEEP_NONZERO, KEEP_ONE, batch_kernel, float_batch
+from .kernels.hf_batch import (
+    ERR_EMPTY_ROW,
+    ERR_FLOAT_LAYOUT,
+    KEEP_ALL,
+    KEEP_NONZERO,
+    KEEP_ONE,
+    WRITE_FLOAT,
+    WRITE_INT,
+    batch_kernel,
+)
 from .positions import prompt_positions
 
 __all__ = [
@@ -69,6 +78,7 @@ __all__ = [
 CONVENTIONS = ("transformers-4", "transformers-5")
 _OMNI = ("qwen2_5_omni", "qwen3_omni")
 _NO_OUT = np.zeros((3, 0, 0), np.int64)  # "write no positions" for the batch kernel
+_NO_FLOAT_OUT = np.zeros((3, 0, 0), np.float32)
 _CPU = torch.device("cpu")
 
 
@@ -317,32 +327,39 @@ def get_rope_index(
     audio = audio_token_counts(cfg, lengths)
     num_rows, width = ids.shape
     fill = 0 if family == "qwen3_omni" or (v5 and not omni) else 1
-    # Qwen3-Omni under a transformers preset: float32 times, computed below
+    # Qwen3-Omni under a transformers preset: float32 times (the others truncate them, D8)
     floats = family == "qwen3_omni" and cfg.semantics in ("transformers-4.57", "transformers-5")
     out = _NO_OUT if floats else np.empty((3, num_rows, width), np.int64)
+    float_out = np.empty((3, num_rows, width), np.float32) if floats else _NO_FLOAT_OUT
     deltas = np.empty(num_rows, np.int64)
+    float_deltas = np.empty(num_rows if floats else 0, np.float32)
     kept = np.empty(num_rows, np.int64)
     starts = np.zeros((num_rows + 1, 3), np.int64)
     use_av = bool(use_audio_in_video)
     padded_delta = not omni and not v5  # D10: transformers 4.x VL models take the padded length
     row, code, a, b, c, d = batch_kernel(
-        out, deltas, kept, starts, ids, mask, rule, fill, padded_delta,
-        run_cfg.kernel_params, images, videos, sp, audio, use_av, not floats,
+        out, deltas, float_out, float_deltas, kept, starts, ids, mask, rule, fill, padded_delta,
+        run_cfg.kernel_params, images, videos, sp, audio, use_av, WRITE_FLOAT if floats else WRITE_INT,
     )  # fmt: skip
     if row < num_rows:
-        _row_error(run_cfg, row, code, ids, _keep(mask, rule), images, videos, sp, lengths, starts, use_av)
+        keep = _keep(mask, rule)
+        if code == ERR_FLOAT_LAYOUT:
+            _float_error(cfg, row, ids, keep, images, videos, sp, lengths, starts, use_av)
+        _row_error(run_cfg, row, code, ids, keep, images, videos, sp, lengths, starts, use_av)
     _check_all_used(starts[num_rows], images, videos, audio)
     if floats:
-        return _qwen3_omni_floats(cfg, ids, mask, rule, images, videos, sp, audio, lengths, starts, use_av, device)
+        return _result(float_out, float_deltas, device)
     if family == "qwen3_omni":  # truncated times, as float32 (the dtype transformers' model code expects)
-        return (
-            torch.from_numpy(out.astype(np.float32)).to(device),
-            torch.from_numpy(deltas.astype(np.float32)).unsqueeze(1).to(device),
-        )
-    positions = torch.from_numpy(out)
-    if dtype is not torch.int64:
+        return _result(out.astype(np.float32), deltas.astype(np.float32), device)
+    return _result(out, deltas, device, dtype)
+
+
+def _result(positions: np.ndarray, deltas: np.ndarray, device, dtype=None):
+    """(positions, deltas as (B, 1)) as tensors on `device` (positions in `dtype`)."""
+    positions = torch.from_numpy(positions)
+    if dtype is not None and dtype is not positions.dtype:
         positions = positions.to(dtype)
-    deltas = torch.from_numpy(deltas.reshape(num_rows, 1))
+    deltas = torch.from_numpy(deltas.reshape(-1, 1))
     if device.type != "cpu":
         return positions.to(device), deltas.to(device)
     return positions, deltas
@@ -415,25 +432,17 @@ def _check_all_used(used, images, videos, audio) -> None:
             raise ValueError(f"{name}: expected one entry per item in input_ids ({int(n)}), got {int(total)}")
 
 
-def _qwen3_omni_floats(cfg, ids, mask, rule, images, videos, sp, audio, lengths, starts, use_av, device):
-    """Qwen3-Omni as transformers returns it: float32 positions (times kept
-    fractional) and float32 deltas, every row by `kernels.hf_batch.float_row`."""
-    num_rows, width = ids.shape
-    positions = np.empty((3, num_rows, width), np.float32)
-    deltas = np.empty(num_rows, np.float32)
-    rows = np.arange(num_rows, dtype=np.int64)
-    refused = float_batch(positions, deltas, rows, starts, ids, mask, rule, cfg.kernel_params, images, videos, sp, audio, use_av)  # fmt: skip
-    if refused >= 0:  # not laid out as transformers assumes: the reference says why
-        from . import reference
+def _float_error(cfg, row, ids, keep, images, videos, sp, lengths, starts, use_av) -> None:
+    """Raise why the float32 path could not follow a row (the torch
+    reference's message: a missing bracket, usually)."""
+    from . import reference
 
-        items = _row_items(starts, refused, images, videos, sp, lengths, end=True)
-        row_ids = ids[refused][_keep(mask, rule)[refused]]
-        try:
-            reference.prompt_positions(cfg, row_ids, use_audio_in_video=use_av, float_positions=True, **items)
-        except (ValueError, TypeError) as exc:
-            raise type(exc)(f"input_ids row {refused}: {exc}") from None
-        raise AssertionError(f"get_rope_index: row {refused}: the float path refused what the reference accepts")
-    return torch.from_numpy(positions).to(device), torch.from_numpy(deltas).unsqueeze(1).to(device)
+    items = _row_items(starts, row, images, videos, sp, lengths, end=True)
+    try:
+        reference.prompt_positions(cfg, ids[row][keep[row]], use_audio_in_video=use_av, float_positions=True, **items)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"input_ids row {row}: {exc}") from None
+    raise AssertionError(f"get_rope_index: row {row}: the float path refused what the reference accepts")
 
 
 def warmup() -> None:

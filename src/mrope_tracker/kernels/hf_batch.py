@@ -17,6 +17,7 @@ from .layout_emit import NUM_STATE, S_COUNT
 from .prompt import _fill_prompt
 
 ERR_EMPTY_ROW = -1  # a row with no kept token (transformers cannot position it either)
+ERR_FLOAT_LAYOUT = -2  # a row the float path cannot follow (brackets missing, items short)
 
 KEEP_ONE, KEEP_NONZERO, KEEP_ALL = 0, 1, 2  # which tokens a row keeps: mask == 1, mask != 0, every one
 
@@ -77,26 +78,33 @@ def _scatter(out, b, row_out, n, lo, hi, mask, keep_rule, fill):
                     out[r, b, j] = fill
 
 
+WRITE_NONE, WRITE_INT, WRITE_FLOAT = 0, 1, 2  # what batch_kernel writes
+
+
 @jit
 def batch_kernel(
-    out, deltas, kept, starts, ids, mask, keep_rule, fill, padded_delta,
+    out, deltas, float_out, float_deltas, kept, starts, ids, mask, keep_rule, fill, padded_delta,
     params, image_grid, video_grid, video_sp, audio_tokens, use_av, write,
 ):  # fmt: skip
-    """Positions of every row of a padded batch, in one call (without `write`,
-    the rows are only checked and their items counted; `out` is not touched).
+    """Positions of every row of a padded batch, in one call.
 
     Row b's kept tokens (by `keep_rule` on ``mask[b]``) are positioned by the
     prompt builder with the items that remain (images, videos and audio
-    tracks are consumed in batch order) and written into ``out[:, b]``;
-    every other column gets `fill`. ``deltas[b]`` is max + 1 minus the kept
-    tokens, or minus the row width with `padded_delta`; ``kept[b]`` the kept
-    tokens; ``starts[b]`` the first image, video and audio item of row b
+    tracks are consumed in batch order). `write` says where the result goes:
+    WRITE_INT into the int64 ``out[:, b]`` and ``deltas[b]`` (max + 1 minus
+    the kept tokens, or minus the row width with `padded_delta`);
+    WRITE_FLOAT, once the builder has checked the row, Qwen3-Omni's float32
+    positions (`float_row`) into ``float_out[:, b]`` and ``float_deltas[b]``;
+    WRITE_NONE nowhere. Columns not kept get `fill`. ``kept[b]`` is the kept
+    tokens, ``starts[b]`` the first image, video and audio item of row b
     (``starts[B]``: all items consumed). Returns (row, code, a, b, c, d):
     row == B when every row was positioned, else the row that failed and the
-    builder's error code."""
+    builder's error code (ERR_FLOAT_LAYOUT: the float path could not follow
+    the row)."""
     num_rows, width = ids.shape
     row_ids = np.empty(width, np.int64)
     buf = np.empty(3 * width, np.int64)
+    float_buf = np.empty(3 * width if write == WRITE_FLOAT else 0, np.float32)
     state = np.empty(NUM_STATE, np.int64)
     p_image = 0
     p_video = 0
@@ -108,7 +116,8 @@ def batch_kernel(
         n, lo, hi, row = _gather(ids, mask, b, keep_rule, row_ids)
         if n == 0:
             return b, ERR_EMPTY_ROW, 0, 0, 0, 0
-        row_out = buf[: 3 * n if write else 0].reshape((3, n if write else 0))
+        m = n if write == WRITE_INT else 0
+        row_out = buf[: 3 * m].reshape((3, m))
         code, a, bb, c, d, delta = _fill_prompt(
             state, row_out, row, params, image_grid[p_image:], video_grid[p_video:], video_sp[p_video:],
             audio_tokens[p_audio:], use_av,
@@ -116,13 +125,24 @@ def batch_kernel(
         # Items left over are the next rows' items, not an error here.
         if code != C.OK and code != C.ERR_MISSING_ITEMS:
             return b, code, a, bb, c, d
+        i0, v0, a0 = p_image, p_video, p_audio
         p_image += state[S_COUNT + C.MOD_IMAGE]
         p_video += state[S_COUNT + C.MOD_VIDEO]
         p_audio += state[S_COUNT + C.MOD_AUDIO]
         kept[b] = n
         deltas[b] = delta + (n - width if padded_delta else 0)
-        if write:
+        if write == WRITE_INT:
             _scatter(out, b, row_out, n, lo, hi, mask, keep_rule, fill)
+        elif write == WRITE_FLOAT:
+            float_row_out = float_buf[: 3 * n].reshape((3, n))
+            top = float_row(
+                float_row_out, row, params, image_grid[i0:p_image], video_grid[v0:p_video], video_sp[v0:p_video],
+                audio_tokens[a0:p_audio], use_av,
+            )  # fmt: skip
+            if top < 0:
+                return b, ERR_FLOAT_LAYOUT, 0, 0, 0, 0
+            float_deltas[b] = (top + _F32_ONE) - np.float32(n)
+            _scatter(float_out, b, float_row_out, n, lo, hi, mask, keep_rule, np.float32(fill))
     starts[num_rows, 0] = p_image
     starts[num_rows, 1] = p_video
     starts[num_rows, 2] = p_audio
@@ -145,8 +165,9 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
     the merge of its video and audio positions, a video token first when its
     value is <= the audio token's. Every sum is rounded to float32 where
     transformers rounds it. Items are taken in order from the grids given.
-    Returns 0, or 1 when the row is not laid out as transformers assumes (the
-    caller then asks the torch reference, which names the problem)."""
+    Returns the largest position, or -1 when the row is not laid out as
+    transformers assumes (the caller then asks the torch reference, which
+    names the problem)."""
     n = ids.shape[0]
     merge = np.int64(params[C.P_MERGE])
     image_id = np.int64(params[C.P_IMAGE])
@@ -162,6 +183,7 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
     st = 0
     prev_max = _F32_ZERO  # maximum of the last piece appended
     has_prev = False
+    top = np.float32(-1)  # the largest position: an eos, the inside of a merge, or trailing text
     while True:
         q = st
         while q < n and ids[q] != vision_start and ids[q] != audio_start:
@@ -187,12 +209,12 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
         eos = 1
         if ids[q] == audio_start:  # an audio clip
             if n_audio >= audio_tokens.shape[0]:
-                return 1
+                return np.float32(-1)
             m = audio_tokens[n_audio]
             n_audio += 1
             end = c + m
             if end >= n or ids[end] != audio_end:
-                return 1
+                return np.float32(-1)
             for a in range(m):
                 value = np.float32(a) + base
                 out[0, c + a] = value
@@ -201,7 +223,7 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
             last = np.float32(m - 1) + base
         elif paired:  # audio in video: transformers merges by value, whatever the tokens
             if n_video >= video_grid.shape[0] or n_audio >= audio_tokens.shape[0]:
-                return 1
+                return np.float32(-1)
             hh = video_grid[n_video, 1] // merge
             ww = video_grid[n_video, 2] // merge
             num_video = video_grid[n_video, 0] * hh * ww
@@ -211,7 +233,7 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
             n_audio += 1
             end = c + num_video + m
             if end + 1 >= n or ids[end] != audio_end or ids[end + 1] != vision_end:
-                return 1
+                return np.float32(-1)
             v = 0
             a = 0
             k = c
@@ -220,14 +242,18 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
                 vt = (np.float32(f) * sp) * r + base
                 at = np.float32(a) + base
                 if vt <= at:
+                    vh = np.float32((v // ww) % hh) + base
+                    vw = np.float32(v % ww) + base
                     out[0, k] = vt
-                    out[1, k] = np.float32((v // ww) % hh) + base
-                    out[2, k] = np.float32(v % ww) + base
+                    out[1, k] = vh
+                    out[2, k] = vw
+                    top = max(top, vt, vh, vw)
                     v += 1
                 else:
                     out[0, k] = at
                     out[1, k] = at
                     out[2, k] = at
+                    top = max(top, at)
                     a += 1
                 k += 1
             last = np.float32(-1)
@@ -253,7 +279,7 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
             eos = 2
         else:  # an image or a video: one block
             if c >= n:
-                return 1
+                return np.float32(-1)
             if ids[c] == image_id and n_image < image_grid.shape[0]:
                 t, h, w = image_grid[n_image, 0], image_grid[n_image, 1], image_grid[n_image, 2]
                 sp = _F32_ZERO
@@ -263,12 +289,12 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
                 sp = video_sp[n_video]
                 n_video += 1
             else:
-                return 1
+                return np.float32(-1)
             hh = h // merge
             ww = w // merge
             end = c + t * hh * ww
             if end >= n or ids[end] != vision_end:
-                return 1
+                return np.float32(-1)
             last = np.float32(-1)
             k = c
             for f in range(t):
@@ -289,6 +315,7 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
             out[1, end + k] = value
             out[2, end + k] = value
         prev_max = np.float32(eos - 1) + base
+        top = max(top, prev_max)
         has_prev = True
         st = end + eos
     if st < n:
@@ -298,30 +325,5 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
             out[0, st + k] = value
             out[1, st + k] = value
             out[2, st + k] = value
-    return 0
-
-
-@jit
-def float_batch(positions, deltas, rows, starts, ids, mask, keep_rule, params, image_grid, video_grid, video_sp, audio_tokens, use_av):  # fmt: skip
-    """`float_row` for the rows listed in `rows` (their items from `starts`),
-    written into the float32 ``positions[:, b]``; ``deltas[b]`` = max + 1 - n
-    in float32. Returns the first row refused, or -1."""
-    width = ids.shape[1]
-    row_ids = np.empty(width, np.int64)
-    buf = np.empty(3 * width, np.float32)
-    for b in rows:
-        n, lo, hi, row = _gather(ids, mask, b, keep_rule, row_ids)
-        row_out = buf[: 3 * n].reshape((3, n))
-        code = float_row(
-            row_out, row, params, image_grid[starts[b, 0] : starts[b + 1, 0]], video_grid[starts[b, 1] : starts[b + 1, 1]],
-            video_sp[starts[b, 1] : starts[b + 1, 1]], audio_tokens[starts[b, 2] : starts[b + 1, 2]], use_av,
-        )  # fmt: skip
-        if code:
-            return b
-        top = row_out[0, 0]
-        for r in range(3):
-            for k in range(n):
-                top = max(top, row_out[r, k])
-        deltas[b] = (top + _F32_ONE) - np.float32(n)
-        _scatter(positions, b, row_out, n, lo, hi, mask, keep_rule, _F32_ZERO)
-    return -1
+        top = max(top, np.float32(n - st - 1) + base)
+    return top
