@@ -23,7 +23,7 @@ pytest.importorskip("transformers")
 
 from family_prompts import CONFIG_NAMES, FAMILIES, TEXT_IDS, family_prompts, interleave_matches_model, load_config  # noqa: E402
 
-from mrope_tracker import MRopeConfig, hf, hf_native  # noqa: E402
+from mrope_tracker import MRopeConfig, hf, hf_native, prompt_positions  # noqa: E402
 
 _OMNI = ("qwen2_5_omni", "qwen3_omni")
 _MAJOR = int(hf.installed_transformers().split(".")[0])
@@ -197,6 +197,20 @@ def test_qwen2_5_vl_time_scale_order_of_transformers_5():
     config, ids, mask, items = _video_batch("qwen2_5_vl", (12, 2, 2), float(np.float32(2 / 1.2)))
     config = {**config, "vision_config": {**config["vision_config"], "tokens_per_second": 3}}
     assert_same(*both(config, ids, mask, items))
+
+
+def test_installed_line_preset_in_prompt_positions():
+    """prompt_positions with the installed line's preset (r = 3, fps 1.2, a long video) equals transformers' own
+    row: the product order (transformers 5: f * float32(sp * r)), D1 and D2 all follow the preset."""
+    config, ids, _, items = _video_batch("qwen2_5_vl", (12, 2, 2), float(np.float32(2 / 1.2)))
+    config = {**config, "vision_config": {**config["vision_config"], "tokens_per_second": 3}}
+    row = ids[1:2, :-3]  # the right-padded row, unpadded
+    grid, sp = items["video_grid_thw"][:1], items["second_per_grid_ts"][:1]
+    theirs = hf_native.rope_index(config, row, attention_mask=torch.ones_like(row), video_grid_thw=grid, second_per_grid_ts=sp)
+    preset = MRopeConfig.from_hf_config(config, semantics=hf.default_semantics())
+    positions, delta = prompt_positions(preset, row[0].tolist(), video_grid_thw=grid, second_per_grid_ts=sp)
+    np.testing.assert_array_equal(positions, theirs[0][:, 0].numpy())
+    assert delta == int(theirs[1][0, 0])
 
 
 def test_qwen2_vl_long_video_d1():

@@ -158,7 +158,12 @@ class MRopeConfig:
         if not spec.scaled_time:
             params[codes.P_TAU_MODE] = codes.TAU_FRAME
         else:
-            params[codes.P_TAU_MODE] = codes.TAU_F64 if "tau_f64" in switches else codes.TAU_F32
+            if "tau_f64" in switches:
+                params[codes.P_TAU_MODE] = codes.TAU_F64
+            elif "tau_rate_first" in switches:
+                params[codes.P_TAU_MODE] = codes.TAU_F32_RATE
+            else:
+                params[codes.P_TAU_MODE] = codes.TAU_F32
         # float32: the reference multiplies in float32 (docs/semantics.md)
         params[codes.P_SCALE_R] = np.float32(self.tokens_per_second or 1.0)
         params[codes.P_AV_PAIR] = spec.av_pair == "consecutive"

@@ -45,7 +45,7 @@ DIVERGENCES = {
     "float_times": "D8",  # transformers: Qwen3-Omni times kept as float32
     "tokens_per_second": "D7",  # which config field scales Omni time
     "n_window": "D8",  # transformers 5 reads Qwen3-Omni's audio window from the config
-    "sp_times_r": "transformers 5 product order",  # Qwen2.5-VL frame f times float32(sp * r)
+    "tau_rate_first": "transformers 5 product order",  # Qwen2.5-VL frame f times float32(sp * r)
 }
 _TRANSFORMERS = ("transformers-4.57", "transformers-5")
 _FIELDS = ("tokens_per_second", "n_window")
@@ -76,20 +76,17 @@ def load_config(source, semantics: str = "reference") -> MRopeConfig:
 
 @attrs.frozen
 class _Rules:
-    """A preset taken apart: its switches, its config fields, its time arithmetic."""
+    """A preset taken apart: its switches, its config fields, its float times."""
 
     switches: frozenset
     fields: tuple  # ((name, value), ...) for _FIELDS
     float_times: bool  # Qwen3-Omni float32 times (transformers)
-    sp_times_r: bool  # Qwen2.5-VL frame f times float32(sp * r) (transformers 5)
 
     def items(self) -> frozenset:
         out = set(self.switches)
         out |= {f"{name}={value}" for name, value in self.fields}
         if self.float_times:
             out.add("float_times")
-        if self.sp_times_r:
-            out.add("sp_times_r")
         return frozenset(out)
 
 
@@ -98,7 +95,6 @@ def _rules_of(config: MRopeConfig) -> _Rules:
         switches=config.switches,
         fields=tuple((name, getattr(config, name)) for name in _FIELDS if getattr(config, name) is not None),
         float_times=config.family == "qwen3_omni" and config.semantics in _TRANSFORMERS,
-        sp_times_r=config.family == "qwen2_5_vl" and config.semantics == "transformers-5",
     )
 
 
@@ -119,13 +115,6 @@ def _positions(base: MRopeConfig, rules: _Rules, prompt: Prompt) -> tuple[np.nda
     kwargs = prompt.kwargs()
     with _preset(base.family, rules.switches):
         config = attrs.evolve(base, semantics="reference", **dict(rules.fields))
-        sp = kwargs.get("second_per_grid_ts")
-        if rules.sp_times_r and sp is not None:
-            sp32 = np.asarray(sp, np.float32)
-            if "int_sp" in rules.switches:
-                sp32 = np.trunc(sp32)
-            kwargs["second_per_grid_ts"] = (sp32 * np.float32(config.tokens_per_second)).astype(np.float32)
-            config = attrs.evolve(config, tokens_per_second=1.0)
         if rules.float_times and _has_fractional_times(config, prompt):
             pos, delta = reference.prompt_positions(config, prompt.token_ids, float_positions=True, **kwargs)
             return pos.numpy().astype(np.float64), float(delta)
@@ -159,7 +148,6 @@ def _toggled(a: _Rules, b: _Rules, subset: frozenset) -> _Rules:
         switches=frozenset(switches),
         fields=tuple(sorted(fields.items())),
         float_times=b.float_times if "float_times" in subset else a.float_times,
-        sp_times_r=b.sp_times_r if "sp_times_r" in subset else a.sp_times_r,
     )
 
 
@@ -170,8 +158,6 @@ def _differences(a: _Rules, b: _Rules) -> list[str]:
     out += [f"{name}={fb[name]}" for name in sorted(fb) if fa.get(name) != fb[name]]
     if a.float_times != b.float_times:
         out.append("float_times")
-    if a.sp_times_r != b.sp_times_r:
-        out.append("sp_times_r")
     return out
 
 

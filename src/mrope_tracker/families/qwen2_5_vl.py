@@ -25,6 +25,6 @@ FAMILY = Family(
     presets={
         "vllm-0.33": frozenset({"tau_f64"}),
         "transformers-4.57": frozenset({"int_sp"}),
-        "transformers-5": frozenset({"next_hw"}),
+        "transformers-5": frozenset({"next_hw", "tau_rate_first"}),
     },
 )

@@ -52,7 +52,7 @@ def check_layout(rows, scales, num_tokens):
             scaled = rows[r, C.COL_SCALED]
             if t <= 0 or h <= 0 or w <= 0 or t > num_tokens or h > num_tokens or w > num_tokens:
                 return CHECK_GRID, r, 0
-            if offset < 0 or offset + length > t * h * w or not C.TAU_FRAME <= scaled <= C.TAU_F64:
+            if offset < 0 or offset + length > t * h * w or not C.TAU_FRAME <= scaled <= C.TAU_F32_RATE:
                 return CHECK_GRID, r, 0
             sp = scales[r, C.SCALE_SP]
             rate = scales[r, C.SCALE_R]

@@ -24,7 +24,7 @@ COL_GRID_OFFSET = 4  # GRID: index of the row's first token inside the grid
 COL_T = 5  # GRID: t' (LLM grid, after merging)
 COL_H = 6  # GRID: h'
 COL_W = 7  # GRID: w'
-COL_SCALED = 8  # GRID: tau mode (TAU_FRAME, TAU_F32 or TAU_F64)
+COL_SCALED = 8  # GRID: tau mode (TAU_*)
 NUM_COLS = 9
 
 # float32 columns of the parallel scale array
@@ -52,7 +52,7 @@ P_AUDIO_END = 7
 P_VIDEO_OPEN = 8  # begin-of-video bracket (GLM), else -1
 P_VIDEO_CLOSE = 9  # end-of-video bracket (GLM), else -1
 P_FRAMES = 10  # 1: every video frame is its own tau = 0 block (Qwen3-VL, GLM)
-P_TAU_MODE = 11  # temporal rule of videos: TAU_FRAME, TAU_F32 or TAU_F64
+P_TAU_MODE = 11  # temporal rule of videos: TAU_FRAME, TAU_F32, TAU_F64 or TAU_F32_RATE
 P_SCALE_R = 12  # tokens_per_second (exact in float32 and float64)
 P_AV_PAIR = 13  # audio-in-video bos/eos pairs: 0 shared position, 1 consecutive
 P_AV_EOS = 14  # eos after: 0 the block's last run, 1 the whole block
@@ -65,6 +65,7 @@ NUM_PARAMS = 19
 TAU_FRAME = 0  # tau(f) = f
 TAU_F32 = 1  # trunc(float32(float32(f) * sp) * r), as torch computes it
 TAU_F64 = 2  # trunc(float64(f) * (float64(sp) * float64(r))), as vLLM 0.33 does
+TAU_F32_RATE = 3  # trunc(float32(float32(f) * float32(sp * r))), as transformers 5 does
 
 NEXT_MAX = 0  # next base = 1 + the block's largest position
 NEXT_HW = 1  # next base = s + max(h', w') (transformers 5)

@@ -17,12 +17,15 @@ def temporal_index(frame, mode, sp, r):
     """tau(f) under a row's tau mode (layout_codes.TAU_*): the frame index;
     trunc((float32(f) * sp) * r) with both products rounded to float32, the
     order and precision torch uses (transformers, vLLM 0.8-0.9); or the
-    float64 product of the float32 sp, as vLLM 0.33 computes it."""
+    float64 product of the float32 sp, as vLLM 0.33 computes it; or
+    f * float32(sp * r), transformers 5's order."""
     if mode == C.TAU_FRAME:
         return np.int64(frame)
     if mode == C.TAU_F32:
         prod = np.float32(np.float32(frame) * sp)
         return np.int64(np.float32(prod * r))
+    if mode == C.TAU_F32_RATE:
+        return np.int64(np.float32(np.float32(frame) * np.float32(sp * r)))
     return np.int64(np.float64(frame) * (np.float64(sp) * np.float64(r)))
 
 
