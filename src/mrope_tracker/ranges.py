@@ -25,6 +25,7 @@ import torch
 from .config import MRopeConfig
 from .families import RUN_AUDIO, RUN_VIDEO
 from .inputs import EMPTY_RANGES, Items, _describe, as_ranges, ready
+from .kernels.frames import locate_frames
 
 __all__ = ["Ranges"]
 
@@ -121,18 +122,15 @@ def _frame_ranges(config: MRopeConfig, video_grid: np.ndarray, rows: np.ndarray,
             out[q : q + t, 1] = hw
             q += t
             continue
-        # runs of embedding tokens, found by numpy in one pass over the mask
-        # (tokens are never read); each run holds one frame or several back to back
-        edges = np.flatnonzero(np.diff(mask.view(np.int8), prepend=0, append=0))
-        starts, ends = edges[0::2], edges[1::2]
-        lengths = ends - starts
-        if lengths.sum() != t * hw or (lengths % hw).any():
+        # the mask is walked once by a kernel (kernels/frames.py); no token is read
+        starts = np.empty(t, np.int64)
+        found = locate_frames(mask.view(np.uint8), t, hw, starts)
+        if found >= 0:
             raise ValueError(
-                f"video_ranges[{n}] is_embed: expected {t} frames of {hw} embedding tokens, found runs of "
-                f"{lengths[:8].tolist()}{' ...' if lengths.size > 8 else ''} tokens"
+                f"video_ranges[{n}] is_embed: expected exactly {t} frames of {hw} embedding tokens, "
+                f"found {found} before a short run or extra embedding tokens"
             )
-        frames = np.repeat(starts, lengths // hw) + hw * (np.arange(t) - np.repeat(np.cumsum(lengths // hw) - lengths // hw, lengths // hw))
-        out[q : q + t, 0] = offset + frames
+        out[q : q + t, 0] = offset + starts
         out[q : q + t, 1] = hw
         q += t
     return out

@@ -49,6 +49,9 @@ def warmup(dtypes=(torch.int64,)) -> dict[str, float]:
     stage("layout", lambda: (
         PromptLayout.from_tokens(config, ids, **kwargs).positions(1, 9),
         PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges),
+        # a per-frame video whose frames the is_embed mask locates (kernels/frames.py)
+        PromptLayout.from_ranges(MRopeConfig(family="qwen3_vl"), 8, video_ranges=[(1, 6, np.array([0, 1, 0, 0, 1, 0], bool))],
+                                 video_grid_thw=[[2, 2, 2]]),
     ))  # fmt: skip
     buffer = np.zeros((3, 5), np.int64)
     # numba compiles one version per array layout: C, a column slice (A), Fortran
