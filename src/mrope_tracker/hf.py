@@ -237,13 +237,14 @@ def _config(config, semantics: str | None) -> MRopeConfig:
     if type(config) is MRopeConfig:
         if semantics is None or semantics == config.semantics:
             return config
-        return attrs.evolve(config, semantics=semantics)
+        return _with_semantics(config, semantics)
     return MRopeConfig.from_hf_config(config, semantics=default_semantics() if semantics is None else semantics)
 
 
 @functools.lru_cache(maxsize=64)
-def _unit_rate(config: MRopeConfig) -> MRopeConfig:
-    return attrs.evolve(config, tokens_per_second=1.0)
+def _with_semantics(config: MRopeConfig, semantics: str) -> MRopeConfig:
+    """The config under another preset (cached: building one costs more than a small batch)."""
+    return attrs.evolve(config, semantics=semantics)
 
 
 def get_rope_index(
@@ -313,16 +314,10 @@ def get_rope_index(
         _check_types(cfg, ids, _keep(mask, rule), mm_token_type_ids)
     images = EMPTY_GRID if images is None else images
     videos = EMPTY_GRID if videos is None else videos
-    run_cfg = cfg
     if second_per_grid_ts is None and videos.shape[0] == 0:
         sp = EMPTY_FLOAT
     else:
         sp = as_second_per_grid_ts(second_per_grid_ts, videos.shape[0], cfg)
-        if family == "qwen2_5_vl" and v5 and sp.shape[0]:
-            # transformers 5 scales frame f by (r * sp) rounded to float32,
-            # not (f * sp) * r: position the videos with r = 1 and that product
-            sp = (sp * np.float32(cfg.tokens_per_second)).astype(np.float32)
-            run_cfg = _unit_rate(cfg)
     lengths = EMPTY_INT if audio_feature_lengths is None else as_audio_lengths(audio_feature_lengths, cfg)
     audio = audio_token_counts(cfg, lengths)
     num_rows, width = ids.shape
@@ -339,13 +334,13 @@ def get_rope_index(
     padded_delta = not omni and not v5  # D10: transformers 4.x VL models take the padded length
     row, code, a, b, c, d = batch_kernel(
         out, deltas, float_out, float_deltas, kept, starts, ids, mask, rule, fill, padded_delta,
-        run_cfg.kernel_params, images, videos, sp, audio, use_av, WRITE_FLOAT if floats else WRITE_INT,
+        cfg.kernel_params, images, videos, sp, audio, use_av, WRITE_FLOAT if floats else WRITE_INT,
     )  # fmt: skip
     if row < num_rows:
         keep = _keep(mask, rule)
         if code == ERR_FLOAT_LAYOUT:
             _float_error(cfg, row, ids, keep, images, videos, sp, lengths, starts, use_av)
-        _row_error(run_cfg, row, code, ids, keep, images, videos, sp, lengths, starts, use_av)
+        _row_error(cfg, row, code, ids, keep, images, videos, sp, lengths, starts, use_av)
     _check_all_used(starts[num_rows], images, videos, audio)
     if floats:
         return _result(float_out, float_deltas, device)
