@@ -144,8 +144,6 @@ def layout_error(code, a, b, c, d, config: MRopeConfig, items: Items, ids=None, 
             f"token_ids: video_grid_thw[{a}] = {_grid_text(items.video_grid, a)} expects all its frames inside one "
             f"begin/end-of-video pair, but {where} opens or closes a bracket after {c} frames"
         )
-    if code == C.ERR_RUNS:
-        return ValueError(f"interleave[{a}]: expected runs that add up to the video's and its audio's token counts")
     name = f"{mod}_ranges"
     if code == C.ERR_RANGE_NEGATIVE:
         return ValueError(f"{name}[{b}]: expected a non-negative offset and length, got {c}")

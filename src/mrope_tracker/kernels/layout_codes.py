@@ -99,6 +99,4 @@ ERR_TAU_OVERFLOW = 18  # a: video index (temporal index past 2**31)
 ERR_AUDIO_SHORT = 19  # a: audio index, b: tokens (fewer than one)
 ERR_RANGE_NEGATIVE = 20  # a: modality, b: item index, c: bad value
 ERR_AV_COUNT = 21  # a: video index, b: video tokens found, c: audio tokens found, d: audio expected
-ERR_FRAME_OUTSIDE = 22  # a: frame run found outside its video's brackets, b: token index
-ERR_VIDEO_OPEN = 23  # a: video index, b: token index of the bracket, c: frames seen
-ERR_RUNS = 24  # a: video index (an interleave's runs do not add up)
+ERR_VIDEO_OPEN = 22  # a: video index, b: token index of the bracket, c: frames seen
