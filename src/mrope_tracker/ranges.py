@@ -25,6 +25,7 @@ import torch
 from .config import MRopeConfig
 from .families import RUN_AUDIO, RUN_VIDEO
 from .inputs import EMPTY_RANGES, Items, _describe, as_ranges, ready
+from .kernels import layout_codes as C
 from .kernels.frames import locate_frames
 
 __all__ = ["Ranges"]
@@ -241,6 +242,4 @@ class Ranges:
         self.av_bounds = np.array(bounds, np.int64)
 
     def by_modality(self) -> dict:
-        from .kernels import layout_codes as C
-
         return {C.MOD_IMAGE: self.image, C.MOD_VIDEO: self.video, C.MOD_AUDIO: self.audio}
