@@ -186,6 +186,10 @@ class FamilyPrompt:
         if self.interleave is not None:
             named = self.interleave in RANGE_INTERLEAVE_NAMES
             kw["interleave"] = self.interleave if named else self.interleave_runs()
+            if named and self.video_fps is not None and all(fps is not None for fps in self.video_fps):
+                # a processor convention is rebuilt from the seconds per grid it used,
+                # 2 / fps in float64 (positions still take them as float32)
+                kw["second_per_grid_ts"] = [2.0 / fps for fps in self.video_fps]
         return kw
 
     def interleave_runs(self) -> list[list[tuple[str, int]]]:
