@@ -117,7 +117,9 @@ def batch_kernel(
         if n == 0:
             return b, ERR_EMPTY_ROW, 0, 0, 0, 0
         m = n if write == WRITE_INT else 0
-        row_out = buf[: 3 * m].reshape((3, m))
+        # a row kept in one piece is written straight into the batch's output
+        direct = write == WRITE_INT and hi - lo == n
+        row_out = out[:, b, lo:hi] if direct else buf[: 3 * m].reshape((3, m))
         code, a, bb, c, d, delta = _fill_prompt(
             state, row_out, row, params, image_grid[p_image:], video_grid[p_video:], video_sp[p_video:],
             audio_tokens[p_audio:], use_av,
@@ -131,7 +133,10 @@ def batch_kernel(
         p_audio += state[S_COUNT + C.MOD_AUDIO]
         kept[b] = n
         deltas[b] = delta + (n - width if padded_delta else 0)
-        if write == WRITE_INT:
+        if direct:
+            out[:, b, :lo] = fill
+            out[:, b, hi:] = fill
+        elif write == WRITE_INT:
             _scatter(out, b, row_out, n, lo, hi, mask, keep_rule, fill)
         elif write == WRITE_FLOAT:
             float_row_out = float_buf[: 3 * n].reshape((3, n))
