@@ -28,7 +28,6 @@ checked by tests/test_transformers_oracle.py):
 
 from __future__ import annotations
 
-import functools
 import json
 import types
 
@@ -40,29 +39,18 @@ from family_prompts import CONFIG_NAMES, load_config
 __all__ = ["hf_positions", "hf_processor_interleave", "hf_rope_index", "oracle_family"]
 
 # model_type -> (family, module under transformers.models, model class, config class, nested key)
+# model_type -> the family transformers runs for it (the model classes: mrope_tracker.hf_native)
 _MODEL_TYPES = {
-    "qwen2_vl": ("qwen2_vl", "qwen2_vl", "Qwen2VLModel", "Qwen2VLConfig", None),
-    "qwen2_5_vl": ("qwen2_5_vl", "qwen2_5_vl", "Qwen2_5_VLModel", "Qwen2_5_VLConfig", None),
-    "qwen2_5_omni": (
-        "qwen2_5_omni", "qwen2_5_omni", "Qwen2_5OmniThinkerForConditionalGeneration",
-        "Qwen2_5OmniThinkerConfig", "thinker_config",
-    ),
-    "qwen2_5_omni_thinker": (
-        "qwen2_5_omni", "qwen2_5_omni", "Qwen2_5OmniThinkerForConditionalGeneration",
-        "Qwen2_5OmniThinkerConfig", None,
-    ),
-    "qwen3_vl": ("qwen3_vl", "qwen3_vl", "Qwen3VLModel", "Qwen3VLConfig", None),
-    "qwen3_vl_moe": ("qwen3_vl", "qwen3_vl_moe", "Qwen3VLMoeModel", "Qwen3VLMoeConfig", None),
-    "glm4v": ("glm4v", "glm4v", "Glm4vModel", "Glm4vConfig", None),
-    "glm4v_moe": ("glm4v", "glm4v_moe", "Glm4vMoeModel", "Glm4vMoeConfig", None),
-    "qwen3_omni_moe": (
-        "qwen3_omni", "qwen3_omni_moe", "Qwen3OmniMoeThinkerForConditionalGeneration",
-        "Qwen3OmniMoeThinkerConfig", "thinker_config",
-    ),
-    "qwen3_omni_moe_thinker": (
-        "qwen3_omni", "qwen3_omni_moe", "Qwen3OmniMoeThinkerForConditionalGeneration",
-        "Qwen3OmniMoeThinkerConfig", None,
-    ),
+    "qwen2_vl": "qwen2_vl",
+    "qwen2_5_vl": "qwen2_5_vl",
+    "qwen2_5_omni": "qwen2_5_omni",
+    "qwen2_5_omni_thinker": "qwen2_5_omni",
+    "qwen3_vl": "qwen3_vl",
+    "qwen3_vl_moe": "qwen3_vl",
+    "glm4v": "glm4v",
+    "glm4v_moe": "glm4v",
+    "qwen3_omni_moe": "qwen3_omni",
+    "qwen3_omni_moe_thinker": "qwen3_omni",
 }
 
 # The Omni processors' default second_per_grid_ts (temporal_patch_size 2 / default fps).
@@ -84,34 +72,16 @@ def oracle_family(config) -> str:
     model_type = _as_config_dict(config).get("model_type")
     if model_type not in _MODEL_TYPES:
         raise ValueError(f"config.model_type: expected one of {sorted(_MODEL_TYPES)}, got {model_type!r}")
-    return _MODEL_TYPES[model_type][0]
+    return _MODEL_TYPES[model_type]
 
 
-@functools.lru_cache(maxsize=32)
 def _stand_in(config_json: str):
-    """(family, the model class, an object that has what get_rope_index reads)."""
-    import importlib
+    """(family, the model class, an object that has what get_rope_index reads):
+    the package's own stand-in for transformers' models (mrope_tracker.hf_native)."""
+    from mrope_tracker import hf_native
 
-    import transformers  # noqa: F401  (a clear ImportError when it is missing)
-    from transformers.utils import logging as hf_logging
-
-    config = json.loads(config_json)
-    family, module_name, model_name, config_name, nested = _MODEL_TYPES[config["model_type"]]
-    modeling = importlib.import_module(f"transformers.models.{module_name}.modeling_{module_name}")
-    configuration = importlib.import_module(f"transformers.models.{module_name}.configuration_{module_name}")
-    source = config[nested] if nested else config
-    source = {k: v for k, v in source.items() if not k.startswith("_")}
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # trimmed configs make rope validation chatty
-    try:
-        hf_config = getattr(configuration, config_name)(**source)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    model_cls = getattr(modeling, model_name)
-    stub = types.SimpleNamespace(config=hf_config, spatial_merge_size=hf_config.vision_config.spatial_merge_size)
-    for helper in ("get_llm_pos_ids_for_vision", "get_chunked_index"):
-        if hasattr(model_cls, helper):
-            setattr(stub, helper, types.MethodType(getattr(model_cls, helper), stub))
+    family = _MODEL_TYPES[json.loads(config_json)["model_type"]]
+    model_cls, stub = hf_native._stand_in(config_json)
     return family, model_cls, stub
 
 
