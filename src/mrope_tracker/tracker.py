@@ -37,10 +37,6 @@ _INT32 = np.dtype(np.int32)
 # "num_computed_tokens not given", one per index dtype the step kernel takes
 _NOT_GIVEN = {_INT64: np.zeros(0, np.int64), _INT32: np.zeros(0, np.int32)}
 _INDEX_LIMIT = 2**62  # num_computed_tokens limit without max_model_len (keeps kernel sums in int64)
-# marshal (format 2) writes a list or tuple as a 5-byte header and each int
-# that fits in 32 bits as the byte "i" and 4 little-endian bytes; anything
-# else (a bool, a float, a bigger int) gets another record (kernels/records.py).
-_MARSHAL_INTS = MARSHAL_INTS
 
 
 # Layout rows reserved per request slot at construction; the pool grows (at
@@ -354,7 +350,7 @@ class PositionTracker:
             raise TypeError("req_ids: expected a sequence of hashable request ids") from None
         self._last_req_ids = None  # until _batch_slots holds these ids' slots
         slots = self._batch_slots[:n]
-        if not (_MARSHAL_INTS and n > 1 and read_int_records(marshal.dumps(found, 2), slots) < 0):
+        if not (MARSHAL_INTS and n > 1 and read_int_records(marshal.dumps(found, 2), slots) < 0):
             slots[:] = found
         if type(req_ids) is not np.ndarray:
             # a list is copied (callers may change theirs); a tuple cannot change
@@ -372,7 +368,7 @@ class PositionTracker:
             n = len(value)
             if n > buffer.shape[0]:
                 raise ValueError(f"{name}: expected at most max_num_reqs={self.max_num_reqs} entries, got {n}")
-            if _MARSHAL_INTS:
+            if MARSHAL_INTS:
                 # One C pass records each element's exact type, so bools and
                 # floats are told from ints without a Python-level scan; the
                 # kernel decodes plain ints and stops at anything else.
