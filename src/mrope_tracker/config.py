@@ -172,6 +172,8 @@ class MRopeConfig:
         params[codes.P_AV_SHIFT] = "av_shift" in switches
         params[codes.P_CHUNK] = self.audio_chunk_positions or 0
         params[codes.P_AV_MERGE] = "av_merge_tau" in switches
+        params[codes.P_SP_DEFAULT] = spec.default_second_per_grid_ts if spec.scaled_time else -1
+        params[codes.P_SP_TRUNC] = "int_sp" in switches
         params.setflags(write=True)  # writable on purpose: numba types read-only arrays apart
         return params
 

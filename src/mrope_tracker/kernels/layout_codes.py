@@ -60,7 +60,9 @@ P_NEXT_RULE = 15  # after a vision block: NEXT_MAX (R-max) or NEXT_HW (R-hw)
 P_AV_SHIFT = 16  # 1: vLLM 0.33's audio-in-video (positions from audio_start, no pairs)
 P_CHUNK = 17  # Qwen2.5-Omni interleave chunk in positions (0 when none)
 P_AV_MERGE = 18  # 1: vLLM 0.33's Qwen3-Omni audio-in-video (merge on truncated tau)
-NUM_PARAMS = 19
+P_SP_DEFAULT = 19  # second_per_grid_ts of a video given none; -1: the family takes no time scale
+P_SP_TRUNC = 20  # 1: second_per_grid_ts truncated to an integer first (transformers 4.57)
+NUM_PARAMS = 21
 
 TAU_FRAME = 0  # tau(f) = f
 TAU_F32 = 1  # trunc(float32(float32(f) * sp) * r), as torch computes it
