@@ -13,8 +13,8 @@ import numpy as np
 
 from . import layout_codes as C
 from .jit_options import jit
-from .layout_emit import NUM_STATE, S_COUNT
-from .prompt import _fill_prompt
+from .layout_build import build_from_tokens
+from .layout_emit import NUM_STATE, S_COUNT, S_MAX
 
 ERR_EMPTY_ROW = -1  # a row with no kept token (transformers cannot position it either)
 ERR_FLOAT_LAYOUT = -2  # a row the float path cannot follow (brackets missing, items short)
@@ -106,6 +106,8 @@ def batch_kernel(
     buf = np.empty(3 * width, np.int64)
     float_buf = np.empty(3 * width if write == WRITE_FLOAT else 0, np.float32)
     state = np.empty(NUM_STATE, np.int64)
+    no_rows = state[:0].reshape((0, C.NUM_COLS))  # positions only: no layout table
+    no_scales = video_sp[:0].reshape((0, C.NUM_SCALE_COLS))
     p_image = 0
     p_video = 0
     p_audio = 0
@@ -120,10 +122,11 @@ def batch_kernel(
         # a row kept in one piece is written straight into the batch's output
         direct = write == WRITE_INT and hi - lo == n
         row_out = out[:, b, lo:hi] if direct else buf[: 3 * m].reshape((3, m))
-        code, a, bb, c, d, delta = _fill_prompt(
-            state, row_out, row, params, image_grid[p_image:], video_grid[p_video:], video_sp[p_video:],
-            audio_tokens[p_audio:], use_av,
+        code, a, bb, c, d = build_from_tokens(
+            no_rows, no_scales, state, row_out, row, params, image_grid[p_image:], video_grid[p_video:],
+            video_sp[p_video:], audio_tokens[p_audio:], use_av,
         )  # fmt: skip
+        delta = state[S_MAX] + 1 - n
         # Items left over are the next rows' items, not an error here.
         if code != C.OK and code != C.ERR_MISSING_ITEMS:
             return b, code, a, bb, c, d

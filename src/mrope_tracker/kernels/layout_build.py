@@ -40,7 +40,7 @@ from .layout_emit import (
     reset,
     scan_item,
 )
-from .position_rules import write_linear
+from .position_rules import video_sp_of
 
 
 @tiny
@@ -170,7 +170,7 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
             if m == C.MOD_IMAGE:  # images are never time-scaled
                 emit_grid(rows, scales, state, out, i, t, h, w, np.int64(C.TAU_FRAME), np.float32(1), np.float32(1), next_rule)
             else:
-                emit_grid(rows, scales, state, out, i, t, h, w, mode, video_sp[n], r, next_rule)
+                emit_grid(rows, scales, state, out, i, t, h, w, mode, video_sp_of(video_sp, n), r, next_rule)
             state[S_COUNT + m] = n + 1
             i += size
         elif tok == video_id:  # a video outside an audio-in-video block
@@ -351,28 +351,8 @@ def build_from_ranges(
             if m == C.MOD_IMAGE:
                 emit_grid(rows, scales, state, out, offset, t, h, w, np.int64(C.TAU_FRAME), np.float32(1), np.float32(1), next_rule)
             else:
-                emit_grid(rows, scales, state, out, offset, t, h, w, mode, video_sp[n], r, next_rule)
+                emit_grid(rows, scales, state, out, offset, t, h, w, mode, video_sp_of(video_sp, n), r, next_rule)
             state[S_COUNT + m] = n + 1
         prev_end = offset + length + lead
     flush_text(rows, scales, state, out, num_tokens)
     return C.OK, 0, 0, 0, 0
-
-
-@helper
-def text_positions(out, ids, params):
-    """Fast path for prompts given no multimodal inputs: positions 0 .. L-1 on
-    every row. Returns -1, or 0 (writing nothing) when a placeholder token is
-    present: the caller forgot its grids, and the full builder reports it."""
-    image_id = np.int64(params[C.P_IMAGE])
-    video_id = np.int64(params[C.P_VIDEO])
-    audio_id = np.int64(params[C.P_AUDIO])
-    video_open = np.int64(params[C.P_VIDEO_OPEN])  # a bracket wants a video too
-    found = False
-    for i in range(ids.shape[0]):
-        tok = ids[i]
-        found |= (tok == image_id) | (tok == video_id) | (tok == audio_id) | (tok == video_open)
-    if found:
-        return 0
-    z = np.int64(0)
-    write_linear(out, z, z, ids.shape[0])
-    return -1

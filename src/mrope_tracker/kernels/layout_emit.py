@@ -17,7 +17,7 @@ import numpy as np
 
 from . import layout_codes as C
 from .jit_options import inner, tiny
-from .position_rules import grid_range_max, temporal_index, write_segment
+from .position_rules import block_end, grid_range_max, temporal_index, write_segment
 
 TAU_LIMIT = 0.999 * 2.0**31  # tau bound, with room for float32 rounding
 
@@ -131,9 +131,8 @@ def emit_grid(rows, scales, state, out, tok_start, t, h, w, mode, sp, r, next_ru
     past the block's largest position (R-max), or s + max(h', w') (R-hw)."""
     s = state[S_BASE]
     push_row(rows, scales, state, out, tok_start, t * h * w, np.int64(C.KIND_GRID), s, np.int64(0), t, h, w, mode, sp, r)
-    top = s + max(temporal_index(t - 1, mode, sp, r), h - 1, w - 1)
+    top, state[S_BASE] = block_end(s, t, h, w, mode, sp, r, next_rule)
     state[S_MAX] = max(state[S_MAX], top)
-    state[S_BASE] = s + max(h, w) if next_rule == C.NEXT_HW else top + 1
     state[S_TEXT_START] = tok_start + t * h * w
 
 
