@@ -8,6 +8,8 @@ numba call scans the tokens, builds the layout and writes the (3, L) output.
 
 from __future__ import annotations
 
+import marshal
+
 import numpy as np
 import torch
 
@@ -16,19 +18,25 @@ from .errors import layout_error
 from .inputs import (
     EMPTY_FLOAT,
     EMPTY_GRID,
-    EMPTY_INT,
-    NO_ITEMS,
     Items,
     as_config,
     as_grid,
     as_index,
+    as_second_per_grid_ts,
     as_token_ids,
     normalize_items,
-    ready,
 )
-from .kernels.layout_build import text_positions
 from .kernels.next_positions import next_positions_kernel
-from .kernels.prompt import image_prompt_positions_kernel, prompt_positions_kernel
+from .kernels.prompt import (
+    GAVE_UP,
+    RECORDS_SCRATCH_SIZE,
+    image_prompt_positions,
+    prompt_positions_kernel,
+    text_prompt_positions,
+    vision_prompt_positions,
+    vision_prompt_positions_from_records,
+)
+from .kernels.records import MARSHAL_INTS
 
 __all__ = ["prompt_positions", "next_positions"]
 
@@ -59,34 +67,118 @@ def prompt_positions(
     prompt order: audio clips, and with `use_audio_in_video` the tracks of
     the videos too. Bad input raises ValueError or TypeError.
     """
-    # On the hot path of an engine's admission: a ready int64 array costs a
-    # few attribute reads, and text-only and text+image prompts (the common
-    # ones) use kernels with fewer arguments (~70 ns of dispatch each).
+    # On the hot path of an engine's admission, so the common prompts (text,
+    # images, whole-block videos) take one fast kernel after a few type
+    # tests; arrays that are not what it was compiled for (strided, read-only)
+    # make its dispatcher raise TypeError, and everything it does not handle,
+    # including every error, goes to the checked path below.
     if type(config) is not MRopeConfig:
         config = as_config(config)
-    ids = token_ids if ready(token_ids, _INT64, 1) and token_ids.shape[0] else as_token_ids(token_ids)
-    out = np.empty((3, ids.shape[0]), _INT64)
+    if audio_feature_lengths is not None or use_audio_in_video is not False or not _fast_kernels_sealed:
+        if not _fast_kernels_sealed:
+            _seal_fast_kernels()
+        return _checked_prompt_positions(
+            config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
+            use_audio_in_video,
+        )  # fmt: skip
+    ids = token_ids
+    if type(ids) is not _NDARRAY or ids.dtype is not _INT64:
+        ids = as_token_ids(token_ids)
     params = config.kernel_params
-    audio_lengths = EMPTY_INT
-    if video_grid_thw is None and second_per_grid_ts is None and audio_feature_lengths is None and use_audio_in_video is False:
-        if image_grid_thw is None:
-            if text_positions(out, ids, params) < 0:
-                return out, 0
-            items = NO_ITEMS  # placeholders but no grids: the full builder explains
-            result = prompt_positions_kernel(out, ids, params, *items)
+    try:
+        out = np.empty((3, len(ids)), _INT64)  # (len() of a 0-d array: TypeError, explained below)
+        if video_grid_thw is None and second_per_grid_ts is None:
+            if image_grid_thw is None:
+                delta = text_prompt_positions(out, ids, params)
+            elif type(image_grid_thw) is _NDARRAY and image_grid_thw.dtype is _INT64:
+                delta = image_prompt_positions(out, ids, params, image_grid_thw)
+            elif type(image_grid_thw) in _SEQUENCES and MARSHAL_INTS:  # decoded in the kernel
+                records = marshal.dumps((image_grid_thw, None, None), 2)
+                delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH)
+            else:
+                delta = image_prompt_positions(out, ids, params, as_grid(image_grid_thw, "image_grid_thw"))
+        elif (
+            type(video_grid_thw) in _SEQUENCES_OR_NONE
+            and type(image_grid_thw) in _SEQUENCES_OR_NONE
+            and type(second_per_grid_ts) in _SEQUENCES_OR_NONE
+            and MARSHAL_INTS
+        ):
+            records = marshal.dumps((image_grid_thw, video_grid_thw, second_per_grid_ts), 2)
+            delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH)
         else:
-            image_grid = as_grid(image_grid_thw, "image_grid_thw")
-            items = (image_grid, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)
-            result = image_prompt_positions_kernel(out, ids, params, image_grid)
-    else:
-        items, audio_lengths = normalize_items(
-            config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
-        )
-        result = prompt_positions_kernel(out, ids, params, *items)
-    code, a, b, c, d, delta = result
+            # Arrays of the compiled types go to the kernel as they are (it
+            # checks their shapes and values); other forms are converted.
+            image_grid = _grid(image_grid_thw, "image_grid_thw")
+            video_grid = _grid(video_grid_thw, "video_grid_thw")
+            sp = second_per_grid_ts
+            if sp is None:
+                sp = EMPTY_FLOAT  # the kernel takes the family's default
+            elif type(sp) is not _NDARRAY or not len(sp):
+                sp = as_second_per_grid_ts(sp, video_grid.shape[0], config)
+            delta = vision_prompt_positions(out, ids, params, image_grid, video_grid, sp)
+    except (TypeError, ValueError):  # the checked path explains it, or takes what the kernel cannot
+        delta = GAVE_UP
+    if delta == GAVE_UP:
+        return _checked_prompt_positions(
+            config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
+            use_audio_in_video,
+        )  # fmt: skip
+    return out, delta
+
+
+_SEQUENCES = (list, tuple)
+_RECORDS_SCRATCH = np.empty(RECORDS_SCRATCH_SIZE, np.int64)
+_SEQUENCES_OR_NONE = (list, tuple, type(None))
+_NDARRAY = np.ndarray
+
+
+def _grid(value, name: str) -> np.ndarray:
+    if value is None:
+        return EMPTY_GRID
+    if type(value) is np.ndarray and value.dtype is _INT64 and value.ndim == 2:
+        return value  # the kernel's dispatcher and its shape check take it from here
+    return as_grid(value, name)
+
+
+def _checked_prompt_positions(
+    config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+):
+    """Every input form and every prompt, with precise errors: each argument
+    is checked and converted, then the general builder runs."""
+    ids = as_token_ids(token_ids)
+    items, audio_lengths = normalize_items(
+        config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+    )
+    out = np.empty((3, ids.shape[0]), _INT64)
+    code, a, b, c, d, delta = prompt_positions_kernel(out, ids, config.kernel_params, *items)
     if code:
         raise layout_error(code, a, b, c, d, config, Items(items, audio_lengths), ids=ids)
     return out, delta
+
+
+_fast_kernels_sealed = False
+FAST_KERNELS = (text_prompt_positions, image_prompt_positions, vision_prompt_positions, vision_prompt_positions_from_records)
+
+
+def _seal_fast_kernels() -> None:
+    """Compile (or load from the cache) the fast kernels for exactly the
+    argument types `prompt_positions` hands them, then stop their
+    dispatchers from compiling any other: an unusual array (a strided view,
+    a read-only buffer) then raises TypeError, which sends the call to the
+    checked path, instead of a new specialisation compiling for seconds in
+    the middle of serving. This replaces a Python-level check of every
+    array's flags on every call."""
+    global _fast_kernels_sealed
+    params = MRopeConfig(family="qwen2_vl").kernel_params
+    out = np.empty((3, 1), _INT64)
+    ids = np.zeros(1, _INT64)
+    text_prompt_positions(out, ids, params)
+    image_prompt_positions(out, ids, params, EMPTY_GRID)
+    vision_prompt_positions(out, ids, params, EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT)
+    vision_prompt_positions_from_records(out, ids, params, marshal.dumps((None, None, None), 2), _RECORDS_SCRATCH)
+    for kernel in FAST_KERNELS:
+        kernel.disable_compile()
+    _fast_kernels_sealed = True
 
 
 def next_positions(out, out_offset: int, delta: int, context_len: int, num_new_tokens: int) -> None:

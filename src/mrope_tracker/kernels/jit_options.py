@@ -33,4 +33,7 @@ inner = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False, no_cpy
 # a dozen two-line helpers cost more than the builders (measured: 18% less CPU
 # for the first prompt_positions; inlining the larger helpers too gained
 # nothing, and all of them made the cold compile 5x slower).
+# For the one kernel that decodes into a module-level scratch buffer: the
+# GIL it keeps is what makes sharing that buffer between threads safe.
+helper_with_gil = numba.njit(cache=True, nogil=False, boundscheck=False, _nrt=False)
 tiny = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False, inline="always")

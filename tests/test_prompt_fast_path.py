@@ -1,0 +1,233 @@
+"""`prompt_positions`' fast kernels against its checked path.
+
+`prompt_positions` sends text, images and whole-block videos to small
+kernels (`mrope_tracker.kernels.prompt`), with grids and second_per_grid_ts
+given as lists decoded from their marshal bytes inside the kernel; anything
+those kernels do not take, every error included, goes to the checked path
+(argument conversion, then the general builder). These tests hold the two
+to the same results: equal positions on every valid prompt, under every
+semantics preset and input form, and the checked path's exact error on
+every bad one. test_prompt_positions.py checks both against the reference.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import attrs
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from mrope_tracker import MRopeConfig, prompt_positions, reference
+from mrope_tracker import positions as positions_module
+from mrope_tracker.families import SEMANTICS
+from mrope_tracker.kernels.prompt import RECORDS_SCRATCH_SIZE
+from strategies import prompts
+
+
+def _checked(config, token_ids, **kwargs):
+    """The checked path alone: what the fast kernels must agree with."""
+    return positions_module._checked_prompt_positions(
+        config, token_ids, kwargs.get("image_grid_thw"), kwargs.get("video_grid_thw"),
+        kwargs.get("second_per_grid_ts"), kwargs.get("audio_feature_lengths"), kwargs.get("use_audio_in_video", False),
+    )  # fmt: skip
+
+
+def _outcome(fn, *args, **kwargs):
+    """(positions, delta) or (exception type, message)."""
+    try:
+        positions, delta = fn(*args, **kwargs)
+    except (ValueError, TypeError, KeyError) as error:
+        return type(error), str(error)
+    return positions.tolist(), delta
+
+
+def _assert_same(config, token_ids, **kwargs):
+    fast = _outcome(prompt_positions, config, token_ids, **kwargs)
+    checked = _outcome(_checked, config, token_ids, **kwargs)
+    assert fast == checked
+    return fast
+
+
+def _sp_forms(sp: np.ndarray):
+    """second_per_grid_ts as engines pass it: float32 array, floats, Python
+    ints where whole, float64 array, tensor."""
+    as_floats = [float(v) for v in sp]
+    mixed = [int(v) if float(v).is_integer() else float(v) for v in sp]
+    return {
+        "array": sp,
+        "list": as_floats,
+        "tuple": tuple(as_floats),
+        "mixed": mixed,
+        "float64": sp.astype(np.float64),
+        "tensor": torch.from_numpy(sp.copy()),
+    }
+
+
+def _grid_forms(grid: np.ndarray):
+    return {
+        "array": grid,
+        "list": grid.tolist(),
+        "tuple": tuple(map(tuple, grid.tolist())),
+        "list_of_arrays": list(grid),  # numpy rows: not plain ints, so the checked path takes them
+        "tensor": torch.from_numpy(grid.copy()),
+        "int32": grid.astype(np.int32),
+    }
+
+
+@given(
+    prompt=prompts(max_items=4, use_audio_in_video=False),
+    semantics=st.sampled_from(SEMANTICS),
+    grid_form=st.sampled_from(("array", "list", "tuple", "list_of_arrays", "tensor", "int32")),
+    sp_form=st.sampled_from(("array", "list", "tuple", "mixed", "float64", "tensor", "omitted")),
+)
+def test_fast_path_equals_checked_path(prompt, semantics, grid_form, sp_form):
+    """Text, images and videos under every preset and input form: the
+    positions of the fast kernels are the checked path's."""
+    config = attrs.evolve(prompt.config, semantics=semantics)
+    assume("audio_feature_lengths" not in prompt.kwargs())  # audio is the checked path's
+    kwargs = prompt.kwargs()
+    for name in ("image_grid_thw", "video_grid_thw"):
+        if name in kwargs:
+            kwargs[name] = _grid_forms(kwargs[name])[grid_form]
+    if "second_per_grid_ts" in kwargs:
+        if sp_form == "omitted":
+            del kwargs["second_per_grid_ts"]
+        else:
+            kwargs["second_per_grid_ts"] = _sp_forms(kwargs["second_per_grid_ts"])[sp_form]
+    positions, delta = _assert_same(config, prompt.token_ids, **kwargs)
+    if semantics == "reference":
+        expected, expected_delta = reference.prompt_positions(config, prompt.token_ids, **kwargs)
+        assert positions == expected.tolist() and delta == expected_delta
+
+
+@given(prompt=prompts(max_items=3, use_audio_in_video=False))
+def test_token_id_forms(prompt):
+    """Token ids as a list, a tuple, int32, a strided view or a tensor."""
+    ids = prompt.token_ids
+    assume("audio_feature_lengths" not in prompt.kwargs())
+    kwargs = prompt.kwargs()
+    expected = _assert_same(prompt.config, ids, **kwargs)
+    for form in (ids.tolist(), tuple(ids.tolist()), ids.astype(np.int32), np.repeat(ids, 2)[::2], torch.from_numpy(ids)):
+        assert _assert_same(prompt.config, form, **kwargs) == expected
+
+
+QWEN2_5 = MRopeConfig(family="qwen2_5_vl")
+QWEN2 = MRopeConfig(family="qwen2_vl")
+IMG, VID, VS, VE = QWEN2_5.image_token_id, QWEN2_5.video_token_id, QWEN2_5.vision_start_token_id, QWEN2_5.vision_end_token_id
+IMAGE_IDS = [1, VS, IMG, IMG, VE, 2]  # one image of grid (1, 2, 4): 2 tokens
+VIDEO_IDS = [1, VS, VID, VID, VID, VID, VE, 2]  # one video of grid (2, 2, 4): 4 tokens
+
+BAD_IMAGE_GRIDS = [
+    [[1, 2, True]],  # a bool is not a size
+    [[1, 2.0, 4]],  # nor is a float
+    [[1, 2, 4, 1]],  # four columns
+    [[1, 2]],  # two
+    [[1, 2, 4], [1, 2, 4]],  # more rows than runs
+    [],  # fewer
+    [[1, 3, 4]],  # not a multiple of the merge size
+    [[0, 2, 4]],
+    [[-1, 2, 4]],
+    [[1, 2, 2**40]],  # past 32 bits: marshal writes another record
+    [[1, 2, 8]],  # more tokens than the run
+    [(1, 2, 4), [1, 2]],
+    [None],
+    [[1, 2, None]],
+    ["124"],
+    [b"\x01\x02\x04"],
+    [[1, 2, np.int64(4)]],  # numpy scalars: marshal refuses them, the checked path takes them
+    [np.array([1, 2, 4])],
+    ([1, 2, 4],),
+    [[1, 2, 4]],  # valid, for comparison
+]
+
+
+@pytest.mark.parametrize("grid", BAD_IMAGE_GRIDS, ids=repr)
+def test_image_grid_lists(grid):
+    _assert_same(QWEN2_5, IMAGE_IDS, image_grid_thw=grid)
+    _assert_same(QWEN2_5, np.array(IMAGE_IDS), image_grid_thw=grid)
+
+
+BAD_SP = [
+    [True],
+    [None],
+    ["1"],
+    [float("nan")],
+    [float("inf")],
+    [-1.0],
+    [1.0, 1.0],
+    [],
+    [1e30],  # a temporal index past the limit
+    [np.float32(0.5)],
+    [0.5],
+    [2],
+    (2.5,),
+    [2**40],
+]
+
+
+@pytest.mark.parametrize("sp", BAD_SP, ids=repr)
+@pytest.mark.parametrize("semantics", SEMANTICS)
+def test_second_per_grid_ts_lists(sp, semantics):
+    config = attrs.evolve(QWEN2_5, semantics=semantics)
+    _assert_same(config, VIDEO_IDS, video_grid_thw=[[2, 2, 4]], second_per_grid_ts=sp)
+    _assert_same(config, VIDEO_IDS, video_grid_thw=np.array([[2, 2, 4]]), second_per_grid_ts=sp)
+
+
+@pytest.mark.parametrize("sp", [None, [], [1.0], np.zeros(0, np.float32), np.ones(1, np.float32)], ids=repr)
+def test_family_without_time_scale_refuses_second_per_grid_ts(sp):
+    """Qwen2-VL numbers frames: any second_per_grid_ts, even empty, is refused as the checked path does."""
+    for grid in ([[2, 2, 4]], np.array([[2, 2, 4]])):
+        outcome = _assert_same(QWEN2, VIDEO_IDS, video_grid_thw=grid, second_per_grid_ts=sp)
+        if sp is not None:
+            assert outcome[0] is ValueError
+
+
+def test_more_items_than_the_scratch_holds():
+    """A prompt with more items than the records kernel's scratch takes the checked path."""
+    num_images = RECORDS_SCRATCH_SIZE // 3 + 1
+    ids = [1] + [IMG] * num_images + [2]
+    grids = [[1, 2, 2]] * num_images
+    positions, delta = _assert_same(QWEN2_5, ids, image_grid_thw=grids)
+    expected, expected_delta = reference.prompt_positions(QWEN2_5, ids, image_grid_thw=grids)
+    assert positions == expected.tolist() and delta == expected_delta
+
+
+def test_threads_share_the_records_scratch():
+    """The records kernel decodes into one module buffer and keeps the GIL:
+    threads calling it at once each get their own prompt's positions."""
+    prompts_ = []
+    for k in range(1, 9):
+        ids = [1] + [VS] + [IMG] * (2 * k) + [VE] + [VS] + [VID] * (4 * k) + [VE] + [2]
+        kwargs = dict(image_grid_thw=[[1, 2, 4 * k]], video_grid_thw=[[2, 2, 4 * k]], second_per_grid_ts=[0.5 * k])
+        prompts_.append((ids, kwargs, _checked(QWEN2_5, ids, **kwargs)))
+    failures = []
+
+    def run(ids, kwargs, expected):
+        for _ in range(300):
+            positions, delta = prompt_positions(QWEN2_5, ids, **kwargs)
+            if positions.tolist() != expected[0].tolist() or delta != expected[1]:
+                failures.append(kwargs)
+                return
+
+    threads = [threading.Thread(target=run, args=p) for p in prompts_]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures
+
+
+def test_fast_kernels_never_compile_in_service():
+    """After the first call the fast kernels are sealed: an array they were
+    not compiled for goes to the checked path instead of a new compilation."""
+    prompt_positions(QWEN2_5, IMAGE_IDS, image_grid_thw=[[1, 2, 4]])
+    before = {kernel: len(kernel.signatures) for kernel in positions_module.FAST_KERNELS}
+    odd_ids = np.repeat(np.array(IMAGE_IDS), 2)[::2]
+    odd_grid = np.asfortranarray(np.array([[1, 2, 4]], np.int64))
+    _assert_same(QWEN2_5, odd_ids, image_grid_thw=odd_grid)
+    _assert_same(QWEN2_5, VIDEO_IDS, video_grid_thw=odd_grid * [2, 1, 1], second_per_grid_ts=np.ones(1))
+    assert {kernel: len(kernel.signatures) for kernel in positions_module.FAST_KERNELS} == before
