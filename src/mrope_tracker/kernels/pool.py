@@ -16,11 +16,21 @@ from .tracker_step import F_ACTIVE, F_ROW_COUNT, F_ROW_START
 def compact_pool(pool_rows, pool_scales, slot_state):
     """Move live rows to the front of the pool; returns the new top."""
     num_slots = slot_state.shape[0]
-    order = np.argsort(slot_state[:, F_ROW_START])
+    # Live ranges are disjoint, so marking each one's first row orders them
+    # in one sweep (numba's argsort would cost a second of first compile).
+    owner = np.empty(pool_rows.shape[0], np.int64)
+    for r in range(owner.shape[0]):
+        owner[r] = -1
+    for slot in range(num_slots):
+        if slot_state[slot, F_ACTIVE] != 0:
+            if slot_state[slot, F_ROW_COUNT] > 0:
+                owner[slot_state[slot, F_ROW_START]] = slot
+            else:
+                slot_state[slot, F_ROW_START] = 0  # an empty range may start anywhere
     top = 0
-    for k in range(num_slots):
-        slot = order[k]
-        if slot_state[slot, F_ACTIVE] == 0:
+    for first in range(owner.shape[0]):
+        slot = owner[first]
+        if slot < 0:
             continue
         start = slot_state[slot, F_ROW_START]
         count = slot_state[slot, F_ROW_COUNT]

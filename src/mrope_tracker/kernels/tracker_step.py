@@ -134,7 +134,7 @@ def prepare_step(out, slots, num_scheduled, num_computed, slot_state, pool_rows,
     if code != STEP_OK:
         params[P_ERR_INDEX] = b
         return -code
-    col = 0
+    col = np.int64(0)  # not a literal 0: that would compile the fill helpers twice
     for b in range(n):
         slot = slots[b]
         count = num_scheduled[b]
