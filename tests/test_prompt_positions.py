@@ -213,6 +213,20 @@ def test_positions_slice(data):
         np.testing.assert_array_equal(layout.positions(start), expected[:, start:])
 
 
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
+def test_every_slice_of_a_grid(family):
+    """Every [start, end) of a prompt holding one image and one multi-frame
+    video (slices that start at a frame or row edge and end inside a row, the
+    cases random slices rarely draw) equals the whole prompt's columns."""
+    config = MRopeConfig(family=family)
+    prompt = build_prompt(config, [("text", 2), ("image", 3, 4, True), ("video", 3, 3, 4, None if family == "qwen2_vl" else 2.0, True), ("text", 1)])
+    expected, _ = _reference(prompt)
+    for layout in _layouts(prompt):
+        for start in range(prompt.num_tokens + 1):
+            for end in range(start, prompt.num_tokens + 1):
+                np.testing.assert_array_equal(layout.positions(start, end), expected[:, start:end])
+
+
 @given(st.data())
 def test_write_positions_into_offset_buffer(data):
     """write_positions fills out[:, off:off + end - start] with the slice and leaves the rest alone."""

@@ -87,6 +87,23 @@ def write_const(out, col, value, count):
 @inner
 def _write_hw_rows(out, col, base, offset, count, w):
     """H and W rows of grid tokens offset .. offset+count-1 within one frame."""
+    if offset == 0 and count >= 2 * w:
+        # whole rows from the frame's start: H is a run per row, W one row
+        # repeated; a row at a time each (one store stream, long copies)
+        h_row = out[1, col : col + count]
+        w_row = out[2, col : col + count]
+        num_rows = count // w
+        for i in range(num_rows):
+            run = h_row[i * w : (i + 1) * w]
+            for n in range(w):
+                run[n] = base + i
+        for n in range(w):
+            w_row[n] = base + n
+        _repeat_forward(w_row, np.int64(0), w, num_rows * w)
+        for n in range(num_rows * w, count):  # a partial last row
+            h_row[n] = base + num_rows
+            w_row[n] = base + n - num_rows * w
+        return
     i = offset // w
     j = offset - i * w
     done = 0
