@@ -26,12 +26,14 @@ from .inputs import (
     as_token_ids,
     normalize_items,
 )
+from .kernels import layout_codes as C
+from .kernels.layout_build import build_from_tokens
+from .kernels.layout_emit import NUM_STATE, S_MAX
 from .kernels.next_positions import next_positions_kernel
 from .kernels.prompt import (
     GAVE_UP,
     RECORDS_SCRATCH_SIZE,
     image_prompt_positions,
-    prompt_positions_kernel,
     text_prompt_positions,
     vision_prompt_positions,
     vision_prompt_positions_from_records,
@@ -72,27 +74,34 @@ def prompt_positions(
     # tests; arrays that are not what it was compiled for (strided, read-only)
     # make its dispatcher raise TypeError, and everything it does not handle,
     # including every error, goes to the checked path below.
-    if type(config) is not MRopeConfig:
-        config = as_config(config)
-    if audio_feature_lengths is not None or use_audio_in_video is not False or not _fast_kernels_sealed:
+    if not (
+        type(config) is MRopeConfig and audio_feature_lengths is None and use_audio_in_video is False
+        and _fast_kernels_sealed
+    ):  # fmt: skip
         if not _fast_kernels_sealed:
             _seal_fast_kernels()
-        return _checked_prompt_positions(
-            config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
-            use_audio_in_video,
+        config = as_config(config)
+        if audio_feature_lengths is not None or use_audio_in_video is not False:
+            return _checked_prompt_positions(
+                config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
+                use_audio_in_video,
+            )  # fmt: skip
+        return prompt_positions(
+            config, token_ids, image_grid_thw=image_grid_thw, video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
         )  # fmt: skip
     ids = token_ids
     if type(ids) is not _NDARRAY or ids.dtype is not _INT64:
         ids = as_token_ids(token_ids)
     params = config.kernel_params
     try:
-        out = np.empty((3, len(ids)), _INT64)  # (len() of a 0-d array: TypeError, explained below)
+        out = _empty((3, len(ids)), _INT64)  # (len() of a 0-d array: TypeError, explained below)
         if video_grid_thw is None and second_per_grid_ts is None:
             if image_grid_thw is None:
                 delta = text_prompt_positions(out, ids, params)
             elif type(image_grid_thw) is _NDARRAY and image_grid_thw.dtype is _INT64:
                 delta = image_prompt_positions(out, ids, params, image_grid_thw)
-            elif type(image_grid_thw) in _SEQUENCES and MARSHAL_INTS:  # decoded in the kernel
+            elif type(image_grid_thw) in _SEQUENCES:  # decoded in the kernel
                 records = marshal.dumps((image_grid_thw, None, None), 2)
                 delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH)
             else:
@@ -101,7 +110,6 @@ def prompt_positions(
             type(video_grid_thw) in _SEQUENCES_OR_NONE
             and type(image_grid_thw) in _SEQUENCES_OR_NONE
             and type(second_per_grid_ts) in _SEQUENCES_OR_NONE
-            and MARSHAL_INTS
         ):
             records = marshal.dumps((image_grid_thw, video_grid_thw, second_per_grid_ts), 2)
             delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH)
@@ -126,10 +134,13 @@ def prompt_positions(
     return out, delta
 
 
-_SEQUENCES = (list, tuple)
+# Lists and tuples go to the records kernel where marshal writes the records
+# it decodes (every CPython we know of); elsewhere to the converting path.
+_SEQUENCES = (list, tuple) if MARSHAL_INTS else ()
+_SEQUENCES_OR_NONE = (list, tuple, type(None)) if MARSHAL_INTS else ()
 _RECORDS_SCRATCH = np.empty(RECORDS_SCRATCH_SIZE, np.int64)
-_SEQUENCES_OR_NONE = (list, tuple, type(None))
 _NDARRAY = np.ndarray
+_empty = np.empty
 
 
 def _grid(value, name: str) -> np.ndarray:
@@ -150,10 +161,17 @@ def _checked_prompt_positions(
         config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
     )
     out = np.empty((3, ids.shape[0]), _INT64)
-    code, a, b, c, d, delta = prompt_positions_kernel(out, ids, config.kernel_params, *items)
+    state = np.empty(NUM_STATE, _INT64)
+    # The layout table's builder, called with no room for rows: it writes
+    # the positions into `out` as it goes and keeps only the running state.
+    code, a, b, c, d = build_from_tokens(_NO_ROWS, _NO_SCALES, state, out, ids, config.kernel_params, *items)
     if code:
         raise layout_error(code, a, b, c, d, config, Items(items, audio_lengths), ids=ids)
-    return out, delta
+    return out, int(state[S_MAX]) + 1 - ids.shape[0]
+
+
+_NO_ROWS = np.zeros((0, C.NUM_COLS), np.int64)
+_NO_SCALES = np.zeros((0, C.NUM_SCALE_COLS), np.float32)
 
 
 _fast_kernels_sealed = False

@@ -7,8 +7,8 @@ It measured 0.40 us against the general builder's 0.86 us for one image,
 1.5 us against 2.8 us for ten (one 366-token and one 3,300-token prompt,
 output preallocated, 2-core EPYC). Anything else it gives up on, returning
 `GAVE_UP` with nothing promised about `out`: audio, a per-frame or bracketed
-video, an item it cannot match, a bad grid. The caller then runs
-`prompt_positions_kernel`, the general builder, which computes what the
+video, an item it cannot match, a bad grid. The caller then runs the
+general builder (`layout_build.build_from_tokens`), which computes what the
 fast walk does not handle and explains every error; the positions of the
 fast walk equal the general builder's (tests check both against the
 reference).
@@ -22,9 +22,8 @@ lists in Python.
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper, helper_with_gil, inner, jit
-from .layout_build import build_from_tokens
-from .layout_emit import NUM_STATE, S_MAX, check_items, check_run, grid_tokens, next_special
+from .jit_options import helper, helper_with_gil, inner
+from .layout_emit import check_items, check_run, grid_tokens, next_special
 from .position_rules import block_end, write_grid, write_linear
 from .records import RECORD_NONE, read_int_rows_at, read_real_records_at, sequence_header
 
@@ -187,15 +186,3 @@ def vision_prompt_positions_from_records(out, ids, params, records, scratch):
     if end != len(records):
         return GAVE_UP
     return _vision_walk(out, ids, params, image_grid, video_grid, video_sp)
-
-
-@jit
-def prompt_positions_kernel(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video):  # fmt: skip
-    """Fill out (3, L) with the prompt's positions. Returns (code, a, b, c, d, delta)."""
-    state = np.empty(NUM_STATE, np.int64)
-    no_rows = state[:0].reshape((0, C.NUM_COLS))
-    no_scales = video_sp[:0].reshape((0, C.NUM_SCALE_COLS))
-    code, a, b, c, d = build_from_tokens(
-        no_rows, no_scales, state, out, ids, params, image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video,
-    )  # fmt: skip
-    return code, a, b, c, d, state[S_MAX] + 1 - ids.shape[0]
