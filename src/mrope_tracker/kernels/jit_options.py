@@ -3,7 +3,8 @@
 - cache=True: compiled code is written next to the modules (or to
   NUMBA_CACHE_DIR), so an engine restart loads machine code instead of
   recompiling.
-- nogil=True: kernels run without the GIL, so a runner's other threads go on.
+- nogil=True: kernels run without the GIL, so a runner's other threads go on
+  (all but `helper_with_gil`, below).
 - boundscheck=False: inputs are validated by the Python wrappers before any
   kernel runs (see ..inputs).
 
