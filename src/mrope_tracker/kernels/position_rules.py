@@ -156,7 +156,15 @@ def write_grid(out, col, base, g0, count, h, w, scaled, sp, r):
         done += run
         frame += 1
         first = 0
-    # H and W rows: the (possibly partial) first frame, then a template frame
+    write_grid_hw(out, col, base, g0, count, h, w)
+
+
+@inner
+def write_grid_hw(out, col, base, g0, count, h, w):
+    """The H and W rows of write_grid."""
+    hw = h * w
+    offset = g0 - (g0 // hw) * hw
+    # the (possibly partial) first frame, then a template frame repeated
     head = min(count, hw - offset)
     _write_hw_rows(out, col, base, offset, head, w)
     if head == count:
@@ -176,3 +184,20 @@ def write_segment(out, col, n0, count, kind, base, grid_offset, h, w, scaled, sp
         write_const(out, col, base, count)
     else:
         write_grid(out, col, base, grid_offset + n0, count, h, w, scaled, sp, r)
+
+
+@inner
+def write_t_checked(out, ids, col, base, t, hw, token, scaled, sp, r):
+    """The T row of a whole (t', h', w') block placed at column `col`, written
+    in the same pass that checks its tokens: returns True if any of
+    ids[col:col + t'h'w'] is not `token` (one read of the ids, not two)."""
+    bad = False
+    for frame in range(t):
+        start = col + frame * hw
+        value = base + temporal_index(frame, scaled, sp, r)
+        t_row = out[0, start : start + hw]
+        run = ids[start : start + hw]
+        for n in range(hw):
+            t_row[n] = value
+            bad |= run[n] != token
+    return bad

@@ -22,9 +22,9 @@ lists in Python.
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper, helper_with_gil, inner
-from .layout_emit import check_items, check_run, grid_tokens, next_special
-from .position_rules import block_end, write_grid, write_linear
+from .jit_options import helper_with_gil, inner
+from .layout_emit import check_items, grid_tokens, next_special
+from .position_rules import block_end, write_grid_hw, write_linear, write_t_checked
 from .records import RECORD_NONE, read_int_rows_at, read_real_records_at, sequence_header
 
 # Deltas are at least -len(ids), so this cannot be one.
@@ -95,13 +95,15 @@ def _vision_walk(out, ids, params, image_grid, video_grid, video_sp):
             n_video += 1
         else:
             return GAVE_UP
-        if i + size > num_tokens or check_run(ids, i, i + size, tok) >= 0:
+        if i + size > num_tokens:
             return GAVE_UP
         if i > text_start:
             write_linear(out, text_start, base, i - text_start)
             base += i - text_start
             top = base - 1
-        write_grid(out, i, base, np.int64(0), size, h, w, item_mode, sp, item_r)
+        if write_t_checked(out, ids, i, base, t, h * w, tok, item_mode, sp, item_r):
+            return GAVE_UP
+        write_grid_hw(out, i, base, np.int64(0), size, h, w)
         block_top, base = block_end(base, t, h, w, item_mode, sp, item_r, next_rule)
         top = max(top, block_top)
         i += size
@@ -115,23 +117,25 @@ def _vision_walk(out, ids, params, image_grid, video_grid, video_sp):
 
 
 # Entry points by what the prompt carries: each array argument costs ~35 ns
-# of dispatch, a good part of a short prompt's whole call.
+# of dispatch, a good part of a short prompt's whole call. They keep the GIL:
+# releasing and retaking it costs as much again, and a call is over in
+# microseconds.
 
 
-@helper
+@helper_with_gil
 def text_prompt_positions(out, ids, params):
     """`_vision_walk` for a prompt given no multimodal items."""
     no_grid = ids[:0].reshape((0, 3))
     return _vision_walk(out, ids, params, no_grid, no_grid, params.view(np.float32)[:0])
 
 
-@helper
+@helper_with_gil
 def image_prompt_positions(out, ids, params, image_grid):
     """`_vision_walk` for a prompt given images only."""
     return _vision_walk(out, ids, params, image_grid, image_grid[:0], params.view(np.float32)[:0])
 
 
-@helper
+@helper_with_gil
 def vision_prompt_positions(out, ids, params, image_grid, video_grid, video_sp):
     """`_vision_walk` for a prompt given videos (and perhaps images)."""
     return _vision_walk(out, ids, params, image_grid, video_grid, video_sp)
