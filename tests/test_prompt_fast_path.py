@@ -116,6 +116,22 @@ def test_token_id_forms(prompt):
 
 
 QWEN2_5 = MRopeConfig(family="qwen2_5_vl")
+
+
+def test_delta_is_the_prompt_maximum_under_r_hw():
+    """transformers 5 resumes after a video at s + max(h', w') (R-hw), below
+    the video's later frames; the delta is still max + 1 - L over the whole
+    prompt, so text between the video and a later image must not lower it.
+    (Found by CI: the walk assigned the text's top instead of taking the max.)"""
+    config = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2.0, semantics="transformers-5")
+    vs, ve, vid, img = config.vision_start_token_id, config.vision_end_token_id, config.video_token_id, config.image_token_id
+    ids = [vs] + [vid] * 5 + [ve, vs, img, ve]  # video (5, 2, 2): one token a frame; image (1, 2, 2)
+    kwargs = dict(video_grid_thw=[[5, 2, 2]], image_grid_thw=[[1, 2, 2]], second_per_grid_ts=[1.0])
+    # Frames at T = 1 + 2f (sp 1, 2 tokens a second); text resumes at 1 + max(1, 1) = 2.
+    expected = [[0, 1, 3, 5, 7, 9, 2, 3, 4, 5], [0, 1, 1, 1, 1, 1, 2, 3, 4, 5], [0, 1, 1, 1, 1, 1, 2, 3, 4, 5]]
+    for form in (kwargs, {k: np.array(v) for k, v in kwargs.items()}):
+        assert _assert_same(config, ids, **form) == (expected, 0)  # delta = 9 + 1 - 10
+
 QWEN2 = MRopeConfig(family="qwen2_vl")
 IMG, VID, VS, VE = QWEN2_5.image_token_id, QWEN2_5.video_token_id, QWEN2_5.vision_start_token_id, QWEN2_5.vision_end_token_id
 IMAGE_IDS = [1, VS, IMG, IMG, VE, 2]  # one image of grid (1, 2, 4): 2 tokens

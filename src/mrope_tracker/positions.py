@@ -94,6 +94,7 @@ def prompt_positions(
     if type(ids) is not _NDARRAY or ids.dtype is not _INT64:
         ids = as_token_ids(token_ids)
     params = config.kernel_params
+    out = None
     try:
         out = _empty((3, len(ids)), _INT64)  # (len() of a 0-d array: TypeError, explained below)
         if video_grid_thw is None and second_per_grid_ts is None:
@@ -127,9 +128,11 @@ def prompt_positions(
     except (TypeError, ValueError):  # the checked path explains it, or takes what the kernel cannot
         delta = GAVE_UP
     if delta == GAVE_UP:
+        # `out` is reused: for a long per-frame video (Qwen3-VL, GLM) a
+        # second allocation cost more than the fast kernel's attempt.
         return _checked_prompt_positions(
             config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
-            use_audio_in_video,
+            use_audio_in_video, out,
         )  # fmt: skip
     return out, delta
 
@@ -152,15 +155,19 @@ def _grid(value, name: str) -> np.ndarray:
 
 
 def _checked_prompt_positions(
-    config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+    config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video,
+    out=None,
 ):
     """Every input form and every prompt, with precise errors: each argument
-    is checked and converted, then the general builder runs."""
+    is checked and converted, then the general builder runs. `out`, if it
+    has the prompt's shape, receives the positions (the builder writes every
+    column)."""
     ids = as_token_ids(token_ids)
     items, audio_lengths = normalize_items(
         config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
     )
-    out = np.empty((3, ids.shape[0]), _INT64)
+    if out is None or out.shape[1] != ids.shape[0]:
+        out = np.empty((3, ids.shape[0]), _INT64)
     state = np.empty(NUM_STATE, _INT64)
     # The layout table's builder, called with no room for rows: it writes
     # the positions into `out` as it goes and keeps only the running state.

@@ -100,7 +100,9 @@ def _vision_walk(out, ids, params, image_grid, video_grid, video_sp):
         if i > text_start:
             write_linear(out, text_start, base, i - text_start)
             base += i - text_start
-            top = base - 1
+            # max, not assignment: under R-hw (transformers 5) a video's T
+            # row can reach above the text that follows it.
+            top = max(top, base - 1)
         if write_t_checked(out, ids, i, base, t, h * w, tok, item_mode, sp, item_r):
             return GAVE_UP
         write_grid_hw(out, i, base, np.int64(0), size, h, w)
