@@ -49,7 +49,11 @@ def _bench(args) -> int:
 def _warmup(args) -> int:
     from . import warmup
 
-    timings = warmup()
+    try:
+        timings = warmup(jobs=args.jobs)
+    except ValueError as exc:
+        print(f"mrope-tracker warmup: {exc}", file=sys.stderr)
+        return 2
     for stage, seconds in timings.items():
         print(f"{stage:24s} {seconds:7.3f} s")
     print(f"{'total':24s} {sum(timings.values()):7.3f} s")
@@ -89,6 +93,10 @@ def main(argv=None) -> int:
     bench.add_argument("--plot", metavar="PATH", help="draw a PNG chart (needs matplotlib)")
     bench.set_defaults(handler=_bench)
     warm = sub.add_parser("warmup", help="compile every kernel into numba's cache (e.g. at image build time)")
+    warm.add_argument(
+        "--jobs", type=int, metavar="N",
+        help="processes that may compile at once on a cold cache (default: one per core, at most 2; 1: no fork)",
+    )  # fmt: skip
     warm.set_defaults(handler=_warmup)
     comp = sub.add_parser(
         "compare",

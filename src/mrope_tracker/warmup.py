@@ -6,29 +6,57 @@ each pay their compilation (seconds, on a cold cache) in the middle of
 serving; the seed PR compiled lazily, during the engine's profiling run.
 `mrope-tracker warmup` runs this from the command line (e.g. at image build
 time, so that containers start with a filled cache).
+
+On a cold cache the compile is split in two groups of about equal cost (the
+general builders; the fast prompt walk, the step kernel and the decode
+kernel), each compiled in a forked child process, so that two cores do it
+in half the time; numba's compiler holds one lock per process, so threads
+would not help. The children only compile and write numba's cache (no torch,
+no device); the parent then runs every stage, which loads what they wrote.
+Anything that goes wrong in a child costs only time: the parent compiles
+whatever is still missing itself.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+import warnings
 
 import numpy as np
 import torch
 
 from .config import MRopeConfig
 from .layout import PromptLayout
-from .positions import next_positions, prompt_positions
+from .positions import FAST_KERNELS, _seal_fast_kernels, next_positions, prompt_positions
 from .tracker import PositionTracker
 
 __all__ = ["warmup"]
 
+# The two groups' costs measured 11 s and 10 s of compile on a 2-core VM, so
+# more processes than this gain nothing.
+MAX_JOBS = 2
 
-def warmup(dtypes=(torch.int64,)) -> dict[str, float]:
+
+def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float]:
     """Compile every kernel; returns the seconds each stage took.
 
     `dtypes` lists the `PositionTracker` dtypes to prepare (int64 by
     default; add torch.int32 if a tracker uses it). The kernels do not depend
-    on the model family, so one small Omni workload reaches all of them."""
+    on the model family, so one small Omni workload reaches all of them.
+
+    `jobs` is how many processes may compile at once when numba's cache is
+    cold (Linux only): None for one per usable core, at most 2; 1 to compile
+    in this process only. With a filled cache nothing is forked. The stage
+    ``"compile (N processes)"`` in the result, when present, is the time the
+    forked compile took; the other stages then mostly load."""
+    dtypes = tuple(dtypes)
+    for dtype in dtypes:
+        if dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"dtypes: expected torch.int64 or torch.int32 entries, got {dtype!r}")
+    if jobs is not None and (type(jobs) is not int or jobs < 1):
+        raise ValueError(f"jobs: expected None or an int >= 1, got {jobs!r}")
     config = MRopeConfig(family="qwen2_5_omni", tokens_per_second=2, seconds_per_chunk=2)
     ids, kwargs, ranges = _tiny_prompt(config)
     timings: dict[str, float] = {}
@@ -38,6 +66,14 @@ def warmup(dtypes=(torch.int64,)) -> dict[str, float]:
         fn()
         timings[name] = time.perf_counter() - start
 
+    num_jobs = _num_jobs(jobs)
+    if num_jobs > 1 and _cache_is_cold():
+        # numba's one-time set-up of its CPU target (~0.3 s of imports), done
+        # once here for the children to inherit
+        FAST_KERNELS[0].targetctx.refresh()
+        groups = (lambda: _general_builders(config, ids, kwargs, ranges), lambda: _fast_paths(config, dtypes))
+        stage(f"compile ({num_jobs} processes)", lambda: _compile_in_children(groups, num_jobs))
+
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
     stage("prompt_positions", lambda: (  # items, text only, images only: three kernels
         prompt_positions(config, ids, **kwargs),
@@ -46,17 +82,8 @@ def warmup(dtypes=(torch.int64,)) -> dict[str, float]:
         # lists (token ids, grid rows) go through the marshal decoders
         prompt_positions(config, image_ids.tolist(), image_grid_thw=[[1, 2, 4]]),
     ))  # fmt: skip
-    stage("layout", lambda: (
-        PromptLayout.from_tokens(config, ids, **kwargs).positions(1, 9),
-        PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges),
-        # a per-frame video whose frames the is_embed mask locates (kernels/frames.py)
-        PromptLayout.from_ranges(MRopeConfig(family="qwen3_vl"), 8, video_ranges=[(1, 6, np.array([0, 1, 0, 0, 1, 0], bool))],
-                                 video_grid_thw=[[2, 2, 2]]),
-    ))  # fmt: skip
-    buffer = np.zeros((3, 5), np.int64)
-    # numba compiles one version per array layout: C, a column slice (A), Fortran
-    stage("next_positions", lambda: [next_positions(out, 0, -3, 9, 4) for out in (
-        buffer, buffer[:, :4], np.asfortranarray(buffer))])  # fmt: skip
+    stage("layout", lambda: _layouts(config, ids, kwargs, ranges))
+    stage("next_positions", _next_positions)
     for dtype in dtypes:
         stage(f"tracker[{str(dtype).replace('torch.', '')}]", lambda: _tracker_round(config, ids, kwargs, ranges, dtype))
     return timings
@@ -78,6 +105,29 @@ def _tiny_prompt(config: MRopeConfig):
     return ids, kwargs, ranges
 
 
+def _layouts(config, ids, kwargs, ranges) -> None:
+    PromptLayout.from_tokens(config, ids, **kwargs).positions(1, 9)
+    _range_layouts(config, ids, kwargs, ranges)
+
+
+def _range_layouts(config, ids, kwargs, ranges) -> None:
+    PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges).positions(1, 9)
+    _per_frame_video()
+
+
+def _per_frame_video() -> None:
+    """A per-frame video whose frames the is_embed mask locates (kernels/frames.py)."""
+    PromptLayout.from_ranges(MRopeConfig(family="qwen3_vl"), 8, video_ranges=[(1, 6, np.array([0, 1, 0, 0, 1, 0], bool))],
+                             video_grid_thw=[[2, 2, 2]])  # fmt: skip
+
+
+def _next_positions() -> None:
+    buffer = np.zeros((3, 5), np.int64)
+    # numba compiles one version per array layout: C, a column slice (A), Fortran
+    for out in (buffer, buffer[:, :4], np.asfortranarray(buffer)):
+        next_positions(out, 0, -3, 9, 4)
+
+
 def _tracker_round(config, ids, kwargs, ranges, dtype) -> None:
     tracker = PositionTracker(config, max_num_reqs=4, max_num_batched_tokens=64, dtype=dtype, layout_rows=1)
     tracker.add_request("a", ids, **kwargs)
@@ -87,3 +137,108 @@ def _tracker_round(config, ids, kwargs, ranges, dtype) -> None:
     tracker.rollback("a", 2)
     tracker.remove_request("a")
     tracker.add_request("c", ids, **kwargs)  # reuses the pool: compaction
+
+
+# --------------------------------------------------------------------------
+# Compiling on a cold cache in two processes
+# --------------------------------------------------------------------------
+
+
+def _general_builders(config, ids, kwargs, ranges) -> None:
+    """Group 1: the builders from tokens and from ranges, which share their
+    emitters (not through prompt_positions, whose first call compiles the
+    fast walk, nor through `positions()`, the other group's fill)."""
+    PromptLayout.from_tokens(config, ids, **kwargs)
+    PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
+    _per_frame_video()
+
+
+def _fast_paths(config, dtypes) -> None:
+    """Group 2: the fast prompt walk, the list decoders, the decode kernel,
+    and from their signatures (no tracker, so no torch in the child) the
+    step kernel, the pool compaction and the fill of a layout's rows."""
+    from numba import float32, int64
+
+    from .kernels.layout_fill import fill_positions
+    from .kernels.pool import compact_pool
+    from .kernels.tracker_step import prepare_step, step_signatures
+
+    _seal_fast_kernels()
+    prompt_positions(config, [1, config.image_token_id, config.image_token_id, 2], image_grid_thw=[[1, 2, 4]])
+    _next_positions()
+    prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
+    for dtype in dtypes:
+        for signature in step_signatures(np.int32 if dtype == torch.int32 else np.int64):
+            prepare_step.compile(signature)
+    compact_pool.compile((int64[:, ::1], float32[:, ::1], int64[:, ::1]))
+    # a layout's rows and scales are read-only arrays
+    fill_positions.compile((int64[:, ::1], int64, _readonly(int64[:, ::1]), _readonly(float32[:, ::1]),
+                            int64, int64, int64, int64))  # fmt: skip
+
+
+def _readonly(array_type):
+    return array_type.copy(readonly=True)
+
+
+def _num_jobs(jobs: int | None) -> int:
+    if not (sys.platform.startswith("linux") and hasattr(os, "fork")):
+        return 1
+    if jobs is None:
+        jobs = len(os.sched_getaffinity(0))
+    return min(jobs, MAX_JOBS)
+
+
+def _cache_is_cold() -> bool:
+    """Whether numba's cache lacks code for this machine for any of the
+    fast entry points (the best sign of a first start; a partly filled cache
+    is completed in process). Reads numba's cache index through its private
+    attributes: if they change, the answer is "warm" and nothing is forked,
+    which is always correct, only slower on a cold cache."""
+    from .kernels.layout_build import build_from_ranges, build_from_tokens
+    from .kernels.tracker_step import prepare_step
+
+    try:
+        for dispatcher in (*FAST_KERNELS, build_from_tokens, build_from_ranges, prepare_step):
+            magic = dispatcher.targetctx.codegen().magic_tuple()
+            index = dispatcher._cache._cache_file._load_index()
+            if not any(key[1] == magic for key in index):
+                return True
+    except Exception:  # noqa: BLE001 (numba internals moved: compile in process)
+        return False
+    return False
+
+
+def _compile_in_children(groups, num_jobs: int) -> None:
+    """Run each group in a forked child, at most `num_jobs` at once, and wait
+    for them all.
+
+    A child only compiles (numba and numpy; no torch, no device, no lock of
+    ours) and leaves by os._exit, so no atexit handler, buffered output or
+    finaliser of the parent runs twice. numba's compiler lock is held across
+    each fork, so that no other thread of the parent is inside numba when
+    the child is made; the child, a copy of this thread, owns it (it is
+    re-entrant). Python 3.12+ warns about forking a process with threads;
+    that risk is a lock held by a thread that is gone in the child, and the
+    child takes no lock but numba's."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    running = []
+    for group in groups:
+        if len(running) >= num_jobs:
+            os.waitpid(running.pop(0), 0)
+        try:
+            with global_compiler_lock, warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except OSError:  # no process to be had: the parent compiles the rest
+            break
+        if pid == 0:  # pragma: no cover (the child; its work is what the parent then loads)
+            status = 1
+            try:
+                group()
+                status = 0
+            finally:
+                os._exit(status)
+        running.append(pid)
+    for pid in running:
+        os.waitpid(pid, 0)

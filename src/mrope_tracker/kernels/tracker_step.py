@@ -168,6 +168,16 @@ _compiled: set = set()
 _compile_lock = threading.Lock()
 
 
+def step_signatures(out_dtype) -> list[tuple]:
+    """The argument types `prepare_step` is compiled for, given the output
+    dtype: int64 and int32 index arrays."""
+    out = numba.from_dtype(np.dtype(out_dtype))[:, ::1]
+    return [
+        (out, index, index, index, nt.int64[:, ::1], nt.int64[:, ::1], nt.float32[:, ::1], nt.int64[::1])
+        for index in (nt.int64[::1], nt.int32[::1])
+    ]
+
+
 def step_kernel(out_dtype):
     """`prepare_step`, ready for `out_dtype` (int64 or int32) positions with
     int64 or int32 index arrays, and for no other argument types: the two
@@ -177,16 +187,11 @@ def step_kernel(out_dtype):
     if key not in _compiled:
         with _compile_lock:
             if key not in _compiled:
-                out = numba.from_dtype(key)[:, ::1]
                 prepare_step.disable_compile(False)
                 try:
-                    for index in (nt.int64[::1], nt.int32[::1]):
-                        prepare_step.compile(
-                            (out, index, index, index, nt.int64[:, ::1], nt.int64[:, ::1], nt.float32[:, ::1], nt.int64[::1])
-                        )
+                    for signature in step_signatures(key):
+                        prepare_step.compile(signature)
                 finally:
                     prepare_step.disable_compile(True)
                 _compiled.add(key)
     return prepare_step
-
-
