@@ -1,7 +1,8 @@
 """Test configuration: hypothesis profiles and shared fixtures.
 
 Profiles: "dev" (default, quick), "ci" (more examples; .ci/run selects it
-with HYPOTHESIS_PROFILE=ci). Neither has a deadline: the first example of a
+with HYPOTHESIS_PROFILE=ci), "stress" (5,000 examples a test, for a long
+hunt on one module). Neither has a deadline: the first example of a
 run may include numba loading compiled kernels from its cache.
 """
 
@@ -14,6 +15,7 @@ from mrope_tracker import MRopeConfig
 
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("stress", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
