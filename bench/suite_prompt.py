@@ -219,10 +219,10 @@ def input_form_rows(config, cases, rounds: int, target_s: float, progress=lambda
         id_list = ids.tolist()
         _same(f"prompt_positions, token ids as a list, {name}", prompt_positions(config, id_list, **arrays), expected)
         contenders["prompt_positions: token ids as a list"] = lambda: prompt_positions(config, id_list, **arrays)
-        for form in ("array", "list"):
+        for form in ("array", "list", "tensor"):
             kwargs = {**as_form(arrays, form), **as_form(ranges, form)}
             layout = PromptLayout.from_ranges(config, num_tokens, **kwargs)
-            _same(f"from_ranges, {form}s, {name}", (layout.positions(), layout.delta), expected)
+            _same(f"from_ranges, {form} forms, {name}", (layout.positions(), layout.delta), expected)
             contenders[f"from_ranges: ranges and grids as {form}s"] = (
                 lambda kwargs=kwargs: PromptLayout.from_ranges(config, num_tokens, **kwargs))  # fmt: skip
         samples = measure(contenders, rounds=rounds, target_s=target_s)

@@ -105,12 +105,12 @@ def test_frame_videos_match_the_reference(make_config):
 
 
 def test_input_forms_time_every_form(seed_cases):
-    """input_form_rows times every grid form, token ids as a list and both from_ranges forms."""
+    """input_form_rows times every grid form, token ids as a list and the three from_ranges forms."""
     rows = suite_prompt.input_form_rows(qwen2_5_vl(), seed_cases[1:2], **TINY)
     calls = [r["call"] for r in rows]
     assert calls[: len(suite_prompt.FORMS)] == [f"prompt_positions: grids as {f}" for f in suite_prompt.FORMS]
     assert "prompt_positions: token ids as a list" in calls
-    assert sum(c.startswith("from_ranges") for c in calls) == 2
+    assert sum(c.startswith("from_ranges") for c in calls) == 3
     assert all(_is_spread(r["vs_array"]) for r in rows)
 
 

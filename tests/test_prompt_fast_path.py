@@ -64,6 +64,7 @@ def _sp_forms(sp: np.ndarray):
         "mixed": mixed,
         "float64": sp.astype(np.float64),
         "tensor": torch.from_numpy(sp.copy()),
+        "tensor64": torch.from_numpy(sp.astype(np.float64)),
     }
 
 
@@ -74,6 +75,8 @@ def _grid_forms(grid: np.ndarray):
         "tuple": tuple(map(tuple, grid.tolist())),
         "list_of_arrays": list(grid),  # numpy rows: not plain ints, so the checked path takes them
         "tensor": torch.from_numpy(grid.copy()),
+        "tensor_int32": torch.from_numpy(grid.astype(np.int32)),
+        "tensor_strided": torch.from_numpy(np.repeat(grid, 2, axis=0))[::2],
         "int32": grid.astype(np.int32),
     }
 
@@ -81,8 +84,8 @@ def _grid_forms(grid: np.ndarray):
 @given(
     prompt=prompts(max_items=4, use_audio_in_video=False),
     semantics=st.sampled_from(SEMANTICS),
-    grid_form=st.sampled_from(("array", "list", "tuple", "list_of_arrays", "tensor", "int32")),
-    sp_form=st.sampled_from(("array", "list", "tuple", "mixed", "float64", "tensor", "omitted")),
+    grid_form=st.sampled_from(("array", "list", "tuple", "list_of_arrays", "tensor", "tensor_int32", "tensor_strided", "int32")),
+    sp_form=st.sampled_from(("array", "list", "tuple", "mixed", "float64", "tensor", "tensor64", "omitted")),
 )
 def test_fast_path_equals_checked_path(prompt, semantics, grid_form, sp_form):
     """Text, images and videos under every preset and input form: the

@@ -171,6 +171,12 @@ _BAD_GRID_FORMS = [
     pytest.param(np.ones((1, 3, 1), dtype=np.int64), ValueError, id="three_dim"),
     pytest.param([[1, 4, 6], [1, 4]], ValueError, id="ragged"),
     pytest.param(np.array([[2**64 - 1, 4, 6]], dtype=np.uint64), ValueError, id="uint64_overflow"),
+    # tensors numpy cannot read: no torch error may escape
+    pytest.param(torch.ones((1, 3), dtype=torch.int64, device="meta"), TypeError, id="meta_tensor"),
+    pytest.param(torch.tensor([[1, 4, 6]], dtype=torch.bfloat16), TypeError, id="bfloat16_tensor"),
+    pytest.param(torch.tensor([[1, 4, 6]], dtype=torch.bool), TypeError, id="bool_tensor"),
+    pytest.param(torch.tensor([1, 4, 6]), ValueError, id="one_dim_tensor"),
+    pytest.param(torch.tensor([[1, 4, 6]]).t(), ValueError, id="transposed_tensor"),
 ]
 
 

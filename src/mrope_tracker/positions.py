@@ -105,6 +105,9 @@ def prompt_positions(
             elif type(image_grid_thw) in _SEQUENCES:  # decoded in the kernel
                 records = marshal.dumps((image_grid_thw, None, None), 2)
                 delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH)
+            elif type(image_grid_thw) is _TENSOR:  # its plain ints, decoded in the kernel
+                records = marshal.dumps((_tensor_list(image_grid_thw), None, None), 2)
+                delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH)
             else:
                 delta = image_prompt_positions(out, ids, params, as_grid(image_grid_thw, "image_grid_thw"))
         elif (
@@ -115,16 +118,25 @@ def prompt_positions(
             records = marshal.dumps((image_grid_thw, video_grid_thw, second_per_grid_ts), 2)
             delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH)
         else:
-            # Arrays of the compiled types go to the kernel as they are (it
-            # checks their shapes and values); other forms are converted.
-            image_grid = _grid(image_grid_thw, "image_grid_thw")
-            video_grid = _grid(video_grid_thw, "video_grid_thw")
-            sp = second_per_grid_ts
-            if sp is None:
-                sp = EMPTY_FLOAT  # the kernel takes the family's default
-            elif type(sp) is not _NDARRAY or not len(sp):
-                sp = as_second_per_grid_ts(sp, video_grid.shape[0], config)
-            delta = vision_prompt_positions(out, ids, params, image_grid, video_grid, sp)
+            # Small tensors (grids, times) as their Python values: torch's
+            # tolist() costs half its numpy() view, and the lists then go to
+            # the records kernel like any others.
+            image_grid, video_grid, sp = (
+                _tensor_list(v) if type(v) is _TENSOR else v for v in (image_grid_thw, video_grid_thw, second_per_grid_ts)
+            )
+            if type(image_grid) in _SEQUENCES_OR_NONE and type(video_grid) in _SEQUENCES_OR_NONE and type(sp) in _SEQUENCES_OR_NONE:
+                records = marshal.dumps((image_grid, video_grid, sp), 2)
+                delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH)
+            else:
+                # Arrays of the compiled types go to the kernel as they are (it
+                # checks their shapes and values); other forms are converted.
+                image_grid = _grid(image_grid, "image_grid_thw")
+                video_grid = _grid(video_grid, "video_grid_thw")
+                if sp is None:
+                    sp = EMPTY_FLOAT  # the kernel takes the family's default
+                elif type(sp) is not _NDARRAY or not len(sp):
+                    sp = as_second_per_grid_ts(sp, video_grid.shape[0], config)
+                delta = vision_prompt_positions(out, ids, params, image_grid, video_grid, sp)
     except (TypeError, ValueError):  # the checked path explains it, or takes what the kernel cannot
         delta = GAVE_UP
     if delta == GAVE_UP:
@@ -143,7 +155,18 @@ _SEQUENCES = (list, tuple) if MARSHAL_INTS else ()
 _SEQUENCES_OR_NONE = (list, tuple, type(None)) if MARSHAL_INTS else ()
 _RECORDS_SCRATCH = np.empty(RECORDS_SCRATCH_SIZE, np.int64)
 _NDARRAY = np.ndarray
+_TENSOR = torch.Tensor
 _empty = np.empty
+
+
+def _tensor_list(value):
+    """A tensor's values as nested lists of Python numbers, or the tensor
+    itself where torch cannot read them (a meta tensor): the converting and
+    checked paths then explain it."""
+    try:
+        return value.tolist()
+    except (RuntimeError, NotImplementedError):
+        return value
 
 
 def _grid(value, name: str) -> np.ndarray:
