@@ -177,7 +177,25 @@ _BAD_GRID_FORMS = [
     pytest.param(torch.tensor([[1, 4, 6]], dtype=torch.bool), TypeError, id="bool_tensor"),
     pytest.param(torch.tensor([1, 4, 6]), ValueError, id="one_dim_tensor"),
     pytest.param(torch.tensor([[1, 4, 6]]).t(), ValueError, id="transposed_tensor"),
+    pytest.param(torch.empty((0, 5), dtype=torch.int64), ValueError, id="empty_tensor_of_five_columns"),
 ]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param(dict(image_grid_thw=torch.empty((0, 5), dtype=torch.int64)), id="image_grid"),
+        pytest.param(dict(video_grid_thw=torch.empty((0, 5), dtype=torch.int64)), id="video_grid"),
+        pytest.param(dict(video_grid_thw=[], second_per_grid_ts=torch.empty((0, 7))), id="times"),
+    ],
+)
+def test_empty_tensor_of_the_wrong_shape_on_text(scan, kwargs):
+    """An empty tensor says by its shape alone that it is no grid (or no
+    times), even on a prompt with no items: refused, as the same numpy array is."""
+    name = next(iter(k for k in kwargs if torch.is_tensor(kwargs[k])))
+    rejects(ValueError, name, scan, qwen2_5_vl(), [1, 2, 3], **kwargs)
+    as_array = {k: v.numpy() if torch.is_tensor(v) else v for k, v in kwargs.items()}
+    rejects(ValueError, name, scan, qwen2_5_vl(), [1, 2, 3], **as_array)
 
 
 @pytest.mark.parametrize("name", ["image_grid_thw", "video_grid_thw"])
@@ -269,6 +287,11 @@ _VIDEO = dict(video_grid_thw=[[4, 2, 4]])  # Qwen2.5-VL (merge 2): 4 x 1 x 2 = 8
         pytest.param([[1.0]], ValueError, id="two_dim"),
         pytest.param(["1.0"], TypeError, id="strings"),
         pytest.param(np.array([True]), TypeError, id="bool_array"),
+        # tensors: each refused as the checked conversion refuses it, though tolist() could read them
+        pytest.param(torch.tensor([1.0], dtype=torch.bfloat16), TypeError, id="bfloat16_tensor"),
+        pytest.param(torch.tensor([-1.0])._neg_view(), TypeError, id="negative_bit_view"),  # reads as 1.0
+        pytest.param(torch.empty((0, 7)), ValueError, id="empty_two_dim_tensor"),
+        pytest.param(torch.tensor([True]), TypeError, id="bool_tensor"),
     ],
 )
 def test_bad_second_per_grid_ts(scan, sp, exc):

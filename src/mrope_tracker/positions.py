@@ -159,14 +159,35 @@ _TENSOR = torch.Tensor
 _empty = np.empty
 
 
+def _numpy_reads(dtype) -> bool:
+    try:
+        torch.zeros(1, dtype=dtype).numpy()
+    except (TypeError, RuntimeError):
+        return False
+    return True
+
+
+# The dtypes whose tensors the checked path can read (through numpy()); it
+# refuses the others (bfloat16, the float8 types, ...), and so must this path.
+_NUMPY_DTYPES = frozenset(
+    dtype for name in ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+                       "float16", "float32", "float64", "complex64", "complex128")
+    for dtype in [getattr(torch, name, None)] if dtype is not None and _numpy_reads(dtype)
+)  # fmt: skip
+
+
 def _tensor_list(value):
     """A tensor's values as nested lists of Python numbers, or the tensor
-    itself where torch cannot read them (a meta tensor): the converting and
-    checked paths then explain it."""
+    itself wherever the checked conversion must judge it: a dtype numpy
+    cannot read, a negative-bit view (numpy() refuses both), an empty tensor
+    (whose shape the list would lose), a meta tensor."""
+    if value.dtype not in _NUMPY_DTYPES or value.is_neg():
+        return value
     try:
-        return value.tolist()
+        values = value.tolist()
     except (RuntimeError, NotImplementedError):
         return value
+    return values if values else value
 
 
 def _grid(value, name: str) -> np.ndarray:

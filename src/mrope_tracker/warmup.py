@@ -20,7 +20,9 @@ whatever is still missing itself.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 
@@ -48,11 +50,16 @@ def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float
     on the model family, so one small Omni workload reaches all of them.
 
     `jobs` is how many processes may compile at once when numba's cache is
-    cold (Linux only): None for one per usable core, at most 2; 1 to compile
-    in this process only. With a filled cache nothing is forked. The stage
-    ``"compile (N processes)"`` in the result, when present, is the time the
-    forked compile took; the other stages then mostly load."""
-    dtypes = tuple(dtypes)
+    cold (Linux only): None for one per usable core, at most 2, and only
+    while this process runs a single Python thread; 2 to fork whatever
+    threads run; 1 to compile in this process only. With a filled cache
+    nothing is forked. The stage ``"compile (N processes)"`` in the result,
+    when present, is the time the forked compile took; the other stages then
+    mostly load."""
+    try:
+        dtypes = tuple(dtypes)
+    except TypeError:
+        raise TypeError(f"dtypes: expected a sequence of torch dtypes, got {dtypes!r}") from None
     for dtype in dtypes:
         if dtype not in (torch.int64, torch.int32):
             raise ValueError(f"dtypes: expected torch.int64 or torch.int32 entries, got {dtype!r}")
@@ -69,11 +76,8 @@ def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float
 
     num_jobs = _num_jobs(jobs)
     if num_jobs > 1 and _cache_is_cold():
-        # numba's one-time set-up of its CPU target (~0.3 s of imports), done
-        # once here for the children to inherit
-        FAST_KERNELS[0].targetctx.refresh()
         groups = (lambda: _general_builders(config, ids, kwargs, ranges), lambda: _fast_paths(config, dtypes))
-        stage(f"compile ({num_jobs} processes)", lambda: _compile_in_children(groups, num_jobs))
+        stage(f"compile ({num_jobs} processes)", lambda: _compile_in_children(groups))
 
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
     stage("prompt_positions", lambda: (  # items, text only, images only: three kernels
@@ -185,6 +189,11 @@ def _num_jobs(jobs: int | None) -> int:
     if not (sys.platform.startswith("linux") and hasattr(os, "fork")):
         return 1
     if jobs is None:
+        # Other Python threads might hold a lock at the fork that a child
+        # then waits on forever (the deadline below would end it, but only
+        # after minutes): by default such a process compiles in place.
+        if threading.active_count() > 1:
+            return 1
         jobs = len(os.sched_getaffinity(0))
     return min(jobs, MAX_JOBS)
 
@@ -209,37 +218,71 @@ def _cache_is_cold() -> bool:
     return False
 
 
-def _compile_in_children(groups, num_jobs: int) -> None:
-    """Run each group in a forked child, at most `num_jobs` at once, and wait
-    for them all.
+# A group compiles in about 15 s on 2 cores; a child still running after
+# this long is stuck (a lock it inherited held), and is ended.
+CHILD_DEADLINE_S = 300.0
+
+
+def _compile_in_children(groups) -> None:
+    """Run each group in a forked child at once, and wait for them all (at
+    most CHILD_DEADLINE_S).
 
     A child only compiles (numba and numpy; no torch, no device, no lock of
     ours) and leaves by os._exit, so no atexit handler, buffered output or
     finaliser of the parent runs twice. numba's compiler lock is held across
     each fork, so that no other thread of the parent is inside numba when
     the child is made; the child, a copy of this thread, owns it (it is
-    re-entrant). Python 3.12+ warns about forking a process with threads;
-    that risk is a lock held by a thread that is gone in the child, and the
-    child takes no lock but numba's."""
+    re-entrant). Python 3.12+ warns about forking a process with threads
+    (torch starts native ones); that risk is a lock held by a thread that is
+    gone in the child, and the child takes no lock but numba's. Whatever
+    happens to a child (a failure, the deadline, an interrupt of the
+    parent), the parent reaps it and compiles what is still missing itself."""
     from numba.core.compiler_lock import global_compiler_lock
 
-    running = []
-    for group in groups:
-        if len(running) >= num_jobs:
-            os.waitpid(running.pop(0), 0)
-        try:
-            with global_compiler_lock, warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-        except OSError:  # no process to be had: the parent compiles the rest
-            break
-        if pid == 0:  # pragma: no cover (the child; its work is what the parent then loads)
-            status = 1
+    try:  # numba's one-time set-up of its CPU target (~0.3 s of imports), done once for the children
+        FAST_KERNELS[0].targetctx.refresh()
+    except Exception:  # noqa: BLE001 (numba internals moved: each child does it)
+        pass
+    children = []
+    try:
+        for group in groups:
             try:
-                group()
-                status = 0
-            finally:
-                os._exit(status)
-        running.append(pid)
-    for pid in running:
+                with global_compiler_lock, warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError:  # no process to be had: the parent compiles the rest
+                break
+            if pid == 0:  # pragma: no cover (the child; its work is what the parent then loads)
+                status = 1
+                try:
+                    group()
+                    status = 0
+                finally:
+                    os._exit(status)
+            children.append(pid)
+        _wait(children, time.monotonic() + CHILD_DEADLINE_S)
+    finally:
+        for pid in children:  # only those left: stuck past the deadline, or the parent interrupted
+            _end(pid)
+
+
+def _wait(children: list, deadline: float) -> None:
+    """Reap the children as they finish, until none is left or the deadline."""
+    while children and time.monotonic() < deadline:
+        for pid in list(children):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else (e.g. SIGCHLD ignored)
+                done = pid
+            if done:
+                children.remove(pid)
+        if children:
+            time.sleep(0.02)
+
+
+def _end(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
