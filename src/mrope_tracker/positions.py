@@ -106,6 +106,7 @@ def prompt_positions(
                 records = marshal.dumps((image_grid_thw, None, None), 2)
                 delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH)
             elif type(image_grid_thw) is _TENSOR:  # its plain ints, decoded in the kernel
+                # (a tensor _tensor_list hands back makes marshal raise ValueError: the checked path)
                 records = marshal.dumps((_tensor_list(image_grid_thw), None, None), 2)
                 delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH)
             else:
