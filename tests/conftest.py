@@ -2,7 +2,7 @@
 
 Profiles: "dev" (default, quick), "ci" (more examples; .ci/run selects it
 with HYPOTHESIS_PROFILE=ci), "stress" (5,000 examples a test, for a long
-hunt on one module). Neither has a deadline: the first example of a
+hunt on one module). None has a deadline: the first example of a
 run may include numba loading compiled kernels from its cache.
 """
 

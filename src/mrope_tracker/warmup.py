@@ -8,8 +8,8 @@ serving; the seed PR compiled lazily, during the engine's profiling run.
 time, so that containers start with a filled cache).
 
 On a cold cache the compile is split in two groups of about equal cost (the
-general builders; the fast prompt walk, the step kernel and the decode
-kernel), each compiled in a forked child process, so that two cores do it
+general builders; the fast prompt walk with the step, decode, fill and pool
+kernels), each compiled in a forked child process, so that two cores do it
 in half the time; numba's compiler holds one lock per process, so threads
 would not help. The children only compile and write numba's cache (no torch,
 no device); the parent then runs every stage, which loads what they wrote.
@@ -199,9 +199,10 @@ def _num_jobs(jobs: int | None) -> int:
 
 
 def _cache_is_cold() -> bool:
-    """Whether numba's cache lacks code for this machine for any of the
-    fast entry points (the best sign of a first start; a partly filled cache
-    is completed in process). Reads numba's cache index through its private
+    """Whether numba's cache lacks code for this machine for any of the main
+    entry points: the fast kernels, both builders, the step kernel (the best
+    sign of a first start; a cache lacking only lesser kernels is completed
+    in process). Reads numba's cache index through its private
     attributes: if they change, the answer is "warm" and nothing is forked,
     which is always correct, only slower on a cold cache."""
     from .kernels.layout_build import build_from_ranges, build_from_tokens
