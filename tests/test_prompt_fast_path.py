@@ -250,3 +250,41 @@ def test_fast_kernels_never_compile_in_service():
     _assert_same(QWEN2_5, odd_ids, image_grid_thw=odd_grid)
     _assert_same(QWEN2_5, VIDEO_IDS, video_grid_thw=odd_grid * [2, 1, 1], second_per_grid_ts=np.ones(1))
     assert {kernel: len(kernel.signatures) for kernel in positions_module.FAST_KERNELS} == before
+
+
+def _ids_layouts(ids: list[int]) -> dict[str, np.ndarray]:
+    """int64 token ids in layouts other than the one the records kernel's
+    compiled function reads (1-D, C-contiguous, aligned, writable)."""
+    base = np.array(ids, np.int64)
+    unaligned = np.frombuffer(b"\0" + base.tobytes(), np.int64, count=len(ids), offset=1)
+    read_only = base.copy()
+    read_only.flags.writeable = False
+    return {
+        "strided": np.repeat(base, 2)[::2],
+        "reversed": base[::-1].copy()[::-1],
+        "unaligned": unaligned,
+        "read_only": read_only,
+        "big_endian": base.astype(">i8"),
+        "2-D": base.reshape(1, -1),
+        "2-D Fortran": np.asfortranarray(np.stack([base, base])),
+        "0-D": np.array(ids[0], np.int64),
+    }
+
+
+@pytest.mark.parametrize("layout", list(_ids_layouts([1, 2])))
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        (IMAGE_IDS, {"image_grid_thw": [[1, 2, 4]]}),
+        (VIDEO_IDS, {"video_grid_thw": [[2, 2, 4]], "second_per_grid_ts": [1.0]}),
+    ],
+    ids=("images only", "video"),
+)
+def test_records_kernel_reads_only_its_compiled_layout(prompt, layout):
+    """Grids as lists go to the records kernel's compiled function past
+    numba's dispatcher, which would read any ids as 1-D, C-contiguous and
+    aligned: every other layout must come out as the checked path says."""
+    ids, kwargs = prompt
+    prompt_positions(QWEN2_5, ids, **kwargs)  # seals the fast kernels
+    assert positions_module._records_entry is not positions_module.vision_prompt_positions_from_records
+    _assert_same(QWEN2_5, _ids_layouts(ids)[layout], **kwargs)
