@@ -224,3 +224,25 @@ def test_unclosed_video_bracket_message():
         prompt_positions(glm, ids)
     with pytest.raises(ValueError, match="interleave"):
         PromptLayout.from_ranges(MRopeConfig(family="qwen2_5_omni", semantics="vllm-0.33"), 5, interleave="nonsense")
+
+
+def test_layout_tables_stay_read_only_and_fill_from_one_signature():
+    """`rows` and `scales` are read-only to users, while the fill kernel is
+    handed the writable tables behind them: the step kernel calls it with
+    its writable pool, and one signature is one compilation (a read-only
+    array is a type of its own in numba)."""
+    from mrope_tracker.kernels.layout_fill import fill_positions
+
+    config = MRopeConfig(family="qwen2_5_vl")
+    ids = [1, config.vision_start_token_id, config.image_token_id, config.image_token_id, config.vision_end_token_id, 2]
+    built = PromptLayout.from_tokens(config, ids, image_grid_thw=[[1, 2, 4]])
+    direct = PromptLayout(built.rows, built.scales, built.num_tokens, built.delta)
+    for layout in (built, direct, PromptLayout.from_bytes(built.to_bytes())):
+        assert not layout.rows.flags.writeable and not layout.scales.flags.writeable
+        with pytest.raises(ValueError):
+            layout.rows[0, 0] = 7
+        out = np.zeros((3, 8), np.int64)
+        layout.write_positions(out, 1, 0, 6)
+        assert layout.positions().tolist() == built.positions().tolist() == out[:, 1:7].tolist()
+    tables = [signature[2:4] for signature in fill_positions.signatures]
+    assert tables and all(rows.mutable and scales.mutable for rows, scales in tables)

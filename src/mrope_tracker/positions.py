@@ -34,7 +34,6 @@ from .kernels.prompt import (
     GAVE_UP,
     RECORDS_SCRATCH_SIZE,
     image_prompt_positions,
-    text_prompt_positions,
     vision_prompt_positions,
     vision_prompt_positions_from_records,
 )
@@ -101,7 +100,7 @@ def prompt_positions(
         out = _empty((3, len(ids)), _INT64)  # (len() of a 0-d array: TypeError, explained below)
         if video_grid_thw is None and second_per_grid_ts is None:
             if image_grid_thw is None:
-                delta = text_prompt_positions(out, ids, params)
+                delta = image_prompt_positions(out, ids, params, EMPTY_GRID)
             elif type(image_grid_thw) is _NDARRAY and image_grid_thw.dtype is _INT64:
                 delta = image_prompt_positions(out, ids, params, image_grid_thw)
             elif type(image_grid_thw) in _SEQUENCES:  # decoded in the kernel
@@ -253,7 +252,7 @@ _NO_SCALES = np.zeros((0, C.NUM_SCALE_COLS), np.float32)
 
 
 _fast_kernels_sealed = False
-FAST_KERNELS = (text_prompt_positions, image_prompt_positions, vision_prompt_positions, vision_prompt_positions_from_records)
+FAST_KERNELS = (image_prompt_positions, vision_prompt_positions, vision_prompt_positions_from_records)
 
 
 def _seal_fast_kernels() -> None:
@@ -268,7 +267,6 @@ def _seal_fast_kernels() -> None:
     params = MRopeConfig(family="qwen2_vl").kernel_params
     out = np.empty((3, 1), _INT64)
     ids = np.zeros(1, _INT64)
-    text_prompt_positions(out, ids, params)
     image_prompt_positions(out, ids, params, EMPTY_GRID)
     vision_prompt_positions(out, ids, params, EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT)
     vision_prompt_positions_from_records(out, ids, params, marshal.dumps((None, None, None), 2), _RECORDS_SCRATCH, False)

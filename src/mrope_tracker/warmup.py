@@ -31,14 +31,15 @@ import torch
 
 from .config import MRopeConfig
 from .layout import PromptLayout
+from .inputs import as_grid
 from .positions import FAST_KERNELS, _seal_fast_kernels, next_positions, prompt_positions
 from .tracker import PositionTracker
 
 __all__ = ["warmup"]
 
-# The work splits into two groups of about equal cost (13.4 s and 12.9 s side
-# by side on the 2-core development VM); a third process would only repeat
-# the helpers both groups share.
+# The work splits into two groups of about equal cost (15.2 s for the
+# builders and 12.9 s for the rest, side by side on the 2-core development
+# VM); a third process would only repeat the helpers both groups share.
 MAX_JOBS = 2
 
 
@@ -121,9 +122,11 @@ def _range_layouts(config, ids, kwargs, ranges) -> None:
 
 
 def _per_frame_video() -> None:
-    """A per-frame video whose frames the is_embed mask locates (kernels/frames.py)."""
+    """A per-frame video whose frames the is_embed mask locates (kernels/frames.py).
+    Its grid is an array: the decoder of list grids compiles in the other
+    group (`_fast_paths`), which has time to spare."""
     PromptLayout.from_ranges(MRopeConfig(family="qwen3_vl"), 8, video_ranges=[(1, 6, np.array([0, 1, 0, 0, 1, 0], bool))],
-                             video_grid_thw=[[2, 2, 2]])  # fmt: skip
+                             video_grid_thw=np.array([[2, 2, 2]]))  # fmt: skip
 
 
 def _next_positions() -> None:
@@ -170,19 +173,16 @@ def _fast_paths(config, dtypes) -> None:
 
     _seal_fast_kernels()
     prompt_positions(config, [1, config.image_token_id, config.image_token_id, 2], image_grid_thw=[[1, 2, 4]])
+    as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of the builders' inputs (grids, ranges)
     _next_positions()
     prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
     for dtype in dtypes:
         for signature in step_signatures(np.int32 if dtype == torch.int32 else np.int64):
             prepare_step.compile(signature)
     compact_pool.compile((int64[:, ::1], float32[:, ::1], int64[:, ::1]))
-    # a layout's rows and scales are read-only arrays
-    fill_positions.compile((int64[:, ::1], int64, _readonly(int64[:, ::1]), _readonly(float32[:, ::1]),
-                            int64, int64, int64, int64))  # fmt: skip
-
-
-def _readonly(array_type):
-    return array_type.copy(readonly=True)
+    # (the step kernel's int64 version has compiled it already: a layout
+    # fills from the writable tables behind its read-only views)
+    fill_positions.compile((int64[:, ::1], int64, int64[:, ::1], float32[:, ::1], int64, int64, int64, int64))
 
 
 def _num_jobs(jobs: int | None) -> int:
