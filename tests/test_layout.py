@@ -246,3 +246,19 @@ def test_layout_tables_stay_read_only_and_fill_from_one_signature():
         assert layout.positions().tolist() == built.positions().tolist() == out[:, 1:7].tolist()
     tables = [signature[2:4] for signature in fill_positions.signatures]
     assert tables and all(rows.mutable and scales.mutable for rows, scales in tables)
+
+
+def test_layout_attrs_fields_are_its_four_public_ones():
+    """asdict, astuple and evolve see rows, scales, num_tokens and delta only
+    (the writable tables behind the read-only views stay private), and a
+    layout rebuilt from its own dict is the same layout, checked."""
+    import attrs
+
+    config = MRopeConfig(family="qwen2_5_vl")
+    ids = [1, config.vision_start_token_id, config.image_token_id, config.image_token_id, config.vision_end_token_id, 2]
+    layout = PromptLayout.from_tokens(config, ids, image_grid_thw=[[1, 2, 4]])
+    fields = attrs.asdict(layout)
+    assert list(fields) == ["rows", "scales", "num_tokens", "delta"]
+    assert not any(value.flags.writeable for value in (fields["rows"], fields["scales"]))
+    for rebuilt in (PromptLayout(**fields), PromptLayout(*attrs.astuple(layout)), attrs.evolve(layout, delta=layout.delta)):
+        assert rebuilt.positions().tolist() == layout.positions().tolist()

@@ -698,3 +698,26 @@ def test_mutation_fast_path_and_reference_agree(case):
         assert fast == ref and layout == fast, kind
     else:
         assert layout[0] == "rejected", kind
+
+
+def test_masked_arrays_are_refused_and_other_subclasses_read_as_plain_arrays():
+    """numba compiles for plain ndarrays only: a masked array (whose mask has
+    no meaning for positions) is a TypeError naming the argument, on the
+    fast path and the checked one alike, and any other subclass is read as
+    the plain array it views."""
+    config = qwen2_5_vl()
+    ids = np.array([1, config.vision_start_token_id, config.image_token_id, config.image_token_id,
+                    config.vision_end_token_id, 2])  # fmt: skip
+    expected = prompt_positions(config, ids, image_grid_thw=[[1, 2, 4]])
+
+    class Tagged(np.ndarray):
+        pass
+
+    for grid in ([[1, 2, 4]], np.array([[1, 2, 4]]), [[1, 2, 8]]):  # the last one is refused by the fast kernel
+        with pytest.raises(TypeError, match="token_ids: expected a plain numpy array, got a masked array"):
+            prompt_positions(config, np.ma.masked_array(ids), image_grid_thw=grid)
+    with pytest.raises(TypeError, match="image_grid_thw: expected a plain numpy array, got a masked array"):
+        prompt_positions(config, ids, image_grid_thw=np.ma.masked_array(np.array([[1, 2, 4]])))
+    positions, delta = prompt_positions(config, ids.view(Tagged), image_grid_thw=np.array([[1, 2, 4]]).view(Tagged))
+    assert type(positions) is np.ndarray
+    assert positions.tolist() == expected[0].tolist() and delta == expected[1]

@@ -51,6 +51,7 @@ from .inputs import (
     as_grid,
     as_second_per_grid_ts,
     audio_token_counts,
+    plain_ndarray,
 )
 from .kernels.hf_batch import (
     ERR_EMPTY_ROW,
@@ -141,7 +142,7 @@ def _numpy(value, name: str) -> np.ndarray:
             return value.numpy()  # a view
         return value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
-        return value
+        return plain_ndarray(value, name)
     if isinstance(value, (list, tuple)):
         try:
             return np.array(value)

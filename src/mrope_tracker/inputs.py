@@ -59,6 +59,16 @@ def _has_bool(seq) -> bool:
     return False
 
 
+def plain_ndarray(value: np.ndarray, name: str) -> np.ndarray:
+    """An ndarray subclass as a plain ndarray view of the same data (numba
+    compiles only for plain arrays). A masked array is refused: its mask has
+    no meaning for positions, and reading its data would silently take the
+    masked values."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(f"{name}: expected a plain numpy array, got a masked array (pass its .filled() values)")
+    return value if type(value) is np.ndarray else value.view(np.ndarray)
+
+
 def _to_numpy(value, name: str) -> np.ndarray:
     """Any array-like to numpy, without copying numpy arrays or CPU tensors."""
     tv = type(value)
@@ -79,7 +89,7 @@ def _to_numpy(value, name: str) -> np.ndarray:
         except (RuntimeError, NotImplementedError, TypeError) as exc:  # a meta tensor, an unsupported dtype, ...
             raise TypeError(f"{name}: expected a tensor numpy can read, got {_describe(value)} ({exc})") from None
     if isinstance(value, np.ndarray):
-        return value
+        return plain_ndarray(value, name)
     if isinstance(value, (str, bytes, dict, set)) or not hasattr(value, "__len__"):
         raise TypeError(f"{name}: expected a list, numpy array or torch tensor, got {_describe(value)}")
     if isinstance(value, (list, tuple)) and _has_bool(value):

@@ -170,7 +170,7 @@ def _read_only_view(table: np.ndarray) -> np.ndarray:
     return view
 
 
-@attrs.frozen(eq=False)
+@attrs.frozen(eq=False, slots=False)
 class PromptLayout:
     """A prompt's positions as segments: ``rows`` [num_rows, NUM_COLS] int64 and
     ``scales`` [num_rows, 2] float32 (see kernels/layout_codes.py).
@@ -184,9 +184,9 @@ class PromptLayout:
     scales: np.ndarray = attrs.field(converter=lambda v: _checked_table(v, "scales", np.float32, C.NUM_SCALE_COLS))
     num_tokens: int = attrs.field(converter=lambda v: as_index(v, "num_tokens", minimum=1))
     delta: int = attrs.field(converter=lambda v: as_index(v, "delta", minimum=-(2**62)))
-    # the writable tables behind `rows` and `scales`, for the fill kernel only
-    _fill_rows: np.ndarray = attrs.field(init=False, repr=False)
-    _fill_scales: np.ndarray = attrs.field(init=False, repr=False)
+    # Not slotted: the writable tables behind `rows` and `scales`, for the
+    # fill kernel only, live in the instance dict, outside the attrs fields
+    # (so that asdict, astuple and evolve see only the four fields above).
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "_fill_rows", self.rows.base)
