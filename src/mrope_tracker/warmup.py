@@ -31,15 +31,14 @@ import torch
 
 from .config import MRopeConfig
 from .layout import PromptLayout
-from .inputs import as_grid
 from .positions import FAST_KERNELS, _seal_fast_kernels, next_positions, prompt_positions
 from .tracker import PositionTracker
 
 __all__ = ["warmup"]
 
-# The work splits into two groups of about equal cost (15.2 s for the
-# builders and 12.9 s for the rest, side by side on the 2-core development
-# VM); a third process would only repeat the helpers both groups share.
+# The work splits into two groups (15.2 s for the builders, 12.9 s for the
+# rest, side by side on the 2-core development VM); a third process would
+# only repeat the helpers both groups share.
 MAX_JOBS = 2
 
 
@@ -122,11 +121,9 @@ def _range_layouts(config, ids, kwargs, ranges) -> None:
 
 
 def _per_frame_video() -> None:
-    """A per-frame video whose frames the is_embed mask locates (kernels/frames.py).
-    Its grid is an array: the decoder of list grids compiles in the other
-    group (`_fast_paths`), which has time to spare."""
+    """A per-frame video whose frames the is_embed mask locates (kernels/frames.py)."""
     PromptLayout.from_ranges(MRopeConfig(family="qwen3_vl"), 8, video_ranges=[(1, 6, np.array([0, 1, 0, 0, 1, 0], bool))],
-                             video_grid_thw=np.array([[2, 2, 2]]))  # fmt: skip
+                             video_grid_thw=[[2, 2, 2]])  # fmt: skip
 
 
 def _next_positions() -> None:
@@ -173,7 +170,6 @@ def _fast_paths(config, dtypes) -> None:
 
     _seal_fast_kernels()
     prompt_positions(config, [1, config.image_token_id, config.image_token_id, 2], image_grid_thw=[[1, 2, 4]])
-    as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of the builders' inputs (grids, ranges)
     _next_positions()
     prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
     for dtype in dtypes:
