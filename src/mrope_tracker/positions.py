@@ -95,7 +95,6 @@ def prompt_positions(
     params = config.kernel_params
     out = None
     records = None  # Python lists of items, as marshal writes them, for the records kernel
-    images_only = True
     try:
         out = _empty((3, len(ids)), _INT64)  # (len() of a 0-d array: TypeError, explained below)
         if video_grid_thw is None and second_per_grid_ts is None:
@@ -133,7 +132,6 @@ def prompt_positions(
             and type(second_per_grid_ts) in _SEQUENCES_OR_NONE
         ):
             records = marshal.dumps((image_grid_thw, video_grid_thw, second_per_grid_ts), 2)
-            images_only = False
         else:
             # Small tensors (grids, times) as their Python values: torch's
             # tolist() costs half its numpy() view, and the lists then go to
@@ -143,7 +141,6 @@ def prompt_positions(
             )
             if type(image_grid) in _SEQUENCES_OR_NONE and type(video_grid) in _SEQUENCES_OR_NONE and type(sp) in _SEQUENCES_OR_NONE:
                 records = marshal.dumps((image_grid, video_grid, sp), 2)
-                images_only = False
             else:
                 # Arrays of the compiled types go to the kernel as they are (it
                 # checks their shapes and values); other forms are converted.
@@ -155,9 +152,11 @@ def prompt_positions(
                     sp = as_second_per_grid_ts(sp, video_grid.shape[0], config)
                 delta = vision_prompt_positions(out, ids, params, image_grid, video_grid, sp)
         if records is not None:
-            # Past numba's dispatcher when ids has the one layout the kernel
-            # was compiled for (see _records_entry); every other argument is
-            # made here.
+            # Images alone are encoded without the (images, videos, times)
+            # tuple. Past numba's dispatcher when ids has the one layout the
+            # kernel was compiled for (see _records_entry); every other
+            # argument is made here.
+            images_only = video_grid_thw is None and second_per_grid_ts is None
             if ids.ndim == 1 and ids.flags.carray:
                 delta = _records_entry(out, ids, params, records, _RECORDS_SCRATCH, images_only)
             else:
