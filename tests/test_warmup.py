@@ -57,24 +57,108 @@ print(json.dumps({"first": list(first), "second": list(second), "compiled": afte
 """
 
 
-def _cold_warmup(tmp_path, jobs: str) -> dict:
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
-    done = subprocess.run([sys.executable, "-c", _CHILD, jobs], env=env, capture_output=True, text=True, timeout=600)
+def _run(code: str, cache_dir, *args: str) -> dict:
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir))
+    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def cold_cache(tmp_path_factory):
+    """A numba cache filled by a cold warmup(jobs=2) in a fresh process, and
+    what that process saw."""
+    cache_dir = tmp_path_factory.mktemp("numba-cache")
+    return cache_dir, _run(_CHILD, cache_dir, "2")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
-def test_cold_cache_compiles_in_two_processes_and_the_parent_only_loads(tmp_path):
+def test_cold_cache_compiles_in_two_processes_and_the_parent_only_loads(cold_cache):
     """A cold warmup(jobs=2) compiles in two children; the parent then
     compiles nothing itself (the children covered every kernel its stages
     reach), and a second warmup() forks no more."""
-    result = _cold_warmup(tmp_path, "2")
+    _, result = cold_cache
     assert result["first"][0] == "compile (2 processes)"
     assert result["compiled"] == [], f"compiled in the parent after the fork: {result['compiled']}"
     assert "compile (2 processes)" not in result["second"]
     assert result["again"] == []
     assert result["control"] == ["control"]  # the listener does see a compile
+
+
+# A fresh process on a filled cache: warmup() loads every kernel without
+# numba's compiler set-up (kernels/cache_load.py), and what it loaded gives
+# the reference's positions, before and after a compile has made numba set
+# itself up after all.
+_WARM_CHILD = """
+import json, sys
+import numba
+import numpy as np
+from numba.core import event
+import mrope_tracker
+from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions, reference, warmup
+
+compiled = []
+
+class Listener(event.Listener):
+    def on_start(self, e):
+        pass
+
+    def on_end(self, e):
+        compiled.append(e.data["dispatcher"].py_func.__qualname__)
+
+def equal(got, expected):
+    return bool(np.array_equal(np.asarray(got[0]), expected[0].numpy()) and int(got[1]) == int(expected[1]))
+
+def checks():
+    omni = MRopeConfig(family="qwen2_5_omni", tokens_per_second=2, seconds_per_chunk=2)
+    ids, kwargs, ranges = sys.modules["mrope_tracker.warmup"]._tiny_prompt(omni)
+    expected = reference.prompt_positions(omni, ids, **kwargs)
+    vl = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
+    image_ids = [7, vl.vision_start_token_id] + [vl.image_token_id] * 6 + [vl.vision_end_token_id, 8]
+    video_ids = [vl.vision_start_token_id] + [vl.video_token_id] * 8 + [vl.vision_end_token_id, 9]
+    tracker = PositionTracker(omni, max_num_reqs=2, max_num_batched_tokens=32)
+    tracker.add_request("a", ids, **kwargs)
+    step = tracker.prepare(["a"], [len(ids)])
+    return {
+        "general builder": equal(prompt_positions(omni, ids, **kwargs), expected),
+        "image list": equal(prompt_positions(vl, image_ids, image_grid_thw=[[1, 4, 6]]),
+                            reference.prompt_positions(vl, image_ids, image_grid_thw=[[1, 4, 6]])),
+        "video arrays": equal(prompt_positions(vl, np.array(video_ids), video_grid_thw=np.array([[2, 4, 4]]),
+                                               second_per_grid_ts=np.array([1.5])),
+                              reference.prompt_positions(vl, video_ids, video_grid_thw=[[2, 4, 4]],
+                                                         second_per_grid_ts=[1.5])),
+        "layout from ranges": bool(np.array_equal(
+            PromptLayout.from_ranges(omni, len(ids), **kwargs, **ranges).positions(0, len(ids)),
+            expected[0].numpy())),
+        "tracker step": bool(np.array_equal(step.cpu().numpy(), expected[0].numpy())),
+    }
+
+with event.install_listener("numba:compile", Listener()):
+    stages = warmup()
+    set_up = "numba.np.linalg" in sys.modules
+    before = checks()
+
+    @numba.njit
+    def control(x):
+        return x + 1
+
+    control(1)
+    after = checks()
+print(json.dumps({"stages": list(stages), "compiled": compiled, "numba_set_up_by_warmup": set_up,
+                  "numba_set_up_by_compile": "numba.np.linalg" in sys.modules, "before": before, "after": after}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+def test_warm_start_loads_without_numba_compiler_set_up(cold_cache):
+    cache_dir, _ = cold_cache
+    result = _run(_WARM_CHILD, cache_dir)
+    assert "compile (2 processes)" not in result["stages"]
+    assert result["compiled"] == ["control"]  # nothing of ours compiled: it all loaded
+    assert result["numba_set_up_by_warmup"] is False
+    assert result["numba_set_up_by_compile"] is True  # (what the assertion above relies on)
+    assert all(result["before"].values()), result["before"]
+    assert all(result["after"].values()), result["after"]
 
 
 class _Compiles(event.Listener):

@@ -18,12 +18,18 @@ With it, a call passing arrays costs ~50 ns of atomic refcount updates
 as inlined), which is more than most helpers' work; without it LLVM inlines
 them at link time. (numba's own inline="always" removes the cost too, but
 made the cold compile 5x slower.)
+
+The entry points (`jit`, `helper`, `helper_with_gil`) load from the cache
+without numba's compiler set-up (see cache_load): a warm start then costs
+what loading our own machine code costs.
 """
 
 import numba
 
-jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-helper = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False)
+from .cache_load import with_lean_cache_loads
+
+jit = with_lean_cache_loads(numba.njit(cache=True, nogil=True, boundscheck=False))
+helper = with_lean_cache_loads(numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False))
 # `inner` helpers are only ever called from other kernels: numba skips the
 # CPython and cfunc wrappers it would otherwise build for each one, which is
 # a good part of a cold compile.
@@ -38,5 +44,5 @@ inner = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False, no_cpy
 # the GIL costs ~35 ns a call (measured, empty kernel: 0.146 vs 0.111 us),
 # a good part of a short prompt's call; and for its list decoder, the GIL it
 # keeps is what makes sharing its module-level scratch buffer safe.
-helper_with_gil = numba.njit(cache=True, nogil=False, boundscheck=False, _nrt=False)
+helper_with_gil = with_lean_cache_loads(numba.njit(cache=True, nogil=False, boundscheck=False, _nrt=False))
 tiny = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False, inline="always")
