@@ -15,7 +15,7 @@ import struct
 
 import numpy as np
 
-from .jit_options import helper
+from .jit_options import helper, inner, tiny
 
 _RECORD_INT = 105  # ord("i")
 _RECORD_FLOAT = 103  # ord("g"): a float as its 8 little-endian IEEE 754 bytes
@@ -55,13 +55,13 @@ def read_int_records(data, out):
     return -1
 
 
-@helper
+@tiny
 def read_u32(data, p):
     """The little-endian 4-byte count (or int) at data[p:p + 4]."""
     return np.int64(data[p]) | (np.int64(data[p + 1]) << 8) | (np.int64(data[p + 2]) << 16) | (np.int64(data[p + 3]) << 24)
 
 
-@helper
+@inner
 def sequence_header(data, p):
     """The element count of the list or tuple record at data[p], 0 for a
     None record, or -1 for anything else; it is followed by its elements at
@@ -73,7 +73,7 @@ def sequence_header(data, p):
     return read_u32(data, p + 1)
 
 
-@helper
+@inner
 def read_int_rows_at(data, p, out):
     """Decode the rows of the list or tuple record at data[p] (its header
     included) into the (n, width) `out`: equal-length lists or tuples of
@@ -106,7 +106,7 @@ def read_int_rows(data, out):
     return -1 if read_int_rows_at(data, np.int64(0), out) == len(data) else 0
 
 
-@helper
+@inner
 def read_real_records_at(data, p, bits, out):
     """Decode the list or tuple record at data[p] of len(out) plain ints and
     floats into the float32 `out` (rounded as numpy's float32 conversion
