@@ -116,10 +116,17 @@ def checks():
     vl = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
     image_ids = [7, vl.vision_start_token_id] + [vl.image_token_id] * 6 + [vl.vision_end_token_id, 8]
     video_ids = [vl.vision_start_token_id] + [vl.video_token_id] * 8 + [vl.vision_end_token_id, 9]
-    tracker = PositionTracker(omni, max_num_reqs=2, max_num_batched_tokens=32)
+    # a pool of one row per request: the second admission compacts it (an NRT kernel, as next_positions is)
+    tracker = PositionTracker(omni, max_num_reqs=2, max_num_batched_tokens=32, layout_rows=1)
     tracker.add_request("a", ids, **kwargs)
-    step = tracker.prepare(["a"], [len(ids)])
+    tracker.add_request("b", ids, **kwargs)
+    tracker.remove_request("a")
+    tracker.add_request("c", ids, **kwargs)
+    step = tracker.prepare(["c"], [len(ids)])
+    decode = np.zeros((3, 4), np.int64)
+    mrope_tracker.next_positions(decode, 1, -3, 9, 2)
     return {
+        "next_positions": decode.tolist() == [[0, 6, 7, 0]] * 3,
         "general builder": equal(prompt_positions(omni, ids, **kwargs), expected),
         "image list": equal(prompt_positions(vl, image_ids, image_grid_thw=[[1, 4, 6]]),
                             reference.prompt_positions(vl, image_ids, image_grid_thw=[[1, 4, 6]])),
