@@ -10,8 +10,9 @@ of that to run. It needs the symbols it links against: numba's C helpers
 the target context is made) and, for the kernels that allocate, the NRT,
 which the loader below initialises itself. (numba registers one more set of
 symbols on import, in numba.cpython.hashing, for code that hashes: dicts,
-sets, strings. No kernel here does; tests/test_warmup.py loads every kernel warmup() reaches
-this way in a fresh process and runs it, so one that did would be caught.)
+sets, strings. No kernel here does; tests/test_warmup.py loads every
+kernel warmup() reaches this way in a fresh process and runs it, so one
+that did would be caught.)
 
 So for our own dispatchers the cache is read directly. A miss still returns
 None, and the dispatcher then compiles, which runs numba's full set-up
