@@ -228,6 +228,28 @@ def test_every_slice_of_a_grid(family):
 
 
 @given(st.data())
+def test_rows_of_a_huge_frame(data):
+    """Grid tokens take their row from a float reciprocal below 2**50 tokens
+    into a frame, and from integer division past it (where the float would
+    be wrong: this test fails with the bound lifted). Slices of a frame of
+    2**56 tokens (a layout from ranges reads no tokens), below the bound and
+    past it, equal the integer formula, whatever the row width."""
+    config = MRopeConfig(family="qwen2_vl")
+    w = data.draw(st.sampled_from([2**28 + 1, 2**28 - 1, 3 * 2**25 + 5, 2**14 + 3, 18, 7]), label="w")
+    h = (2**56 + w - 1) // w
+    layout = PromptLayout.from_ranges(config, 1 + h * w, image_ranges=[(1, h * w)], image_grid_thw=[[1, 2 * h, 2 * w]])
+    # slices around the end of a row: below the bound, near it, far past it, the frame's last
+    row_end = data.draw(st.sampled_from([7, 2**50 // w - 1, 2**50 // w + 1, 2**53 // w, h // 3, h]), label="row") * w
+    start = 1 + min(h * w, max(0, row_end + data.draw(st.integers(-300, 3), label="from row end")))
+    end = start + data.draw(st.integers(0, min(600, 1 + h * w - start)), label="count")
+    m = np.arange(start - 1, end - 1, dtype=np.int64)  # grid token index
+    got = layout.positions(start, end)
+    np.testing.assert_array_equal(got[0], np.ones_like(m))
+    np.testing.assert_array_equal(got[1], 1 + m // w)
+    np.testing.assert_array_equal(got[2], 1 + m % w)
+
+
+@given(st.data())
 def test_write_positions_into_offset_buffer(data):
     """write_positions fills out[:, off:off + end - start] with the slice and leaves the rest alone."""
     prompt = data.draw(prompts())

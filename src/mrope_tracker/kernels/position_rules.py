@@ -84,25 +84,30 @@ def write_const(out, col, value, count):
     out[:, col : col + count] = value
 
 
+# Below this many tokens into a frame, the row index of token m is exactly
+# trunc((m + 0.5) * (1 / w)) in float64: (m + 0.5) / w lies at least 0.5 / w
+# from an integer, and the rounded reciprocal and product move it by at most
+# about 2**-52 of itself, which stays below 0.5 / w while m < 2**51.
+_FLOAT_ROWS_EXACT = 2**50
+
+
 @inner
 def _write_hw_rows(out, col, base, offset, count, w):
     """H and W rows of grid tokens offset .. offset+count-1 within one frame."""
-    if offset == 0 and count >= 2 * w:
-        # whole rows from the frame's start: H is a run per row, W one row
-        # repeated; a row at a time each (one store stream, long copies)
+    if offset + count <= _FLOAT_ROWS_EXACT:
+        # One vectorised pass, the row index from a float reciprocal: rows
+        # a dozen or two tokens wide are too short for a loop per row. The
+        # image walk took 0.8x the time of row-by-row writes with 18-wide
+        # rows, 0.95x with 36- to 128-wide ones, 0.66x with 4-wide ones
+        # (paired runs, each version compiled fresh; 2-core EPYC).
         h_row = out[1, col : col + count]
         w_row = out[2, col : col + count]
-        num_rows = count // w
-        for i in range(num_rows):
-            run = h_row[i * w : (i + 1) * w]
-            for n in range(w):
-                run[n] = base + i
-        for n in range(w):
-            w_row[n] = base + n
-        _repeat_forward(w_row, np.int64(0), w, num_rows * w)
-        for n in range(num_rows * w, count):  # a partial last row
-            h_row[n] = base + num_rows
-            w_row[n] = base + n - num_rows * w
+        inv_w = 1.0 / np.float64(w)
+        for n in range(count):
+            m = offset + n
+            i = np.int64((np.float64(m) + 0.5) * inv_w)
+            h_row[n] = base + i
+            w_row[n] = base + m - i * w
         return
     i = offset // w
     j = offset - i * w
