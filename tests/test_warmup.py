@@ -19,14 +19,11 @@ from mrope_tracker.cli import main
 
 warmup_module = importlib.import_module("mrope_tracker.warmup")  # (the package's `warmup` is the function)
 
-# Runs in a fresh process on an empty cache: the first warmup() forks (where
-# it can), the second finds the cache filled. Every numba compile the parent
-# itself does after the fork is recorded.
-_CHILD = """
+# The start of every child process below: each numba compile it does
+# (not a cache load) is recorded in `compiled`.
+_RECORD_COMPILES = """
 import json, sys
 from numba.core import event
-import mrope_tracker
-from mrope_tracker import warmup
 
 compiled = []
 
@@ -36,6 +33,14 @@ class Listener(event.Listener):
 
     def on_end(self, e):
         compiled.append(e.data["dispatcher"].py_func.__qualname__)
+"""
+
+# Runs in a fresh process on an empty cache: the first warmup() forks (where
+# it can), the second finds the cache filled. Every numba compile the parent
+# itself does after the fork is recorded.
+_CHILD = _RECORD_COMPILES + """
+import mrope_tracker
+from mrope_tracker import warmup
 
 jobs = None if sys.argv[1] == "none" else int(sys.argv[1])
 with event.install_listener("numba:compile", Listener()):
@@ -89,22 +94,11 @@ def test_cold_cache_compiles_in_two_processes_and_the_parent_only_loads(cold_cac
 # numba's compiler set-up (kernels/cache_load.py), and what it loaded gives
 # the reference's positions, before and after a compile has made numba set
 # itself up after all.
-_WARM_CHILD = """
-import json, sys
+_WARM_CHILD = _RECORD_COMPILES + """
 import numba
 import numpy as np
-from numba.core import event
 import mrope_tracker
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions, reference, warmup
-
-compiled = []
-
-class Listener(event.Listener):
-    def on_start(self, e):
-        pass
-
-    def on_end(self, e):
-        compiled.append(e.data["dispatcher"].py_func.__qualname__)
 
 def equal(got, expected):
     return bool(np.array_equal(np.asarray(got[0]), expected[0].numpy()) and int(got[1]) == int(expected[1]))
