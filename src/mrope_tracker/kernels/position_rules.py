@@ -2,8 +2,9 @@
 
 - tau(f): a frame's temporal index;
 - writers for the three segment kinds (see layout_codes): their inner loops
-  run over a whole text run or grid row, so LLVM can vectorise them, and no
-  division happens per token.
+  run over a whole text run or frame, so LLVM can vectorise them, and no
+  integer division happens per token (a frame's H and W rows take each
+  token's row from a float reciprocal, exact below 2**50 tokens).
 """
 
 import numpy as np
