@@ -22,6 +22,14 @@ dispatcher keeps numba's own loader: slower to start, never wrong.
 
 from __future__ import annotations
 
+import sys
+
+
+def compiler_set_up_ran() -> bool:
+    """Whether numba's compiler set-up has run in this process: it imports
+    numba.np.linalg, and nothing else in numba does."""
+    return "numba.np.linalg" in sys.modules
+
 
 def load_without_compiler_setup(dispatcher):
     """Make `dispatcher` read numba's cache without numba's registry set-up;
