@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions, reference
 from spec_cases import tokens
+from family_prompts import TEXT_IDS as FAMILY_TEXT_IDS
+from family_prompts import prompts_of
 from strategies import FPS_VALUES, TEXT_IDS, Prompt, audio_tokens, configs, interleave_kinds, prompts, tau_values
 
 # --------------------------------------------------------------------------
@@ -616,3 +618,25 @@ def test_processor_float64_interleave_follows_identity():
         config, len(ids), video_ranges=[[3, len(ids) - 6]], second_per_grid_ts=[sp64], interleave="transformers", **kwargs
     )
     np.testing.assert_array_equal(layout.positions(), positions)
+
+
+@given(prompt=prompts_of(), data=st.data())
+def test_negative_token_ids_are_text(prompt, data):
+    """Kernels pass -1 for a token a family does not have (Qwen2.5-VL's audio,
+    say); a token id of -1 in a prompt is still text, as in the reference and
+    in transformers, not that absent token. (Found while reworking the token
+    scan: the scan matched -1 tokens as audio placeholders.)"""
+    config = MRopeConfig.from_hf_config(prompt.config)
+    ids = list(prompt.token_ids)
+    text = [k for k, tok in enumerate(ids) if tok in FAMILY_TEXT_IDS]
+    for k in data.draw(st.lists(st.sampled_from(text), unique=True, max_size=8)) if text else []:
+        ids[k] = data.draw(st.sampled_from((-1, -2, -(2**63))))
+    kwargs = prompt.kwargs()
+    expected, expected_delta = reference.prompt_positions(config, ids, **kwargs)
+    lists = {key: value.tolist() if isinstance(value, np.ndarray) else value for key, value in kwargs.items()}
+    for token_ids, items in ((ids, kwargs), (np.array(ids), kwargs), (np.array(ids), lists)):
+        positions, delta = prompt_positions(config, token_ids, **items)
+        np.testing.assert_array_equal(positions, expected.numpy())
+        assert delta == expected_delta
+    layout = PromptLayout.from_tokens(config, ids, **kwargs)
+    np.testing.assert_array_equal(layout.positions(), expected.numpy())
