@@ -68,45 +68,36 @@ def prompt_positions(
     prompt order: audio clips, and with `use_audio_in_video` the tracks of
     the videos too. Bad input raises ValueError or TypeError.
     """
-    # On the hot path of an engine's admission, so the common prompts (text,
-    # images, whole-block videos) take one fast kernel after a few type
-    # tests; arrays that are not what it was compiled for (strided, read-only)
-    # make its dispatcher raise TypeError, and everything it does not handle,
-    # including every error, goes to the checked path below.
-    if not (
-        type(config) is MRopeConfig and audio_feature_lengths is None and use_audio_in_video is False
-        and _fast_kernels_sealed
-    ):  # fmt: skip
-        if not _fast_kernels_sealed:
-            _seal_fast_kernels()
-        config = as_config(config)
-        if audio_feature_lengths is not None or use_audio_in_video is not False:
-            return _checked_prompt_positions(
-                config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
-                use_audio_in_video,
-            )  # fmt: skip
-        return prompt_positions(
-            config, token_ids, image_grid_thw=image_grid_thw, video_grid_thw=video_grid_thw,
-            second_per_grid_ts=second_per_grid_ts,
-        )  # fmt: skip
+    # On the hot path of an engine's admission: the common prompts (text,
+    # images, whole-block videos) with int64 token ids take one fast kernel
+    # after a few type tests, most often its compiled function past numba's
+    # dispatcher (see _entries). Everything the fast kernels do not handle,
+    # including every error, goes to the checked path.
     ids = token_ids
-    if type(ids) is not _NDARRAY or ids.dtype is not _INT64:
-        ids = as_token_ids(token_ids)
+    if not (
+        type(config) is MRopeConfig and type(ids) is _NDARRAY and ids.dtype is _INT64 and ids.strides == _IDS_STRIDES
+        and audio_feature_lengths is None and use_audio_in_video is False and _fast_kernels_sealed
+    ):  # fmt: skip
+        return _other_prompt_positions(
+            config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
+            use_audio_in_video,
+        )  # fmt: skip
     params = config.kernel_params
-    out = None
-    records = None  # Python lists of items, as marshal writes them, for the records kernel
     try:
-        out = _empty((3, len(ids)), _INT64)  # (len() of a 0-d array: TypeError, explained below)
+        out = _empty((3, len(ids)), _INT64)
         if video_grid_thw is None and second_per_grid_ts is None:
-            if image_grid_thw is None:
-                delta = image_prompt_positions(out, ids, params, EMPTY_GRID)
+            if type(image_grid_thw) in _SEQUENCES:  # decoded in the kernel
+                delta = _records_entry(out, ids, params, _dumps(image_grid_thw, 2), _RECORDS_SCRATCH, True)
+            elif image_grid_thw is None:
+                delta = _image_entry(out, ids, params, EMPTY_GRID)
             elif type(image_grid_thw) is _NDARRAY and image_grid_thw.dtype is _INT64:
-                delta = image_prompt_positions(out, ids, params, image_grid_thw)
-            elif type(image_grid_thw) in _SEQUENCES:  # decoded in the kernel
-                records = marshal.dumps(image_grid_thw, 2)
+                if image_grid_thw.strides == _GRID_STRIDES:
+                    delta = _image_entry(out, ids, params, image_grid_thw)
+                else:  # the sealed dispatcher refuses what it was not compiled for (TypeError)
+                    delta = image_prompt_positions(out, ids, params, image_grid_thw)
             elif type(image_grid_thw) is _TENSOR:  # its plain ints, decoded in the kernel
                 # (a tensor _tensor_list hands back makes marshal raise ValueError: the checked path)
-                records = marshal.dumps(_tensor_list(image_grid_thw), 2)
+                delta = _records_entry(out, ids, params, _dumps(_tensor_list(image_grid_thw), 2), _RECORDS_SCRATCH, True)
             else:
                 delta = image_prompt_positions(out, ids, params, as_grid(image_grid_thw, "image_grid_thw"))
         elif (
@@ -119,19 +110,25 @@ def prompt_positions(
             # shapes and values. An empty second_per_grid_ts would read as
             # "the default" there, so it takes the checked path, which
             # explains it.
-            if second_per_grid_ts is None or len(second_per_grid_ts):
-                delta = vision_prompt_positions(
-                    out, ids, params, EMPTY_GRID if image_grid_thw is None else image_grid_thw, video_grid_thw,
-                    EMPTY_FLOAT if second_per_grid_ts is None else second_per_grid_ts,
-                )  # fmt: skip
-            else:
+            image_grid = EMPTY_GRID if image_grid_thw is None else image_grid_thw
+            sp = EMPTY_FLOAT if second_per_grid_ts is None else second_per_grid_ts
+            if not len(sp) and second_per_grid_ts is not None:
                 delta = GAVE_UP
+            elif (
+                video_grid_thw.dtype is _INT64 and image_grid.dtype is _INT64 and sp.dtype is _FLOAT32
+                and video_grid_thw.strides == _GRID_STRIDES and image_grid.strides == _GRID_STRIDES
+                and sp.strides == _SP_STRIDES
+            ):  # fmt: skip
+                delta = _vision_entry(out, ids, params, image_grid, video_grid_thw, sp)
+            else:
+                delta = vision_prompt_positions(out, ids, params, image_grid, video_grid_thw, sp)
         elif (
             type(video_grid_thw) in _SEQUENCES_OR_NONE
             and type(image_grid_thw) in _SEQUENCES_OR_NONE
             and type(second_per_grid_ts) in _SEQUENCES_OR_NONE
         ):
-            records = marshal.dumps((image_grid_thw, video_grid_thw, second_per_grid_ts), 2)
+            records = _dumps((image_grid_thw, video_grid_thw, second_per_grid_ts), 2)
+            delta = _records_entry(out, ids, params, records, _RECORDS_SCRATCH, False)
         else:
             # Small tensors (grids, times) as their Python values: torch's
             # tolist() costs half its numpy() view, and the lists then go to
@@ -140,7 +137,7 @@ def prompt_positions(
                 _tensor_list(v) if type(v) is _TENSOR else v for v in (image_grid_thw, video_grid_thw, second_per_grid_ts)
             )
             if type(image_grid) in _SEQUENCES_OR_NONE and type(video_grid) in _SEQUENCES_OR_NONE and type(sp) in _SEQUENCES_OR_NONE:
-                records = marshal.dumps((image_grid, video_grid, sp), 2)
+                delta = _records_entry(out, ids, params, _dumps((image_grid, video_grid, sp), 2), _RECORDS_SCRATCH, False)
             else:
                 # Arrays of the compiled types go to the kernel as they are (it
                 # checks their shapes and values); other forms are converted.
@@ -151,18 +148,9 @@ def prompt_positions(
                 elif type(sp) is not _NDARRAY or not len(sp):
                     sp = as_second_per_grid_ts(sp, video_grid.shape[0], config)
                 delta = vision_prompt_positions(out, ids, params, image_grid, video_grid, sp)
-        if records is not None:
-            # Images alone are encoded without the (images, videos, times)
-            # tuple. Past numba's dispatcher when ids has the one layout the
-            # kernel was compiled for (see _records_entry); every other
-            # argument is made here.
-            images_only = video_grid_thw is None and second_per_grid_ts is None
-            if ids.ndim == 1 and ids.flags.carray:
-                delta = _records_entry(out, ids, params, records, _RECORDS_SCRATCH, images_only)
-            else:
-                delta = vision_prompt_positions_from_records(out, ids, params, records, _RECORDS_SCRATCH, images_only)
     except (TypeError, ValueError):  # the checked path explains it, or takes what the kernel cannot
         delta = GAVE_UP
+        out = None
     if delta == GAVE_UP:
         # `out` is reused: for a long per-frame video (Qwen3-VL, GLM) a
         # second allocation cost more than the fast kernel's attempt.
@@ -173,6 +161,33 @@ def prompt_positions(
     return out, delta
 
 
+def _other_prompt_positions(
+    config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+):
+    """`prompt_positions` for what its first test sends away: the first call
+    (which seals the fast kernels), a config given as a dict or a
+    transformers config, token ids that are not a 1-D C-contiguous int64
+    array, audio."""
+    if not _fast_kernels_sealed:
+        _seal_fast_kernels()
+    config = as_config(config)
+    ids = as_token_ids(token_ids)
+    if not (
+        type(config) is MRopeConfig and type(ids) is _NDARRAY and ids.dtype is _INT64 and ids.strides == _IDS_STRIDES
+        and audio_feature_lengths is None and use_audio_in_video is False
+    ):  # fmt: skip
+        # (audio; a subclass of MRopeConfig; a 1-token array of any stride,
+        # which is C-contiguous and as_token_ids keeps)
+        return _checked_prompt_positions(
+            config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
+            use_audio_in_video,
+        )  # fmt: skip
+    return prompt_positions(
+        config, ids, image_grid_thw=image_grid_thw, video_grid_thw=video_grid_thw,
+        second_per_grid_ts=second_per_grid_ts,
+    )  # fmt: skip
+
+
 # Lists and tuples go to the records kernel where marshal writes the records
 # it decodes (every CPython we know of); elsewhere to the converting path.
 _SEQUENCES = (list, tuple) if MARSHAL_INTS else ()
@@ -181,7 +196,15 @@ _ARRAY_OR_NONE = (np.ndarray, type(None))
 _RECORDS_SCRATCH = np.empty(RECORDS_SCRATCH_SIZE, np.int64)
 _NDARRAY = np.ndarray
 _TENSOR = torch.Tensor
+_FLOAT32 = np.dtype(np.float32)
 _empty = np.empty
+_dumps = marshal.dumps
+# The strides of the one layout each fast kernel was compiled for (1-D and
+# (n, 3) C-contiguous): strides this exact imply the dimensions and the
+# layout, in one test.
+_IDS_STRIDES = (_INT64.itemsize,)
+_GRID_STRIDES = (3 * _INT64.itemsize, _INT64.itemsize)
+_SP_STRIDES = (_FLOAT32.itemsize,)
 
 
 def _numpy_reads(dtype) -> bool:
@@ -258,11 +281,11 @@ def _seal_fast_kernels() -> None:
     """Compile (or load from the cache) the fast kernels for exactly the
     argument types `prompt_positions` hands them, then stop their
     dispatchers from compiling any other: an unusual array (a strided view,
-    a read-only buffer) then raises TypeError, which sends the call to the
-    checked path, instead of a new specialisation compiling for seconds in
-    the middle of serving. This replaces a Python-level check of every
-    array's flags on every call."""
-    global _fast_kernels_sealed, _records_entry
+    a float64 second_per_grid_ts) then raises TypeError, which sends the call
+    to the checked path, instead of a new specialisation compiling for
+    seconds in the middle of serving. Then take each kernel's compiled
+    function (see _entries)."""
+    global _fast_kernels_sealed, _records_entry, _image_entry, _vision_entry
     params = MRopeConfig(family="qwen2_vl").kernel_params
     out = np.empty((3, 1), _INT64)
     ids = np.zeros(1, _INT64)
@@ -272,19 +295,30 @@ def _seal_fast_kernels() -> None:
     for kernel in FAST_KERNELS:
         kernel.disable_compile()
     _records_entry = _compiled_entry(vision_prompt_positions_from_records)
+    _image_entry = _compiled_entry(image_prompt_positions)
+    _vision_entry = _compiled_entry(vision_prompt_positions)
     _fast_kernels_sealed = True
 
 
-# The records kernel's compiled function, called without numba's dispatcher:
-# typing a bytes argument and matching six arguments cost 0.4 us of a 1.1 us
-# call (one image given as a list, output preallocated; 2-core EPYC). That
-# is safe only because the caller makes every argument but ids itself (out,
-# the bytes, the scratch, the flag; params belong to an exact MRopeConfig),
-# and checks that ids is a 1-D, C-contiguous, aligned, writable int64 array,
-# the one layout the kernel was compiled for: the compiled function would
-# read any other as that layout. Until sealing, and if numba ever stops
-# exposing it, this is the dispatcher itself.
+# _entries: the fast kernels' compiled functions, called without numba's
+# dispatcher. Typing and matching the arguments is a good part of a short
+# prompt's call: 0.4 us of 1.1 us for the records kernel (a bytes argument,
+# six in all), 0.11 us of 0.46 us for one image given as an array (output
+# preallocated; 2-core EPYC). The compiled function trusts its arguments'
+# types: it reads any array as the dtype, dimensions and layout it was
+# compiled for, without checking (numba's unboxing does not even compare
+# the number of dimensions). So `prompt_positions` calls one only when it
+# made or tested every argument itself: out, the bytes, the scratch and
+# the flag are its own, params belong to an exact MRopeConfig, and each
+# array passed has the exact type and dtype and the exact strides of the
+# compiled layout (strides that imply the dimensions and C-contiguity).
+# Read-only and misaligned arrays are fine: the kernels only read their
+# inputs, and numba's own dispatch types a misaligned array like any other
+# (numba 0.68). Until sealing, and if numba ever stops exposing them, these
+# are the dispatchers themselves, which check every argument.
 _records_entry = vision_prompt_positions_from_records
+_image_entry = image_prompt_positions
+_vision_entry = vision_prompt_positions
 
 
 def _compiled_entry(kernel):
