@@ -279,10 +279,10 @@ def check_run(ids, start, stop, token):
     is searched token by token."""
     for block in range(start, stop, _BLOCK):
         seg = ids[block : min(block + _BLOCK, stop)]  # 0-based: no wraparound checks
-        mismatch = False
+        differ = np.int64(0)  # as in position_rules.write_t_checked
         for k in range(seg.shape[0]):
-            mismatch |= seg[k] != token
-        if mismatch:
+            differ |= seg[k] ^ token
+        if differ != 0:
             for k in range(seg.shape[0]):
                 if seg[k] != token:
                     return block + k

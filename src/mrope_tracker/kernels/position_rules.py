@@ -197,7 +197,10 @@ def write_t_checked(out, ids, col, base, t, hw, token, scaled, sp, r):
     """The T row of a whole (t', h', w') block placed at column `col`, written
     in the same pass that checks its tokens: returns True if any of
     ids[col:col + t'h'w'] is not `token` (one read of the ids, not two)."""
-    bad = False
+    # The bits of every id that differ from `token`, OR-ed together: 0.91-0.98x
+    # the time of OR-ing comparisons on a 200-frame video (three paired
+    # runs, 2-core EPYC), the same on one image.
+    differ = np.int64(0)
     for frame in range(t):
         start = col + frame * hw
         value = base + temporal_index(frame, scaled, sp, r)
@@ -205,5 +208,5 @@ def write_t_checked(out, ids, col, base, t, hw, token, scaled, sp, r):
         run = ids[start : start + hw]
         for n in range(hw):
             t_row[n] = value
-            bad |= run[n] != token
-    return bad
+            differ |= run[n] ^ token
+    return differ != 0
