@@ -252,6 +252,27 @@ def test_rows_of_a_huge_frame(data):
 
 
 @given(st.data())
+def test_long_videos_of_small_frames(data):
+    """A video's H and W rows are written for its first frame and copied
+    forward, in blocks that double and then stay near a thousand tokens: long
+    videos of frames whose size does not divide that, from the start and
+    from a slice that starts mid-frame, equal the reference."""
+    config = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2.0)
+    t, h, w = data.draw(st.sampled_from([(1500, 2, 6), (300, 6, 10), (40, 26, 34), (700, 2, 2)]), label="grid")
+    size = t * (h // 2) * (w // 2)
+    ids = [5] + [config.vision_start_token_id] + [config.video_token_id] * size + [config.vision_end_token_id, 6]
+    kwargs = dict(video_grid_thw=[[t, h, w]], second_per_grid_ts=[0.5])
+    expected, expected_delta = reference.prompt_positions(config, ids, **kwargs)
+    positions, delta = prompt_positions(config, ids, **kwargs)
+    np.testing.assert_array_equal(positions, expected.numpy())
+    assert delta == expected_delta
+    layout = PromptLayout.from_ranges(config, len(ids), video_ranges=[(2, size)], **kwargs)
+    start = data.draw(st.integers(0, len(ids)), label="start")
+    end = data.draw(st.integers(start, len(ids)), label="end")
+    np.testing.assert_array_equal(layout.positions(start, end), expected.numpy()[:, start:end])
+
+
+@given(st.data())
 def test_write_positions_into_offset_buffer(data):
     """write_positions fills out[:, off:off + end - start] with the slice and leaves the rest alone."""
     prompt = data.draw(prompts())

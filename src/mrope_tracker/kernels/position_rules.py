@@ -127,18 +127,27 @@ def _write_hw_rows(out, col, base, offset, count, w):
         i += 1
 
 
+# _repeat_forward doubles its source block up to this many tokens, then
+# copies a block of the same length: a source that stays in L1 cache.
+_COPY_BLOCK = 1024
+
+
 @inner
 def _repeat_forward(row, start, done, count):
-    """row[start:done] holds whole frames: repeat them up to `count`, copying
-    everything written so far each time (a few long vectorised copies, not
-    one short loop per frame)."""
+    """row[start:done] holds whole frames: repeat them up to `count`, in a few
+    long vectorised copies rather than one short loop per frame. The block
+    copied doubles while it is short, then stays at _COPY_BLOCK tokens or
+    more, so that its reads hit L1 rather than what the last copies wrote."""
+    period = done - start
     while done < count:
-        run = min(done - start, count - done)
+        run = min(period, count - done)
         src = row[start : start + run]
         dst = row[done : done + run]
         for n in range(run):
             dst[n] = src[n]
         done += run
+        if period < _COPY_BLOCK:
+            period = done - start
 
 
 @inner
