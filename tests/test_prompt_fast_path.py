@@ -293,7 +293,8 @@ def test_records_kernel_reads_only_its_compiled_layout(prompt, layout):
 def _array_layouts(values, dtype) -> dict[str, np.ndarray]:
     """An array of `values` as `dtype`, C-contiguous, and in the layouts the
     fast kernels' compiled functions were not compiled for (or that they read
-    anyway: read-only, misaligned)."""
+    anyway: read-only, misaligned). Two rows of different shapes, so that a
+    layout read as C-contiguous gives other positions, or none."""
     base = np.array(values, dtype)
     unaligned = np.frombuffer(b"\0" + base.tobytes(), dtype, count=base.size, offset=1).reshape(base.shape)
     read_only = base.copy()
@@ -310,35 +311,39 @@ def _array_layouts(values, dtype) -> dict[str, np.ndarray]:
         "column": base.reshape(-1, 1),
     }
     if base.ndim == 2:
-        forms["fortran"] = np.asfortranarray(np.concatenate([base, base]))[:1]
-        forms["odd_row_stride"] = np.lib.stride_tricks.as_strided(base, base.shape, (40, base.strides[1]))
+        forms["fortran"] = np.asfortranarray(base)
+        forms["odd_row_stride"] = np.concatenate([base, np.zeros((len(base), 2), dtype)], axis=1)[:, :3]  # (40, 8)
         forms["wide"] = np.concatenate([base, base], axis=1)  # (n, 6): strides (48, 8)
     return forms
 
 
-@pytest.mark.parametrize("layout", list(_array_layouts([[1, 2, 4]], np.int64)))
+TWO_IMAGES = [[1, 2, 4], [1, 4, 2]]  # two tokens each
+TWO_IMAGE_IDS = [1, VS, IMG, IMG, VE, VS, IMG, IMG, VE, 2]
+TWO_VIDEOS = [[2, 2, 4], [2, 4, 2]]  # four tokens each
+TWO_VIDEO_IDS = [1, VS, VID, VID, VID, VID, VE, VS, VID, VID, VID, VID, VE, 2]
+
+
+@pytest.mark.parametrize("layout", list(_array_layouts(TWO_IMAGES, np.int64)))
 def test_image_grid_arrays_in_every_layout(layout):
     """A grid given as an array goes to the image kernel's compiled function
     when its type, dtype and strides are exactly those it was compiled for,
     to its dispatcher otherwise: both must give what the checked path says."""
-    grid = _array_layouts([[1, 2, 4]], np.int64)[layout]
+    grid = _array_layouts(TWO_IMAGES, np.int64)[layout]
     prompt_positions(QWEN2_5, IMAGE_IDS, image_grid_thw=[[1, 2, 4]])  # seals the fast kernels
     assert positions_module._image_entry is not positions_module.image_prompt_positions
-    for ids in (IMAGE_IDS, np.array(IMAGE_IDS), _ids_layouts(IMAGE_IDS)["read_only"]):
+    for ids in (TWO_IMAGE_IDS, np.array(TWO_IMAGE_IDS), _ids_layouts(TWO_IMAGE_IDS)["read_only"]):
         _assert_same(QWEN2_5, ids, image_grid_thw=grid)
 
 
-@pytest.mark.parametrize("layout", list(_array_layouts([[2, 2, 4]], np.int64)))
-@pytest.mark.parametrize("sp_layout", [None, *_array_layouts([0.5], np.float32)])
+@pytest.mark.parametrize("layout", list(_array_layouts(TWO_VIDEOS, np.int64)))
+@pytest.mark.parametrize("sp_layout", [None, *_array_layouts([0.5, 2.0], np.float32)])
 def test_video_arrays_in_every_layout(layout, sp_layout):
-    """The same for a video's grid and second_per_grid_ts, with an image grid
-    array beside them."""
-    ids = [1, VS, IMG, IMG, VE] + VIDEO_IDS[1:]
-    video_grid = _array_layouts([[2, 2, 4]], np.int64)[layout]
-    sp = None if sp_layout is None else _array_layouts([0.5], np.float32)[sp_layout]
+    """The same for videos' grids and second_per_grid_ts, with images beside them."""
+    video_grid = _array_layouts(TWO_VIDEOS, np.int64)[layout]
+    sp = None if sp_layout is None else _array_layouts([0.5, 2.0], np.float32)[sp_layout]
     prompt_positions(QWEN2_5, IMAGE_IDS, image_grid_thw=[[1, 2, 4]])  # seals the fast kernels
     assert positions_module._vision_entry is not positions_module.vision_prompt_positions
-    image_grids = (np.array([[1, 2, 4]]), _array_layouts([[1, 2, 4]], np.int64)[layout])
-    for image_grid in image_grids:
+    ids = TWO_IMAGE_IDS[:-1] + TWO_VIDEO_IDS[1:]
+    for image_grid in (np.array(TWO_IMAGES), _array_layouts(TWO_IMAGES, np.int64)[layout]):
         _assert_same(QWEN2_5, ids, image_grid_thw=image_grid, video_grid_thw=video_grid, second_per_grid_ts=sp)
-    _assert_same(QWEN2_5, VIDEO_IDS, video_grid_thw=video_grid, second_per_grid_ts=sp)
+    _assert_same(QWEN2_5, TWO_VIDEO_IDS, video_grid_thw=video_grid, second_per_grid_ts=sp)

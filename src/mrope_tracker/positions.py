@@ -93,7 +93,7 @@ def prompt_positions(
             elif type(image_grid_thw) is _NDARRAY and image_grid_thw.dtype is _INT64:
                 if image_grid_thw.strides == _GRID_STRIDES:
                     delta = _image_entry(out, ids, params, image_grid_thw)
-                else:  # the sealed dispatcher refuses what it was not compiled for (TypeError)
+                else:  # the sealed dispatcher reads what it can, refuses the rest (TypeError)
                     delta = image_prompt_positions(out, ids, params, image_grid_thw)
             elif type(image_grid_thw) is _TENSOR:  # its plain ints, decoded in the kernel
                 # (a tensor _tensor_list hands back makes marshal raise ValueError: the checked path)
@@ -152,8 +152,9 @@ def prompt_positions(
         delta = GAVE_UP
         out = None
     if delta == GAVE_UP:
-        # `out` is reused: for a long per-frame video (Qwen3-VL, GLM) a
-        # second allocation cost more than the fast kernel's attempt.
+        # `out` is reused when the kernel gave up (not after an exception):
+        # for a long per-frame video (Qwen3-VL, GLM) a second allocation
+        # cost more than the fast kernel's attempt.
         return _checked_prompt_positions(
             config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
             use_audio_in_video, out,
@@ -166,8 +167,8 @@ def _other_prompt_positions(
 ):
     """`prompt_positions` for what its first test sends away: the first call
     (which seals the fast kernels), a config given as a dict or a
-    transformers config, token ids that are not a 1-D C-contiguous int64
-    array, audio."""
+    transformers config, token ids other than an int64 array of strides
+    (8,) (lists, other dtypes and layouts), audio."""
     if not _fast_kernels_sealed:
         _seal_fast_kernels()
     config = as_config(config)
