@@ -37,9 +37,9 @@ from .tracker import PositionTracker
 
 __all__ = ["warmup"]
 
-# The work splits into two groups (13.5 s for the builders, 11.3 s for the
-# rest, side by side on the 2-core development VM); a third process would
-# only repeat the helpers both groups share.
+# The work splits into two groups (13.7-15.3 s for the builders, 13.1-14.2 s
+# for the rest, side by side in three runs on the 2-core development VM); a
+# third process would only repeat the helpers both groups share.
 MAX_JOBS = 2
 
 
