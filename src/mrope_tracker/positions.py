@@ -83,8 +83,8 @@ def prompt_positions(
             use_audio_in_video,
         )  # fmt: skip
     params = config.kernel_params
+    out = _empty((3, len(ids)), _INT64)
     try:
-        out = _empty((3, len(ids)), _INT64)
         if video_grid_thw is None and second_per_grid_ts is None:
             if type(image_grid_thw) in _SEQUENCES:  # decoded in the kernel
                 delta = _records_entry(out, ids, params, _dumps(image_grid_thw, 2), _RECORDS_SCRATCH, True)
@@ -150,11 +150,9 @@ def prompt_positions(
                 delta = vision_prompt_positions(out, ids, params, image_grid, video_grid, sp)
     except (TypeError, ValueError):  # the checked path explains it, or takes what the kernel cannot
         delta = GAVE_UP
-        out = None
     if delta == GAVE_UP:
-        # `out` is reused when the kernel gave up (not after an exception):
-        # for a long per-frame video (Qwen3-VL, GLM) a second allocation
-        # cost more than the fast kernel's attempt.
+        # `out` is reused: for a long per-frame video (Qwen3-VL, GLM) a
+        # second allocation cost more than the fast kernel's attempt.
         return _checked_prompt_positions(
             config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
             use_audio_in_video, out,
