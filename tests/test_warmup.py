@@ -5,6 +5,7 @@ cache the children filled)."""
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -159,6 +160,30 @@ def test_warm_start_loads_without_numba_compiler_set_up(cold_cache):
     assert result["compiled"] == ["control"]  # nothing of ours compiled: it all loaded
     assert result["numba_set_up_by_warmup"] is False
     assert result["numba_set_up_by_compile"] is True  # (what the assertion above relies on)
+    assert all(result["before"].values()), result["before"]
+    assert all(result["after"].values()), result["after"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+def test_callers_compile_against_helpers_cached_as_bitcode(cold_cache, tmp_path):
+    """The helpers only kernels call (`inner`) are cached as optimised IR,
+    never as machine code (kernels/link_only.py). With the entry points'
+    cache entries gone but the helpers' kept, a fresh process compiles the
+    entry points against the cached helpers, and every output equals the
+    reference."""
+    cache_dir, _ = cold_cache
+    partial = tmp_path / "numba-cache"
+    shutil.copytree(cache_dir, partial)
+    dropped = [path for path in partial.rglob("*") if path.name.startswith(("layout_build.", "prompt."))]
+    assert dropped
+    for path in dropped:
+        path.unlink()
+    in_process = _WARM_CHILD.replace("stages = warmup()", "stages = warmup(jobs=1)")  # so the listener sees it
+    assert in_process != _WARM_CHILD
+    result = _run(in_process, partial)
+    compiled = set(result["compiled"])
+    assert {"build_from_tokens", "image_prompt_positions"} <= compiled  # compiled again, as intended
+    assert not compiled & {"push_row", "write_segment", "write_grid_hw", "next_special"}  # loaded, from bitcode
     assert all(result["before"].values()), result["before"]
     assert all(result["after"].values()), result["after"]
 

@@ -31,9 +31,19 @@ from .cache_load import with_lean_cache_loads
 jit = with_lean_cache_loads(numba.njit(cache=True, nogil=True, boundscheck=False))
 helper = with_lean_cache_loads(numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False))
 # `inner` helpers are only ever called from other kernels: numba skips the
-# CPython and cfunc wrappers it would otherwise build for each one, which is
-# a good part of a cold compile.
-inner = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+# CPython and cfunc wrappers it would otherwise build for each one, and our
+# pipeline skips their machine code (see link_only), which are a good part
+# of a cold compile. If numba's internals have moved, numba's own pipeline.
+try:
+    from .link_only import LinkOnlyCompiler
+
+    _INNER_PIPELINE = {"pipeline_class": LinkOnlyCompiler}
+except ImportError:  # pragma: no cover (a numba whose internals moved)
+    _INNER_PIPELINE = {}
+inner = numba.njit(
+    cache=True, nogil=True, boundscheck=False, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True,
+    **_INNER_PIPELINE,
+)
 # `tiny` helpers (a few lines each) are inlined into their callers' numba IR
 # and never compiled on their own: a separately compiled function is
 # optimised and code-generated again inside every caller's module, which made
