@@ -86,16 +86,17 @@ def prompt_positions(
     out = _empty((3, len(ids)), _INT64)
     try:
         if video_grid_thw is None and second_per_grid_ts is None:
-            if type(image_grid_thw) in _SEQUENCES:  # decoded in the kernel
-                delta = _records_entry(out, ids, params, _dumps(image_grid_thw, 2), _RECORDS_SCRATCH, True)
-            elif image_grid_thw is None:
-                delta = _image_entry(out, ids, params, EMPTY_GRID)
-            elif type(image_grid_thw) is _NDARRAY and image_grid_thw.dtype is _INT64:
+            grid_type = type(image_grid_thw)
+            if grid_type is _NDARRAY and image_grid_thw.dtype is _INT64:
                 if image_grid_thw.strides == _GRID_STRIDES:
                     delta = _image_entry(out, ids, params, image_grid_thw)
                 else:  # the sealed dispatcher reads what it can, refuses the rest (TypeError)
                     delta = image_prompt_positions(out, ids, params, image_grid_thw)
-            elif type(image_grid_thw) is _TENSOR:  # its plain ints, decoded in the kernel
+            elif grid_type in _SEQUENCES:  # decoded in the kernel
+                delta = _records_entry(out, ids, params, _dumps(image_grid_thw, 2), _RECORDS_SCRATCH, True)
+            elif image_grid_thw is None:
+                delta = _image_entry(out, ids, params, EMPTY_GRID)
+            elif grid_type is _TENSOR:  # its plain ints, decoded in the kernel
                 # (a tensor _tensor_list hands back makes marshal raise ValueError: the checked path)
                 delta = _records_entry(out, ids, params, _dumps(_tensor_list(image_grid_thw), 2), _RECORDS_SCRATCH, True)
             else:
