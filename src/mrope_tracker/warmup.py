@@ -37,7 +37,7 @@ from .tracker import PositionTracker
 
 __all__ = ["warmup"]
 
-# The work splits into two groups (13.7-15.3 s for the builders, 13.1-14.2 s
+# The work splits into two groups (9.7-11.0 s for the builders, 10.1-10.7 s
 # for the rest, side by side in three runs on the 2-core development VM); a
 # third process would only repeat the helpers both groups share.
 MAX_JOBS = 2
@@ -222,7 +222,7 @@ def _cache_is_cold() -> bool:
     return False
 
 
-# A group compiles in about 15 s on 2 cores; a child still running after
+# A group compiles in about 11 s on 2 cores; a child still running after
 # this long is stuck (a lock it inherited held), and is ended.
 CHILD_DEADLINE_S = 300.0
 
