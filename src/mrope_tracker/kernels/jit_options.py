@@ -38,7 +38,7 @@ try:
     from .link_only import LinkOnlyCompiler
 
     _INNER_PIPELINE = {"pipeline_class": LinkOnlyCompiler}
-except ImportError:  # pragma: no cover (a numba whose internals moved)
+except (ImportError, AttributeError):  # pragma: no cover (a numba whose internals moved)
     _INNER_PIPELINE = {}
 inner = numba.njit(
     cache=True, nogil=True, boundscheck=False, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True,

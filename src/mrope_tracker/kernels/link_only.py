@@ -14,15 +14,19 @@ engine. Its cache entry is that module's bitcode (numba's own "bitcode"
 form) instead of object code; a process that loads it, to compile a new
 caller, generates its code then, as numba does for any bitcode entry.
 
-A helper's environment pointer (numba's per-function global for objects the
-code may reach at run time) is left unset: the helper's own code never
-exists, and our helpers use no environment (no object mode, no print, no
-exception with run-time arguments).
+A helper whose code reads its environment (numba's per-function global for
+objects the code may reach at run time: print, object mode, exceptions with
+run-time arguments) or has unresolved recursive references takes numba's
+usual path instead: its caller's linked copy would read an environment
+pointer that numba sets only through the JIT engine. None of ours does, and
+the check is a scan of the module's text.
 
 This uses numba internals (its code library and pipeline classes, numba
 0.68). jit_options falls back to numba's own pipeline if they cannot be
 imported.
 """
+
+import re
 
 from numba.core.codegen import JITCodeLibrary
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
@@ -47,14 +51,26 @@ class _CodegenForLinkOnly:
         return getattr(self._codegen, name)
 
 
+# An instruction that reads an environment global (its definition line
+# starts with the name, any use has it after an operator), or a reference
+# numba resolves at run time (recursion).
+_NEEDS_THE_ENGINE = re.compile(r"^[^@\n][^\n]*_ZN08NumbaEnv|numba\.unresolved\$", re.MULTILINE)
+
+
 class LinkOnlyLibrary(JITCodeLibrary):
     """A code library that callers link and that is never run itself."""
 
+    _in_engine = False  # True when it needed numba's usual path (see _NEEDS_THE_ENGINE)
+
     @property
     def codegen(self):
-        return _CodegenForLinkOnly(self._codegen)
+        return self._codegen if self._in_engine else _CodegenForLinkOnly(self._codegen)
 
     def _finalize_final_module(self):
+        if _NEEDS_THE_ENGINE.search(str(self._final_module)):
+            self._in_engine = True
+            super()._finalize_final_module()
+            return
         # as numba's, without adding the module to the JIT engine and
         # generating its machine code
         self._finalize_dynamic_globals()
@@ -63,9 +79,13 @@ class LinkOnlyLibrary(JITCodeLibrary):
 
     def get_pointer_to_function(self, name):
         self._ensure_finalized()
+        if self._in_engine:
+            return super().get_pointer_to_function(name)
         return 0  # nothing to point to: callers link the IR
 
     def serialize_using_object_code(self):
+        if self._in_engine:
+            return super().serialize_using_object_code()
         return self.serialize_using_bitcode()
 
 
@@ -81,6 +101,7 @@ class UseLinkOnlyLibrary(FunctionPass):
     def run_pass(self, state):
         if state.library is None:
             state.library = LinkOnlyLibrary(state.targetctx.codegen(), state.func_id.func_qualname)
+            state.library.enable_object_caching()  # (as numba's lowering does, for the usual path)
         return True
 
 
