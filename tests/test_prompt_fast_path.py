@@ -252,19 +252,42 @@ def test_fast_kernels_never_compile_in_service():
     assert {kernel: len(kernel.signatures) for kernel in positions_module.FAST_KERNELS} == before
 
 
-def _ids_layouts(ids: list[int]) -> dict[str, np.ndarray]:
-    """int64 token ids in layouts other than the one the records kernel's
-    compiled function reads (1-D, C-contiguous, aligned, writable)."""
-    base = np.array(ids, np.int64)
-    unaligned = np.frombuffer(b"\0" + base.tobytes(), np.int64, count=len(ids), offset=1)
+def _array_layouts(values, dtype) -> dict[str, np.ndarray]:
+    """An array of `values` as `dtype`, C-contiguous, and in the layouts the
+    fast kernels' compiled functions were not compiled for (or that they read
+    anyway: read-only, misaligned). The grid tests give it two rows of
+    different shapes, so that a layout read as C-contiguous gives other
+    positions, or none."""
+    base = np.array(values, dtype)
+    unaligned = np.frombuffer(b"\0" + base.tobytes(), dtype, count=base.size, offset=1).reshape(base.shape)
     read_only = base.copy()
     read_only.flags.writeable = False
-    return {
-        "strided": np.repeat(base, 2)[::2],
-        "reversed": base[::-1].copy()[::-1],
+    forms = {
+        "contiguous": base,
+        "strided": np.repeat(base, 2, axis=0)[::2],
         "unaligned": unaligned,
         "read_only": read_only,
-        "big_endian": base.astype(">i8"),
+        "big_endian": base.astype(base.dtype.newbyteorder(">")),
+        "other_dtype": base.astype(np.float64 if base.dtype.kind == "f" else np.int32),
+        "flat": base.reshape(-1),
+        "3-D": base.reshape(1, *base.shape),
+        "column": base.reshape(-1, 1),
+    }
+    if base.ndim == 2:
+        forms["fortran"] = np.asfortranarray(base)
+        forms["odd_row_stride"] = np.concatenate([base, np.zeros((len(base), 2), dtype)], axis=1)[:, :3]  # (40, 8)
+        forms["wide"] = np.concatenate([base, base], axis=1)  # (n, 6): strides (48, 8)
+    return forms
+
+
+def _ids_layouts(ids: list[int]) -> dict[str, np.ndarray]:
+    """int64 token ids in every layout of _array_layouts (the compiled
+    function reads read-only and misaligned ids, and no other layout but
+    "contiguous"), and a few more."""
+    base = np.array(ids, np.int64)
+    return {
+        **_array_layouts(ids, np.int64),
+        "reversed": base[::-1].copy()[::-1],
         "2-D": base.reshape(1, -1),
         "2-D Fortran": np.asfortranarray(np.stack([base, base])),
         "0-D": np.array(ids[0], np.int64),
@@ -288,33 +311,6 @@ def test_records_kernel_reads_only_its_compiled_layout(prompt, layout):
     prompt_positions(QWEN2_5, ids, **kwargs)  # seals the fast kernels
     assert positions_module._records_entry is not positions_module.vision_prompt_positions_from_records
     _assert_same(QWEN2_5, _ids_layouts(ids)[layout], **kwargs)
-
-
-def _array_layouts(values, dtype) -> dict[str, np.ndarray]:
-    """An array of `values` as `dtype`, C-contiguous, and in the layouts the
-    fast kernels' compiled functions were not compiled for (or that they read
-    anyway: read-only, misaligned). Two rows of different shapes, so that a
-    layout read as C-contiguous gives other positions, or none."""
-    base = np.array(values, dtype)
-    unaligned = np.frombuffer(b"\0" + base.tobytes(), dtype, count=base.size, offset=1).reshape(base.shape)
-    read_only = base.copy()
-    read_only.flags.writeable = False
-    forms = {
-        "contiguous": base,
-        "strided": np.repeat(base, 2, axis=0)[::2],
-        "unaligned": unaligned,
-        "read_only": read_only,
-        "big_endian": base.astype(base.dtype.newbyteorder(">")),
-        "other_dtype": base.astype(np.float64 if base.dtype.kind == "f" else np.int32),
-        "flat": base.reshape(-1),
-        "3-D": base.reshape(1, *base.shape),
-        "column": base.reshape(-1, 1),
-    }
-    if base.ndim == 2:
-        forms["fortran"] = np.asfortranarray(base)
-        forms["odd_row_stride"] = np.concatenate([base, np.zeros((len(base), 2), dtype)], axis=1)[:, :3]  # (40, 8)
-        forms["wide"] = np.concatenate([base, base], axis=1)  # (n, 6): strides (48, 8)
-    return forms
 
 
 TWO_IMAGES = [[1, 2, 4], [1, 4, 2]]  # two tokens each
