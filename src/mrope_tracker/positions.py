@@ -106,9 +106,11 @@ def prompt_positions(
             and type(image_grid_thw) in _ARRAY_OR_NONE
             and type(second_per_grid_ts) in _ARRAY_OR_NONE
         ):
-            # Arrays go to the kernel as they are: its sealed dispatcher
-            # refuses other dtypes and layouts (TypeError), the walk checks
-            # shapes and values. An empty second_per_grid_ts would read as
+            # Arrays go to the kernel as they are: its compiled function
+            # when they have the compiled dtypes and strides, its sealed
+            # dispatcher otherwise (which refuses what it cannot read:
+            # TypeError); the walk checks shapes and values. An empty
+            # second_per_grid_ts would read as
             # "the default" there, so it takes the checked path, which
             # explains it.
             image_grid = EMPTY_GRID if image_grid_thw is None else image_grid_thw
