@@ -44,7 +44,10 @@ def _time_steps(device: str, copy_modes: list[str]) -> list[dict]:
     for kind in ("decode", "mixed"):
         v1 = V1Design(scenario, device=device)
         tracker = PositionTracker(
-            scenario.config, max_num_reqs=scenario.max_num_seqs, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, device=device
+            scenario.config,
+            max_num_reqs=scenario.max_num_seqs,
+            max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+            device=device,
         )
         running = scenario.requests[:NUM_RUNNING]
         prefilling = {s.req_id for s in running[:4]} if kind == "mixed" else set()
@@ -53,7 +56,11 @@ def _time_steps(device: str, copy_modes: list[str]) -> list[dict]:
             v1.admit(spec)
             v1.requests[spec.req_id][2] = done
             tracker.add_request_from_ranges(
-                spec.req_id, spec.prompt.num_tokens, **spec.prompt.kwargs, **spec.prompt.ranges, num_computed_tokens=done
+                spec.req_id,
+                spec.prompt.num_tokens,
+                **spec.prompt.kwargs,
+                **spec.prompt.ranges,
+                num_computed_tokens=done,
             )
         ids = [s.req_id for s in running]
         counts = [500 if r in prefilling else 1 for r in ids]
@@ -100,18 +107,27 @@ def _time_steps(device: str, copy_modes: list[str]) -> list[dict]:
         enqueue = compare(contenders, rounds=15)
         landed = compare({k: (lambda fn=fn: (fn(), sync())) for k, fn in contenders.items()}, rounds=15)
         for name in contenders:
-            rows.append({
-                "step": f"{kind}: {NUM_RUNNING} requests, {total} tokens", "device": device, "contender": name,
-                "enqueue_us": enqueue[name] * 1e6, "on_device_us": landed[name] * 1e6,
-                "bytes_copied": bytes_per_step[name],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "step": f"{kind}: {NUM_RUNNING} requests, {total} tokens",
+                    "device": device,
+                    "contender": name,
+                    "enqueue_us": enqueue[name] * 1e6,
+                    "on_device_us": landed[name] * 1e6,
+                    "bytes_copied": bytes_per_step[name],
+                }
+            )
     return rows
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--copy", choices=["rows", "span", "both"], default="both",
-                        help="the tracker's staging copy to time (default: both, to compare them)")  # fmt: skip
+    parser.add_argument(
+        "--copy",
+        choices=["rows", "span", "both"],
+        default="both",
+        help="the tracker's staging copy to time (default: both, to compare them)",
+    )
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--no-tests", action="store_true", help="skip tests/test_gpu.py")
     args = parser.parse_args(argv)
@@ -128,8 +144,10 @@ def main(argv=None) -> int:
     results["steps"] = _time_steps("cuda", copy_modes) + _time_steps("cpu", copy_modes)
     print("| step | device | contender | enqueue | on device | bytes copied |\n|---|---|---|---|---|---|")
     for r in results["steps"]:
-        print(f"| {r['step']} | {r['device']} | {r['contender']} | {r['enqueue_us']:.1f} us | {r['on_device_us']:.1f} us "
-              f"| {r['bytes_copied']:,} |")  # fmt: skip
+        print(
+            f"| {r['step']} | {r['device']} | {r['contender']} | {r['enqueue_us']:.1f} us | {r['on_device_us']:.1f} us "
+            f"| {r['bytes_copied']:,} |"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)

@@ -79,27 +79,61 @@ def prompt_tables(result: dict) -> str:
             "Targets: speedup >= 1.5x in both columns; ours / floor <= 2x on the three largest (*).\n"
         )
         rows = [
-            [r["case"] + (" *" if r["large"] else ""), f"{r['num_tokens']:,}", _us(r["seed_lists_us"]),
-             _us(r["ours_lists_us"]), _spread(r["speedup_lists"]), _us(r["seed_arrays_us"]), _us(r["ours_arrays_us"]),
-             _spread(r["speedup_arrays"]), _us(r["floor_us"]), _spread(r["ours_vs_floor"], 2),
-             _spread(r["seed_vs_floor"], 2)]
+            [
+                r["case"] + (" *" if r["large"] else ""),
+                f"{r['num_tokens']:,}",
+                _us(r["seed_lists_us"]),
+                _us(r["ours_lists_us"]),
+                _spread(r["speedup_lists"]),
+                _us(r["seed_arrays_us"]),
+                _us(r["ours_arrays_us"]),
+                _spread(r["speedup_arrays"]),
+                _us(r["floor_us"]),
+                _spread(r["ours_vs_floor"], 2),
+                _spread(r["seed_vs_floor"], 2),
+            ]
             for r in result["seed"]
-        ]  # fmt: skip
-        out.append(_table(
-            ["case", "tokens", "seed, lists", "ours, lists", "speedup, lists", "seed, arrays", "ours, arrays",
-             "speedup, arrays", "write floor", "ours / floor", "seed / floor"], rows))  # fmt: skip
+        ]
+        out.append(
+            _table(
+                [
+                    "case",
+                    "tokens",
+                    "seed, lists",
+                    "ours, lists",
+                    "speedup, lists",
+                    "seed, arrays",
+                    "ours, arrays",
+                    "speedup, arrays",
+                    "write floor",
+                    "ours / floor",
+                    "seed / floor",
+                ],
+                rows,
+            )
+        )
     for family in dict.fromkeys(r["family"] for r in result["rows"]):
         rows = [
-            [r["case"], f"{r['num_tokens']:,}", _us(r["reference_us"]), _us(r["ours_us"]), _spread(r["speedup"]),
-             _us(r["floor_us"]), _spread(r["vs_floor"], 2), _spread(r["ceiling"])]
-            for r in result["rows"] if r["family"] == family
-        ]  # fmt: skip
+            [
+                r["case"],
+                f"{r['num_tokens']:,}",
+                _us(r["reference_us"]),
+                _us(r["ours_us"]),
+                _spread(r["speedup"]),
+                _us(r["floor_us"]),
+                _spread(r["vs_floor"], 2),
+                _spread(r["ceiling"]),
+            ]
+            for r in result["rows"]
+            if r["family"] == family
+        ]
         out.append(
             f"**{family}**: `prompt_positions` (input checks included, grids as numpy arrays) vs the torch "
             "reference on one thread. Ceiling: the speedup of a call that only wrote the output (reference / floor).\n"
         )
-        out.append(_table(
-            ["case", "tokens", "reference", "ours", "speedup", "write floor", "ours / floor", "ceiling"], rows))  # fmt: skip
+        out.append(
+            _table(["case", "tokens", "reference", "ours", "speedup", "write floor", "ours / floor", "ceiling"], rows)
+        )
     if result.get("families"):
         hf = result.get("transformers")
         hf_name = f"transformers {hf}" if hf else "transformers (not installed)"
@@ -108,14 +142,35 @@ def prompt_tables(result: dict) -> str:
             f"`get_rope_index` of {hf_name} (called without a model; its tensors prepared outside the timed call).\n"
         )
         rows = [
-            [r["family"], r["case"], f"{r['num_tokens']:,}", _us(r["reference_us"]),
-             "–" if r["transformers_us"] is None else _us(r["transformers_us"]), _us(r["ours_us"]),
-             _spread(r["speedup"]), _spread(r["speedup_transformers"]), _spread(r["vs_floor"], 2)]
+            [
+                r["family"],
+                r["case"],
+                f"{r['num_tokens']:,}",
+                _us(r["reference_us"]),
+                "–" if r["transformers_us"] is None else _us(r["transformers_us"]),
+                _us(r["ours_us"]),
+                _spread(r["speedup"]),
+                _spread(r["speedup_transformers"]),
+                _spread(r["vs_floor"], 2),
+            ]
             for r in result["families"]
-        ]  # fmt: skip
-        out.append(_table(
-            ["family", "case", "tokens", "reference", "transformers", "ours", "vs reference", "vs transformers",
-             "ours / floor"], rows))  # fmt: skip
+        ]
+        out.append(
+            _table(
+                [
+                    "family",
+                    "case",
+                    "tokens",
+                    "reference",
+                    "transformers",
+                    "ours",
+                    "vs reference",
+                    "vs transformers",
+                    "ours / floor",
+                ],
+                rows,
+            )
+        )
     if result.get("input_forms"):
         out.append(
             "**Input forms** (Qwen2.5-VL): the same call with its inputs in other forms; each ratio is against the "
@@ -125,10 +180,15 @@ def prompt_tables(result: dict) -> str:
         calls = list(dict.fromkeys(r["call"] for r in result["input_forms"]))
         cell = {(r["case"], r["call"]): r for r in result["input_forms"]}
         rows = [
-            [call, *(f"{_us(cell[c, call]['us'])}, {_spread(cell[c, call]['vs_array'], 2)}" if (c, call) in cell
-                     else "–" for c in cases)]
+            [
+                call,
+                *(
+                    f"{_us(cell[c, call]['us'])}, {_spread(cell[c, call]['vs_array'], 2)}" if (c, call) in cell else "–"
+                    for c in cases
+                ),
+            ]
             for call in calls
-        ]  # fmt: skip
+        ]
         out.append(_table(["call", *cases], rows))
     if result.get("breakdown"):
         out.append(
@@ -137,7 +197,9 @@ def prompt_tables(result: dict) -> str:
         )
         cases = [r["case"] for r in result["breakdown"]]
         parts = list(dict.fromkeys(k for r in result["breakdown"] for k in r["us"]))
-        rows = [[part, *(_us(r["us"][part]) if part in r["us"] else "–" for r in result["breakdown"])] for part in parts]
+        rows = [
+            [part, *(_us(r["us"][part]) if part in r["us"] else "–" for r in result["breakdown"])] for part in parts
+        ]
         out.append(_table(["part", *cases], rows))
     return "\n\n".join(out)
 
@@ -153,23 +215,44 @@ def decode_tables(result: dict) -> str:
         [[r["method"], _us(r["step_us"]), _ratio(r["speedup"])] for r in result["per_request"]],
     )
     steps = _table(
-        ["whole step", "vLLM V1 design", "prepare, same batch", "speedup", "prepare, new batch", "speedup",
-         "prepare_slots", "speedup"],
-        [[r["step"], _us(r["v1_us"]), _us(r["prepare_us"]), _ratio(r["speedup_prepare"]),
-          _us(r["prepare_new_batch_us"]), _ratio(r["speedup_prepare_new_batch"]), _us(r["prepare_slots_us"]),
-          _ratio(r["speedup_slots"])]
-         for r in result["steps"]],
-    )  # fmt: skip
+        [
+            "whole step",
+            "vLLM V1 design",
+            "prepare, same batch",
+            "speedup",
+            "prepare, new batch",
+            "speedup",
+            "prepare_slots",
+            "speedup",
+        ],
+        [
+            [
+                r["step"],
+                _us(r["v1_us"]),
+                _us(r["prepare_us"]),
+                _ratio(r["speedup_prepare"]),
+                _us(r["prepare_new_batch_us"]),
+                _ratio(r["speedup_prepare_new_batch"]),
+                _us(r["prepare_slots_us"]),
+                _ratio(r["speedup_slots"]),
+            ]
+            for r in result["steps"]
+        ],
+    )
     parts = [per_req, steps]
     if result.get("forms"):
-        parts.append(_table(
-            ["step", "entry point and argument forms", "per step", "vs V1 design"],
-            [[r["step"], r["entry"], _us(r["us"]), _ratio(r["speedup"])] for r in result["forms"]],
-        ))  # fmt: skip
-    parts.append(_table(
-        ["a decode step's kernel call, 256 requests (same body)", "per call"],
-        [[r["call"], _us(r["step_us"])] for r in result.get("dispatch", [])],
-    ))  # fmt: skip
+        parts.append(
+            _table(
+                ["step", "entry point and argument forms", "per step", "vs V1 design"],
+                [[r["step"], r["entry"], _us(r["us"]), _ratio(r["speedup"])] for r in result["forms"]],
+            )
+        )
+    parts.append(
+        _table(
+            ["a decode step's kernel call, 256 requests (same body)", "per call"],
+            [[r["call"], _us(r["step_us"])] for r in result.get("dispatch", [])],
+        )
+    )
     return "\n\n".join(parts)
 
 
@@ -177,40 +260,82 @@ def admission_tables(result: dict) -> str:
     names = ["tracker (ranges)", "tracker (tokens)", "V1 design", "MRV2-like"]
     rows = [[f"{r['cached_tokens']:,} of {r['prompt_tokens']:,}", *(_us(r[n]) for n in names)] for r in result["rows"]]
     growth = result["growth_32k_over_1k"]
-    rows.append(["32K / 1K", *(_spread(growth[n], 2) if isinstance(growth[n], dict) else f"{growth[n]:.2f}x"
-                               for n in names)])
+    rows.append(
+        ["32K / 1K", *(_spread(growth[n], 2) if isinstance(growth[n], dict) else f"{growth[n]:.2f}x" for n in names)]
+    )
     return _table(["cached prefix", *names], rows)
 
 
 def scheduler_tables(result: dict) -> str:
     out = []
     for sc in result["scenarios"]:
-        head = (f"**{sc['scenario']}. {sc['title']}**: {sc['requests']:,} requests, {sc['steps']:,} steps, "
-                f"{sc['tokens']:,} tokens, max_num_seqs {sc['max_num_seqs']}, "
-                f"max_num_batched_tokens {sc['max_num_batched_tokens']:,}\n")  # fmt: skip
+        head = (
+            f"**{sc['scenario']}. {sc['title']}**: {sc['requests']:,} requests, {sc['steps']:,} steps, "
+            f"{sc['tokens']:,} tokens, max_num_seqs {sc['max_num_seqs']}, "
+            f"max_num_batched_tokens {sc['max_num_batched_tokens']:,}\n"
+        )
         rows = [
-            [d["design"], f"{d['total_ms']:,.1f} ms", _x(d["total_vs_tracker"]), "–" if d["admit_ms"] is None else f"{d['admit_ms']:,.1f} ms",
-             f"{d['steps_ms']:,.1f} ms", _us(d["step_median_us"]), _x(d["step_vs_tracker"]), _bytes(d["peak_bytes"])]
+            [
+                d["design"],
+                f"{d['total_ms']:,.1f} ms",
+                _x(d["total_vs_tracker"]),
+                "–" if d["admit_ms"] is None else f"{d['admit_ms']:,.1f} ms",
+                f"{d['steps_ms']:,.1f} ms",
+                _us(d["step_median_us"]),
+                _x(d["step_vs_tracker"]),
+                _bytes(d["peak_bytes"]),
+            ]
             for d in sc["designs"] + sc.get("id_mapping", [])
-        ]  # fmt: skip
-        out.append(head + "\n" + _table(
-            ["design", "position CPU time", "vs tracker", "of which admission", "of which steps", "median step",
-             "vs tracker", "memory held (peak)"], rows))  # fmt: skip
+        ]
+        out.append(
+            head
+            + "\n"
+            + _table(
+                [
+                    "design",
+                    "position CPU time",
+                    "vs tracker",
+                    "of which admission",
+                    "of which steps",
+                    "median step",
+                    "vs tracker",
+                    "memory held (peak)",
+                ],
+                rows,
+            )
+        )
     return "\n\n".join(out)
 
 
 def memory_tables(result: dict) -> str:
     rows = [
-        [f"{r['max_num_reqs']:,} x {r['prompt_tokens']:,}", f"{r['max_model_len']:,}", str(r["images_per_request"]),
-         _bytes(r["v1_bytes"]), _bytes(r["mrv2_bytes"]), _bytes(r["tracker_request_state_bytes"]),
-         _bytes(r["tracker_bytes"]), f"{r['v1_per_request_bytes']:,} B", f"{r['tracker_per_request_bytes']:,} B"]
+        [
+            f"{r['max_num_reqs']:,} x {r['prompt_tokens']:,}",
+            f"{r['max_model_len']:,}",
+            str(r["images_per_request"]),
+            _bytes(r["v1_bytes"]),
+            _bytes(r["mrv2_bytes"]),
+            _bytes(r["tracker_request_state_bytes"]),
+            _bytes(r["tracker_bytes"]),
+            f"{r['v1_per_request_bytes']:,} B",
+            f"{r['tracker_per_request_bytes']:,} B",
+        ]
         for r in result["rows"]
-    ]  # fmt: skip
+    ]
     return _table(
-        ["requests x prompt", "max_model_len", "images", "vLLM V1", "MRV2-like table", "tracker: requests",
-         "tracker: all buffers", "V1 per request", "tracker per request"],
+        [
+            "requests x prompt",
+            "max_model_len",
+            "images",
+            "vLLM V1",
+            "MRV2-like table",
+            "tracker: requests",
+            "tracker: all buffers",
+            "V1 per request",
+            "tracker per request",
+        ],
         rows,
-    )  # fmt: skip
+    )
 
 
 FORMATTERS = {
@@ -269,11 +394,20 @@ def plot(results: dict, path: str) -> None:
         if panel == "seed":
             labels = [x["case"].split(",")[0] for x in r["seed"]]
             xs = list(range(len(labels)))
-            for shift, key, tag, color in ((-0.2, "speedup_lists", "grids as lists", "#e08e3c"),
-                                           (0.2, "speedup_arrays", "grids as arrays", "#3b75af")):  # fmt: skip
+            for shift, key, tag, color in (
+                (-0.2, "speedup_lists", "grids as lists", "#e08e3c"),
+                (0.2, "speedup_arrays", "grids as arrays", "#3b75af"),
+            ):
                 spreads = [x[key] for x in r["seed"]]
-                ax.bar([x + shift for x in xs], [_med(v) for v in spreads], width=0.4, color=color, label=tag,
-                       yerr=_errors(spreads), capsize=2)  # fmt: skip
+                ax.bar(
+                    [x + shift for x in xs],
+                    [_med(v) for v in spreads],
+                    width=0.4,
+                    color=color,
+                    label=tag,
+                    yerr=_errors(spreads),
+                    capsize=2,
+                )
             ax.axhline(1.5, color="grey", lw=0.8, ls="--")
             ax.axhline(1.0, color="black", lw=0.6)
             ax.legend(loc="upper left", fontsize=7)
@@ -287,15 +421,25 @@ def plot(results: dict, path: str) -> None:
             values = [_med(x["speedup"]) for x in rows]
             yerr = _errors([x["speedup"] for x in rows])
             ceilings = [_med(x["ceiling"]) if "ceiling" in x else x["reference_us"] / x["floor_us"] for x in rows]
-            ax.scatter(range(len(ceilings)), ceilings, marker="_", s=400, color="#c0392b", zorder=3,
-                       label="ceiling: reference / write floor")  # fmt: skip
+            ax.scatter(
+                range(len(ceilings)),
+                ceilings,
+                marker="_",
+                s=400,
+                color="#c0392b",
+                zorder=3,
+                label="ceiling: reference / write floor",
+            )
             ax.axhline(100, color="grey", lw=0.8, ls="--")
             ax.legend(loc="upper right", fontsize=7)
             ax.set_title("prompt_positions: speedup over the torch reference, one thread (dashed: 100x)")
         elif panel == "decode":
             labels, spreads = [], []
-            for key, tag in (("speedup_prepare", "ids, same batch"), ("speedup_prepare_new_batch", "ids, new batch"),
-                             ("speedup_slots", "slots")):  # fmt: skip
+            for key, tag in (
+                ("speedup_prepare", "ids, same batch"),
+                ("speedup_prepare_new_batch", "ids, new batch"),
+                ("speedup_slots", "slots"),
+            ):
                 labels += [x["step"].split(",")[0] + f" / {tag}" for x in r["steps"] if key in x]
                 spreads += [x[key] for x in r["steps"] if key in x]
             values, yerr = [_med(v) for v in spreads], _errors(spreads)
@@ -309,8 +453,10 @@ def plot(results: dict, path: str) -> None:
                     short = d["design"].split(" (")[0] + (" slots" if "(slots)" in d["design"] else "")
                     labels.append(f"{sc['scenario']}: {short}")
                     values.append(d["total_vs_tracker"])
-            ax.set_title("simulated scheduler: position CPU time, design / tracker "
-                         "(MRV2-like and tracker slots: without their id mapping)")
+            ax.set_title(
+                "simulated scheduler: position CPU time, design / tracker "
+                "(MRV2-like and tracker slots: without their id mapping)"
+            )
         else:
             labels, values = [], []
             for x in r["rows"]:

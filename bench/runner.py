@@ -15,7 +15,16 @@ import torch
 
 from mrope_tracker import warmup
 
-from . import baselines, suite_admission, suite_decode, suite_hf, suite_memory, suite_prompt, suite_scheduler, suite_startup
+from . import (
+    baselines,
+    suite_admission,
+    suite_decode,
+    suite_hf,
+    suite_memory,
+    suite_prompt,
+    suite_scheduler,
+    suite_startup,
+)
 
 SUITES = {
     "prompt": suite_prompt.run,

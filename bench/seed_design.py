@@ -50,8 +50,9 @@ _MESSAGES = {
 
 
 @numba.njit(cache=True)
-def _seed_vl_positions(out, token_ids, image_token_id, video_token_id, merge, tokens_per_second,
-                       image_grid, video_grid, video_sp):  # fmt: skip
+def _seed_vl_positions(
+    out, token_ids, image_token_id, video_token_id, merge, tokens_per_second, image_grid, video_grid, video_sp
+):
     """Fill out (3, L) in one pass; returns (error code, delta)."""
     num_tokens = token_ids.shape[0]
     cur_t = 0
@@ -122,9 +123,16 @@ def seed_prompt_positions(
     tokens_per_second = config.tokens_per_second
     out = np.empty((3, ids.shape[0]), np.int64)
     code, delta = _seed_vl_positions(
-        out, ids, config.image_token_id, config.video_token_id, config.spatial_merge_size,
-        1.0 if tokens_per_second is None else float(tokens_per_second), image_grid, video_grid, video_sp,
-    )  # fmt: skip
+        out,
+        ids,
+        config.image_token_id,
+        config.video_token_id,
+        config.spatial_merge_size,
+        1.0 if tokens_per_second is None else float(tokens_per_second),
+        image_grid,
+        video_grid,
+        video_sp,
+    )
     if code:
         raise ValueError(f"token_ids: {_MESSAGES[code]}")
     return out, delta

@@ -66,10 +66,14 @@ def _per_request(quick: bool, progress) -> list[dict]:
     if any(not np.array_equal(r, results[0]) for r in results):
         raise AssertionError("per-request next positions differ between methods")
     times = compare(
-        {"torch arange+expand": with_torch, "torch + LRU aranges (#17617)": with_torch_lru,
-         "numpy (vLLM V1)": with_numpy, "next_positions (ours)": with_ours},
+        {
+            "torch arange+expand": with_torch,
+            "torch + LRU aranges (#17617)": with_torch_lru,
+            "numpy (vLLM V1)": with_numpy,
+            "next_positions (ours)": with_ours,
+        },
         rounds=5 if quick else 15,
-    )  # fmt: skip
+    )
     base = times["torch arange+expand"]
     return [{"method": k, "step_us": v * 1e6, "speedup": base / v} for k, v in times.items()]
 
@@ -154,15 +158,20 @@ def _whole_steps(quick: bool, progress) -> tuple[list[dict], list[dict]]:
             flip[0] ^= 1
             return tracker.prepare(*orders[flip[0]])
 
-        entries = dict(zip(ENTRY_POINTS, (
-            lambda: tracker.prepare_slots(slots32, counts32),
-            lambda: tracker.prepare_slots(slots64, counts64),
-            lambda: tracker.prepare_slots(slots32, counts32, computed32),
-            lambda: tracker.prepare(req_ids, counts),
-            lambda: tracker.prepare(req_tuple, counts),
-            lambda: tracker.prepare(req_ids, counts, num_computed_tokens=computed),
-            new_batch,
-        )))  # fmt: skip
+        entries = dict(
+            zip(
+                ENTRY_POINTS,
+                (
+                    lambda: tracker.prepare_slots(slots32, counts32),
+                    lambda: tracker.prepare_slots(slots64, counts64),
+                    lambda: tracker.prepare_slots(slots32, counts32, computed32),
+                    lambda: tracker.prepare(req_ids, counts),
+                    lambda: tracker.prepare(req_tuple, counts),
+                    lambda: tracker.prepare(req_ids, counts, num_computed_tokens=computed),
+                    new_batch,
+                ),
+            )
+        )
         # Same state in both designs: check every entry point against a V1 step.
         for name, ours in entries.items():
             computed[:] = [tracker.num_computed_tokens(r) for r in req_ids]  # the scheduler's view, now
@@ -183,13 +192,18 @@ def _whole_steps(quick: bool, progress) -> tuple[list[dict], list[dict]]:
         for name in ENTRY_POINTS:
             forms.append({"step": step, "entry": name, "us": us[name], "speedup": ratio(samples, "V1 design", name)})
         same, new, slots = ENTRY_POINTS[3], ENTRY_POINTS[6], ENTRY_POINTS[0]
-        rows.append({
-            "step": step, "v1_us": us["V1 design"],
-            "prepare_us": us[same], "prepare_new_batch_us": us[new], "prepare_slots_us": us[slots],
-            "speedup_prepare": ratio(samples, "V1 design", same),
-            "speedup_prepare_new_batch": ratio(samples, "V1 design", new),
-            "speedup_slots": ratio(samples, "V1 design", slots),
-        })  # fmt: skip
+        rows.append(
+            {
+                "step": step,
+                "v1_us": us["V1 design"],
+                "prepare_us": us[same],
+                "prepare_new_batch_us": us[new],
+                "prepare_slots_us": us[slots],
+                "speedup_prepare": ratio(samples, "V1 design", same),
+                "speedup_prepare_new_batch": ratio(samples, "V1 design", new),
+                "speedup_slots": ratio(samples, "V1 design", slots),
+            }
+        )
     return rows, forms
 
 
@@ -256,11 +270,13 @@ def _dispatch(quick: bool, progress) -> list[dict]:
     if not obj.step(slots, counts) == _state_as_arrays(*args) == _state_as_arrays_no_nrt(*args):
         raise AssertionError("jitclass and njit decode bodies differ")
     times = compare(
-        {"jitclass method (4 arrays inside)": lambda: obj.step(slots, counts),
-         "njit function, 8 arguments, numba runtime": lambda: _state_as_arrays(*args),
-         "njit function, 8 arguments, no numba runtime (ours)": lambda: _state_as_arrays_no_nrt(*args)},
+        {
+            "jitclass method (4 arrays inside)": lambda: obj.step(slots, counts),
+            "njit function, 8 arguments, numba runtime": lambda: _state_as_arrays(*args),
+            "njit function, 8 arguments, no numba runtime (ours)": lambda: _state_as_arrays_no_nrt(*args),
+        },
         rounds=5 if quick else 15,
-    )  # fmt: skip
+    )
     return [{"call": k, "step_us": v * 1e6} for k, v in times.items()]
 
 

@@ -107,14 +107,22 @@ def run(quick: bool, progress) -> dict:
                 samples = measure({"ours": ours_call, "transformers": theirs_call}, rounds=rounds)
             us = medians_us(samples)
             speedup = ratio(samples, "transformers", "ours")
-            rows.append({
-                "family": name, "batch": BATCH, "width": int(ids.shape[1]),
-                "tokens": int(kwargs["attention_mask"].sum()),
-                "items": sum(0 if kwargs[k] is None else int(kwargs[k].shape[0])
-                             for k in ("image_grid_thw", "video_grid_thw", "audio_feature_lengths")),
-                "ours_us": us["ours"], "transformers_us": us["transformers"], "speedup": speedup,
-                "target_met": speedup["median"] >= TARGET,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "family": name,
+                    "batch": BATCH,
+                    "width": int(ids.shape[1]),
+                    "tokens": int(kwargs["attention_mask"].sum()),
+                    "items": sum(
+                        0 if kwargs[k] is None else int(kwargs[k].shape[0])
+                        for k in ("image_grid_thw", "video_grid_thw", "audio_feature_lengths")
+                    ),
+                    "ours_us": us["ours"],
+                    "transformers_us": us["transformers"],
+                    "speedup": speedup,
+                    "target_met": speedup["median"] >= TARGET,
+                }
+            )
     return {"transformers": version, "semantics": semantics, "target": TARGET, "rows": rows}
 
 

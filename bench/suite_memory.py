@@ -34,7 +34,9 @@ def run(quick: bool, progress) -> dict:
             b.text(10).image(36, 36)
         used = len(b.ids)
         prompt = b.text(prompt_len - used).build()
-        tracker = PositionTracker(config, max_num_reqs=max_num_reqs, max_num_batched_tokens=8192, max_model_len=max_model_len)
+        tracker = PositionTracker(
+            config, max_num_reqs=max_num_reqs, max_num_batched_tokens=8192, max_model_len=max_model_len
+        )
         for i in range(max_num_reqs):
             tracker.add_request_from_ranges(i, prompt.num_tokens, **prompt.kwargs, **prompt.ranges)
         held = tracker.nbytes()

@@ -111,18 +111,20 @@ def seed_rows(cases, config, rounds: int, target_s: float, progress=lambda messa
             target_s=target_s,
         )
         us = medians_us(samples)
-        rows.append({
-            "case": name,
-            "num_tokens": prompt.num_tokens,
-            **{f"{key}_us": value for key, value in us.items()},
-            "speedup_lists": ratio(samples, "seed_lists", "ours_lists"),
-            "speedup_arrays": ratio(samples, "seed_arrays", "ours_arrays"),
-            "ours_vs_floor": ratio(samples, "ours_arrays", "floor"),
-            "seed_vs_floor": ratio(samples, "seed_arrays", "floor"),
-            "speedup_reference": ratio(samples, "reference", "ours_arrays"),
-            "ceiling": ratio(samples, "reference", "floor"),
-            "large": prompt.num_tokens in largest,
-        })  # fmt: skip
+        rows.append(
+            {
+                "case": name,
+                "num_tokens": prompt.num_tokens,
+                **{f"{key}_us": value for key, value in us.items()},
+                "speedup_lists": ratio(samples, "seed_lists", "ours_lists"),
+                "speedup_arrays": ratio(samples, "seed_arrays", "ours_arrays"),
+                "ours_vs_floor": ratio(samples, "ours_arrays", "floor"),
+                "seed_vs_floor": ratio(samples, "seed_arrays", "floor"),
+                "speedup_reference": ratio(samples, "reference", "ours_arrays"),
+                "ceiling": ratio(samples, "reference", "floor"),
+                "large": prompt.num_tokens in largest,
+            }
+        )
     return rows
 
 
@@ -148,8 +150,11 @@ def omni_rows(config, rounds: int, target_s: float, progress=lambda message: Non
     for k, (name, prompt) in enumerate(cases):
         progress(f"prompt Qwen2.5-Omni: {name} ({k + 1}/{len(cases)})")
         ids, kwargs = prompt.token_ids, prompt.kwargs
-        _same(f"torch reference, {name}", reference.prompt_positions(config, ids, **kwargs),
-              prompt_positions(config, ids, **kwargs))  # fmt: skip
+        _same(
+            f"torch reference, {name}",
+            reference.prompt_positions(config, ids, **kwargs),
+            prompt_positions(config, ids, **kwargs),
+        )
         samples = measure(
             {
                 "reference": lambda: reference.prompt_positions(config, ids, **kwargs),
@@ -215,7 +220,9 @@ def input_form_rows(config, cases, rounds: int, target_s: float, progress=lambda
         for form in FORMS:
             kwargs = as_form(arrays, form)
             _same(f"prompt_positions, grids as {form}, {name}", prompt_positions(config, ids, **kwargs), expected)
-            contenders[f"prompt_positions: grids as {form}"] = lambda kwargs=kwargs: prompt_positions(config, ids, **kwargs)
+            contenders[f"prompt_positions: grids as {form}"] = lambda kwargs=kwargs: prompt_positions(
+                config, ids, **kwargs
+            )
         id_list = ids.tolist()
         _same(f"prompt_positions, token ids as a list, {name}", prompt_positions(config, id_list, **arrays), expected)
         contenders["prompt_positions: token ids as a list"] = lambda: prompt_positions(config, id_list, **arrays)
@@ -223,17 +230,26 @@ def input_form_rows(config, cases, rounds: int, target_s: float, progress=lambda
             kwargs = {**as_form(arrays, form), **as_form(ranges, form)}
             layout = PromptLayout.from_ranges(config, num_tokens, **kwargs)
             _same(f"from_ranges, {form} forms, {name}", (layout.positions(), layout.delta), expected)
-            contenders[f"from_ranges: ranges and grids as {form}s"] = (
-                lambda kwargs=kwargs: PromptLayout.from_ranges(config, num_tokens, **kwargs))  # fmt: skip
+            contenders[f"from_ranges: ranges and grids as {form}s"] = lambda kwargs=kwargs: PromptLayout.from_ranges(
+                config, num_tokens, **kwargs
+            )
         samples = measure(contenders, rounds=rounds, target_s=target_s)
         us = medians_us(samples)
         for contender in contenders:
-            base = "from_ranges: ranges and grids as arrays" if contender.startswith("from_ranges") else (
-                "prompt_positions: grids as array")  # fmt: skip
-            rows.append({
-                "case": name, "num_tokens": num_tokens, "call": contender, "us": us[contender],
-                "vs_array": ratio(samples, contender, base),
-            })  # fmt: skip
+            base = (
+                "from_ranges: ranges and grids as arrays"
+                if contender.startswith("from_ranges")
+                else ("prompt_positions: grids as array")
+            )
+            rows.append(
+                {
+                    "case": name,
+                    "num_tokens": num_tokens,
+                    "call": contender,
+                    "us": us[contender],
+                    "vs_array": ratio(samples, contender, base),
+                }
+            )
     return rows
 
 
@@ -293,14 +309,15 @@ def breakdown_rows(config, cases, rounds: int, target_s: float, progress=lambda 
             **({"our kernel alone": kernel} if kernel is not None else {}),
             "seed design, arrays": lambda: seed_design.seed_prompt_positions(config, ids, **arrays),
             "seed kernel alone": lambda: seed_design._seed_vl_positions(
-                out, ids, config.image_token_id, config.video_token_id, config.spatial_merge_size, tps, *grids, sp),
+                out, ids, config.image_token_id, config.video_token_id, config.spatial_merge_size, tps, *grids, sp
+            ),
             "np.empty((3, L), int64)": lambda: np.empty((3, num_tokens), np.int64),
             "write floor": lambda: write_floor(num_tokens),
             "grid list -> array: ours (as_grid)": lambda: as_grid(grid_list, grid_key),
             "grid list -> array: np.array(.., int64)": lambda: np.array(grid_list, dtype=np.int64),
             "token id list -> array: ours (as_token_ids)": lambda: as_token_ids(id_list),
             "token id list -> array: np.asarray(.., int64)": lambda: np.asarray(id_list, dtype=np.int64),
-        }  # fmt: skip
+        }
         us = medians_us(measure(contenders, rounds=rounds, target_s=target_s))
         rows.append({"case": name, "num_tokens": num_tokens, "us": us})
     return rows
@@ -313,11 +330,19 @@ def run(quick: bool, progress) -> dict:
         vl_cases = seed_prompt_cases(vl)
         seed = seed_rows(vl_cases, vl, rounds, target_s, progress)
         rows = [
-            {"family": "Qwen2/2.5-VL", "case": r["case"], "num_tokens": r["num_tokens"],
-             "reference_us": r["reference_us"], "ours_us": r["ours_arrays_us"], "floor_us": r["floor_us"],
-             "speedup": r["speedup_reference"], "vs_floor": r["ours_vs_floor"], "ceiling": r["ceiling"]}
+            {
+                "family": "Qwen2/2.5-VL",
+                "case": r["case"],
+                "num_tokens": r["num_tokens"],
+                "reference_us": r["reference_us"],
+                "ours_us": r["ours_arrays_us"],
+                "floor_us": r["floor_us"],
+                "speedup": r["speedup_reference"],
+                "vs_floor": r["ours_vs_floor"],
+                "ceiling": r["ceiling"],
+            }
             for r in seed
-        ]  # fmt: skip
+        ]
         rows += omni_rows(qwen2_5_omni(), rounds, target_s, progress)
         families = family_rows((("Qwen3-VL", qwen3_vl()), ("GLM-4.1V", glm4v())), rounds, target_s, progress)
         picked = [case for case in vl_cases if case[0].split(",")[0] in FORM_CASES]

@@ -115,21 +115,29 @@ def replay(scenario: Scenario, steps: list[Step], progress) -> dict:
     for d in designs:
         w = watches[d.name]
         total = w["admit"].total + w["step"].total + w["finish"].total
-        results.append({
-            "design": d.name,
-            "total_ms": total * 1e3,
-            "admit_ms": w["admit"].total * 1e3,
-            "steps_ms": w["step"].total * 1e3,
-            "step_median_us": median(w["step"].laps) * 1e6,
-            "peak_bytes": peak[d.name],
-        })  # fmt: skip
+        results.append(
+            {
+                "design": d.name,
+                "total_ms": total * 1e3,
+                "admit_ms": w["admit"].total * 1e3,
+                "steps_ms": w["step"].total * 1e3,
+                "step_median_us": median(w["step"].laps) * 1e6,
+                "peak_bytes": peak[d.name],
+            }
+        )
     tracker_row = results[-1]
     mapping_rows = [
-        {"design": f"{name}: ids to slots (outside its row)", "total_ms": watch.total * 1e3, "admit_ms": None,
-         "steps_ms": watch.total * 1e3, "step_median_us": median(watch.laps) * 1e6, "peak_bytes": None,
-         "id_mapping": True}
+        {
+            "design": f"{name}: ids to slots (outside its row)",
+            "total_ms": watch.total * 1e3,
+            "admit_ms": None,
+            "steps_ms": watch.total * 1e3,
+            "step_median_us": median(watch.laps) * 1e6,
+            "peak_bytes": None,
+            "id_mapping": True,
+        }
         for name, watch in id_mapping.items()
-    ]  # fmt: skip
+    ]
     for row in results + mapping_rows:
         row["total_vs_tracker"] = row["total_ms"] / tracker_row["total_ms"]
         row["step_vs_tracker"] = row["step_median_us"] / tracker_row["step_median_us"]

@@ -83,9 +83,11 @@ def tables(result: dict) -> str:
     ]
     runs = result["runs"]
     of = f", median of {runs}" if runs > 1 else ""
-    rows = [("cold", f"empty, default (compile forked where there are 2+ cores){of}"),
-            ("cold_one_process", "empty, `jobs=1` (one process)"),
-            ("warm", f"filled{of}")]  # fmt: skip
+    rows = [
+        ("cold", f"empty, default (compile forked where there are 2+ cores){of}"),
+        ("cold_one_process", "empty, `jobs=1` (one process)"),
+        ("warm", f"filled{of}"),
+    ]
     for name, label in rows:
         if name not in result:
             continue

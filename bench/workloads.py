@@ -62,11 +62,11 @@ class PromptBuilder:
         self.ranges: dict[str, list[tuple]] = {"image": [], "video": [], "audio": []}
         self.audio_in_video = False
 
-    def text(self, n: int) -> "PromptBuilder":
+    def text(self, n: int) -> PromptBuilder:
         self.ids.extend([TEXT_ID] * n)
         return self
 
-    def image(self, h: int, w: int) -> "PromptBuilder":
+    def image(self, h: int, w: int) -> PromptBuilder:
         """An image of (h, w) patches (before merging)."""
         c, m = self.config, self.config.spatial_merge_size
         n = (h // m) * (w // m)
@@ -77,7 +77,7 @@ class PromptBuilder:
         self.ids.append(c.vision_end_token_id)
         return self
 
-    def video(self, t: int, h: int, w: int, sp: float = 1.0) -> "PromptBuilder":
+    def video(self, t: int, h: int, w: int, sp: float = 1.0) -> PromptBuilder:
         """A video of t temporal patches of (h, w) patches, in the family's layout."""
         if self.config.spec.video_blocks == "frames":
             return self._frame_video(t, h, w)
@@ -91,7 +91,7 @@ class PromptBuilder:
         self.ids.append(c.vision_end_token_id)
         return self
 
-    def _frame_video(self, t: int, h: int, w: int) -> "PromptBuilder":
+    def _frame_video(self, t: int, h: int, w: int) -> PromptBuilder:
         """Qwen3-VL / GLM: every temporal patch is its own block, told apart by
         timestamp text. Qwen3-VL: ``(ts VS V*h'w' VE)*t``; GLM: ``BOV (BOI
         I*h'w' EOI ts)*t EOV`` (frames reuse the image token). The range spans
@@ -118,7 +118,7 @@ class PromptBuilder:
         self.ranges["video"].append((start, span.shape[0], span == token))
         return self
 
-    def audio_clip(self, mel_frames: int) -> "PromptBuilder":
+    def audio_clip(self, mel_frames: int) -> PromptBuilder:
         c = self.config
         n = audio_tokens(mel_frames)
         self.audio.append(mel_frames)
@@ -128,7 +128,7 @@ class PromptBuilder:
         self.ids.append(c.audio_end_token_id)
         return self
 
-    def video_with_audio(self, t: int, h: int, w: int, mel_frames: int, sp: float = 1.0) -> "PromptBuilder":
+    def video_with_audio(self, t: int, h: int, w: int, mel_frames: int, sp: float = 1.0) -> PromptBuilder:
         """An Omni audio-in-video block, interleaved in 2-second chunks as the
         processor lays it out (docs/semantics.md: video chunk j, then audio chunk j)."""
         c, m = self.config, self.config.spatial_merge_size

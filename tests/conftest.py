@@ -19,7 +19,6 @@ settings.register_profile("stress", max_examples=5000, deadline=None, suppress_h
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-
 @pytest.fixture(params=["qwen2_vl", "qwen2_5_vl", "qwen2_5_omni"])
 def family_config(request) -> MRopeConfig:
     """A published-value config of each supported family."""

@@ -261,8 +261,9 @@ def _alternate(video_sizes: list[int], audio_sizes: list[int]) -> str:
     return "".join(out)
 
 
-def omni_interleave(convention: str, t: int, hw: int, sp32: float, sp64: float, num_audio: int,
-                    rate: float, seconds_per_chunk: float) -> str:
+def omni_interleave(
+    convention: str, t: int, hw: int, sp32: float, sp64: float, num_audio: int, rate: float, seconds_per_chunk: float
+) -> str:
     """Qwen2.5-Omni: "V"/"A" per token of one audio-in-video interleave."""
     chunk = int(rate * seconds_per_chunk)
     audio_sizes = _walker_sizes(range(num_audio), chunk)
@@ -351,14 +352,25 @@ def special_ids(family: str, config: dict) -> dict:
     """Special token ids by symbol."""
     c = _thinker(config)
     if family == "glm4v":
-        return dict(I=c["image_token_id"], BOI=c["image_start_token_id"], EOI=c["image_end_token_id"],
-                    BOV=c["video_start_token_id"], EOV=c["video_end_token_id"])
-    ids = dict(I=c.get("image_token_id", c.get("image_token_index")),
-               V=c.get("video_token_id", c.get("video_token_index")),
-               VS=c["vision_start_token_id"], VE=c["vision_end_token_id"])
+        return dict(
+            I=c["image_token_id"],
+            BOI=c["image_start_token_id"],
+            EOI=c["image_end_token_id"],
+            BOV=c["video_start_token_id"],
+            EOV=c["video_end_token_id"],
+        )
+    ids = dict(
+        I=c.get("image_token_id", c.get("image_token_index")),
+        V=c.get("video_token_id", c.get("video_token_index")),
+        VS=c["vision_start_token_id"],
+        VE=c["vision_end_token_id"],
+    )
     if family in _OMNI:
-        ids.update(A=c.get("audio_token_id", c.get("audio_token_index")),
-                   AS=c["audio_start_token_id"], AE=c["audio_end_token_id"])
+        ids.update(
+            A=c.get("audio_token_id", c.get("audio_token_index")),
+            AS=c["audio_start_token_id"],
+            AE=c["audio_end_token_id"],
+        )
     return ids
 
 

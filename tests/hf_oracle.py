@@ -33,7 +33,6 @@ import types
 
 import numpy as np
 import torch
-
 from family_prompts import CONFIG_NAMES, load_config
 
 __all__ = ["hf_positions", "hf_processor_interleave", "hf_rope_index", "oracle_family"]
@@ -134,8 +133,14 @@ def hf_rope_index(
             sp = torch.full((videos.shape[0],), _PROCESSOR_SECOND_PER_GRID[family], dtype=torch.float32)
         audio = _long_2d(audio_feature_lengths)
         return model_cls.get_rope_index(
-            stub, ids, images, videos, mask, use_audio_in_video=bool(use_audio_in_video),
-            audio_seqlens=audio, second_per_grids=sp,
+            stub,
+            ids,
+            images,
+            videos,
+            mask,
+            use_audio_in_video=bool(use_audio_in_video),
+            audio_seqlens=audio,
+            second_per_grids=sp,
         )
     if (audio_feature_lengths is not None and len(audio_feature_lengths)) or use_audio_in_video:
         raise ValueError(f"audio_feature_lengths, use_audio_in_video: {family} has no audio")
@@ -170,9 +175,13 @@ def hf_positions(family_config, prompt, **kwargs):
 
 # Placeholder strings for the processor stand-in (any distinct strings do).
 _PROCESSOR_TOKENS = dict(
-    image_token="<|IMAGE|>", audio_token="<|AUDIO|>", video_token="<|VIDEO|>",
-    vision_bos_token="<|vision_bos|>", vision_eos_token="<|vision_eos|>",
-    audio_bos_token="<|audio_bos|>", audio_eos_token="<|audio_eos|>",
+    image_token="<|IMAGE|>",
+    audio_token="<|AUDIO|>",
+    video_token="<|VIDEO|>",
+    vision_bos_token="<|vision_bos|>",
+    vision_eos_token="<|vision_eos|>",
+    audio_bos_token="<|audio_bos|>",
+    audio_eos_token="<|audio_eos|>",
 )
 _PROCESSORS = {
     "qwen2_5_omni": ("qwen2_5_omni", "Qwen2_5OmniProcessor", 25.0),
@@ -180,8 +189,14 @@ _PROCESSORS = {
 }
 
 
-def hf_processor_interleave(family: str, grid, second_per_grid_t: float, num_audio: int,
-                            position_id_per_seconds: float | None = None, seconds_per_chunk: float = 2.0) -> str:
+def hf_processor_interleave(
+    family: str,
+    grid,
+    second_per_grid_t: float,
+    num_audio: int,
+    position_id_per_seconds: float | None = None,
+    seconds_per_chunk: float = 2.0,
+) -> str:
     """How transformers 4.57.6's Omni processor lays out one audio-in-video
     block: "V"/"A" per token between ``vision_bos audio_bos`` and
     ``audio_eos vision_eos``, from its own ``replace_multimodal_special_tokens``
@@ -197,8 +212,12 @@ def hf_processor_interleave(family: str, grid, second_per_grid_t: float, num_aud
     tok = _PROCESSOR_TOKENS
     text = tok["vision_bos_token"] + tok["video_token"] + tok["vision_eos_token"]
     (out,) = cls.replace_multimodal_special_tokens(
-        stub, [text], audio_lengths=iter([num_audio]), image_grid_thw=iter([]),
-        video_grid_thw=iter([np.asarray(grid, dtype=np.int64)]), video_second_per_grid=iter([second_per_grid_t]),
+        stub,
+        [text],
+        audio_lengths=iter([num_audio]),
+        image_grid_thw=iter([]),
+        video_grid_thw=iter([np.asarray(grid, dtype=np.int64)]),
+        video_second_per_grid=iter([second_per_grid_t]),
         use_audio_in_video=True,
         position_id_per_seconds=default_rate if position_id_per_seconds is None else position_id_per_seconds,
         seconds_per_chunk=seconds_per_chunk,
@@ -207,7 +226,7 @@ def hf_processor_interleave(family: str, grid, second_per_grid_t: float, num_aud
     tail = tok["audio_eos_token"] + tok["vision_eos_token"]
     if not (out.startswith(head) and out.endswith(tail)):
         raise AssertionError(f"unexpected processor output {out[:80]!r}")
-    body = out[len(head): len(out) - len(tail)]
+    body = out[len(head) : len(out) - len(tail)]
     kinds = body.replace(tok["video_token"], "V").replace(tok["audio_token"], "A")
     if set(kinds) - {"V", "A"}:
         raise AssertionError(f"unexpected tokens in the interleave: {body[:80]!r}")

@@ -13,8 +13,8 @@ own id), ``VS``/``VE`` vision start/end, ``AS``/``AE`` audio start/end, ``I``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

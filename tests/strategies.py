@@ -32,7 +32,9 @@ def configs(draw, families=("qwen2_vl", "qwen2_5_vl", "qwen2_5_omni")) -> MRopeC
     if family == "qwen2_vl":
         return MRopeConfig(family=family, spatial_merge_size=merge)
     if family == "qwen2_5_vl":
-        return MRopeConfig(family=family, spatial_merge_size=merge, tokens_per_second=draw(st.sampled_from((1, 2, 4, 1.5))))
+        return MRopeConfig(
+            family=family, spatial_merge_size=merge, tokens_per_second=draw(st.sampled_from((1, 2, 4, 1.5)))
+        )
     pps = draw(st.sampled_from((2, 3, 25, 13, 2.5)))
     spc = draw(st.sampled_from((1, 2, 0.5)))
     if int(pps * spc) < 1:

@@ -9,11 +9,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from family_prompts import family_prompts
 from hypothesis import assume, given
 from hypothesis import strategies as st
-
-from family_prompts import family_prompts
-from mrope_tracker import MRopeConfig, prompt_positions, reference
 from mrope_tracker.bench import report, seed_design, suite_prompt, suite_scheduler, transformers_rope
 from mrope_tracker.bench.timing import torch_threads
 from mrope_tracker.bench.workloads import (
@@ -25,6 +23,8 @@ from mrope_tracker.bench.workloads import (
     scenarios,
     seed_prompt_cases,
 )
+
+from mrope_tracker import MRopeConfig, prompt_positions, reference
 
 TINY = dict(rounds=1, target_s=1e-5)
 SPREAD_KEYS = {"median", "min", "max"}

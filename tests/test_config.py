@@ -50,7 +50,12 @@ OMNI_THINKER = {
 }
 QWEN2_5_OMNI = {"architectures": ["Qwen2_5OmniModel"], "model_type": "qwen2_5_omni", "thinker_config": OMNI_THINKER}
 
-PUBLISHED = {"qwen2_vl": QWEN2_VL, "qwen2_5_vl": QWEN2_5_VL, "qwen2_5_omni": QWEN2_5_OMNI, "qwen2_5_omni_thinker": OMNI_THINKER}
+PUBLISHED = {
+    "qwen2_vl": QWEN2_VL,
+    "qwen2_5_vl": QWEN2_5_VL,
+    "qwen2_5_omni": QWEN2_5_OMNI,
+    "qwen2_5_omni_thinker": OMNI_THINKER,
+}
 
 
 def _namespace(value):
@@ -196,11 +201,26 @@ def test_id_spellings(model_type, suffix):
 
 def test_custom_ids_are_read():
     """Every special token id comes from the config, not from the published defaults."""
-    thinker = dict(OMNI_THINKER, audio_token_index=1, image_token_index=2, video_token_index=3,
-                   audio_start_token_id=4, audio_end_token_id=5, vision_start_token_id=6, vision_end_token_id=7)  # fmt: skip
+    thinker = dict(
+        OMNI_THINKER,
+        audio_token_index=1,
+        image_token_index=2,
+        video_token_index=3,
+        audio_start_token_id=4,
+        audio_end_token_id=5,
+        vision_start_token_id=6,
+        vision_end_token_id=7,
+    )
     config = MRopeConfig.from_hf_config({"model_type": "qwen2_5_omni", "thinker_config": thinker})
-    got = (config.audio_token_id, config.image_token_id, config.video_token_id, config.audio_start_token_id,
-           config.audio_end_token_id, config.vision_start_token_id, config.vision_end_token_id)  # fmt: skip
+    got = (
+        config.audio_token_id,
+        config.image_token_id,
+        config.video_token_id,
+        config.audio_start_token_id,
+        config.audio_end_token_id,
+        config.vision_start_token_id,
+        config.vision_end_token_id,
+    )
     assert got == (1, 2, 3, 4, 5, 6, 7)
 
 
@@ -241,15 +261,31 @@ def test_qwen2_vl_ignores_tokens_per_second_in_vision_config():
         ({"model_type": "qwen2_vl"}, dict(spatial_merge_size=2, tokens_per_second=None, seconds_per_chunk=None)),
         ({"model_type": "qwen2_vl", "vision_config": {}}, dict(spatial_merge_size=2, tokens_per_second=None)),
         ({"model_type": "qwen2_5_vl"}, dict(spatial_merge_size=2, tokens_per_second=4.0, seconds_per_chunk=None)),
-        ({"model_type": "qwen2_5_vl", "vision_config": {"spatial_merge_size": 1}}, dict(spatial_merge_size=1, tokens_per_second=4.0)),
+        (
+            {"model_type": "qwen2_5_vl", "vision_config": {"spatial_merge_size": 1}},
+            dict(spatial_merge_size=1, tokens_per_second=4.0),
+        ),
         (
             {"model_type": "qwen2_5_omni_thinker"},
-            dict(spatial_merge_size=2, tokens_per_second=25.0, seconds_per_chunk=2.0, audio_token_id=151646,
-                 audio_start_token_id=151647, audio_end_token_id=151648),
-        ),  # fmt: skip
+            dict(
+                spatial_merge_size=2,
+                tokens_per_second=25.0,
+                seconds_per_chunk=2.0,
+                audio_token_id=151646,
+                audio_start_token_id=151647,
+                audio_end_token_id=151648,
+            ),
+        ),
         ({"model_type": "qwen2_5_omni", "thinker_config": {}}, dict(tokens_per_second=25.0, seconds_per_chunk=2.0)),
     ],
-    ids=["qwen2_vl", "qwen2_vl_empty_vision", "qwen2_5_vl", "qwen2_5_vl_merge_only", "omni_thinker", "omni_empty_thinker"],
+    ids=[
+        "qwen2_vl",
+        "qwen2_vl_empty_vision",
+        "qwen2_5_vl",
+        "qwen2_5_vl_merge_only",
+        "omni_thinker",
+        "omni_empty_thinker",
+    ],
 )
 def test_defaults_for_missing_keys(hf, expected):
     """Missing keys take the transformers defaults; the published ids fill in missing ids."""
@@ -373,7 +409,12 @@ def test_bad_seconds_per_chunk(value):
         (dict(OMNI_THINKER, seconds_per_chunk="two"), "seconds_per_chunk"),
         (_with(QWEN2_5_VL, ("vision_config", "tokens_per_second"), [2]), "tokens_per_second"),
     ],
-    ids=["tokens_per_second_string", "position_id_per_seconds_string", "seconds_per_chunk_string", "tokens_per_second_list"],
+    ids=[
+        "tokens_per_second_string",
+        "position_id_per_seconds_string",
+        "seconds_per_chunk_string",
+        "tokens_per_second_list",
+    ],
 )
 def test_non_numeric_scales(hf, name):
     """A temporal scale or chunk length that is not a number is rejected with a message naming it."""
@@ -391,7 +432,8 @@ def test_non_numeric_scales(hf, name):
     ],
 )
 def test_values_the_kernels_cannot_represent(kwargs, match):
-    """Time scales past 1e6 (float32 and int64 chunk limits) and token ids past 2**53 are a ValueError naming the field."""
+    """Time scales past 1e6 (float32 and int64 chunk limits) and token ids past 2**53 are a ValueError naming the
+    field."""
     with pytest.raises(ValueError, match=match):
         MRopeConfig(**kwargs)
 
@@ -407,12 +449,27 @@ DATA_CONFIGS = pathlib.Path(__file__).parent / "data" / "configs"
     ("name", "family", "ids"),
     [
         ("qwen3_vl.json", "qwen3_vl", dict(image_token_id=151655, video_token_id=151656, vision_start_token_id=151652)),
-        ("glm4v.json", "glm4v", dict(image_token_id=151343, vision_start_token_id=151339, video_start_token_id=151341,
-                                     video_end_token_id=151342)),  # fmt: skip
+        (
+            "glm4v.json",
+            "glm4v",
+            dict(
+                image_token_id=151343,
+                vision_start_token_id=151339,
+                video_start_token_id=151341,
+                video_end_token_id=151342,
+            ),
+        ),
         ("glm4v_moe.json", "glm4v", dict(image_token_id=151363, video_token_id=151364, vision_end_token_id=151340)),
-        ("qwen3_omni_moe.json", "qwen3_omni", dict(audio_token_id=151675, audio_start_token_id=151669,
-                                                  tokens_per_second=13.0, n_window=50)),  # fmt: skip
-        ("qwen2_5_omni.json", "qwen2_5_omni", dict(audio_token_id=151646, tokens_per_second=25.0, seconds_per_chunk=2.0)),
+        (
+            "qwen3_omni_moe.json",
+            "qwen3_omni",
+            dict(audio_token_id=151675, audio_start_token_id=151669, tokens_per_second=13.0, n_window=50),
+        ),
+        (
+            "qwen2_5_omni.json",
+            "qwen2_5_omni",
+            dict(audio_token_id=151646, tokens_per_second=25.0, seconds_per_chunk=2.0),
+        ),
     ],
 )
 def test_published_configs(name, family, ids):
@@ -434,16 +491,34 @@ def test_model_folder(tmp_path):
 
 def test_ids_in_text_config():
     """Ids may sit in text_config, as some published files put them."""
-    hf = {"model_type": "qwen3_vl", "text_config": {"image_token_id": 7, "video_token_id": 8,
-                                                    "vision_start_token_id": 9, "vision_end_token_id": 10}}  # fmt: skip
+    hf = {
+        "model_type": "qwen3_vl",
+        "text_config": {
+            "image_token_id": 7,
+            "video_token_id": 8,
+            "vision_start_token_id": 9,
+            "vision_end_token_id": 10,
+        },
+    }
     config = MRopeConfig.from_hf_config(hf)
-    assert (config.image_token_id, config.video_token_id, config.vision_start_token_id, config.vision_end_token_id) == (7, 8, 9, 10)
+    assert (config.image_token_id, config.video_token_id, config.vision_start_token_id, config.vision_end_token_id) == (
+        7,
+        8,
+        9,
+        10,
+    )
 
 
 @pytest.mark.parametrize("semantics", ["reference", "vllm-0.33", "transformers-4.57", "transformers-5"])
 def test_semantics_presets(semantics):
     """Every preset is accepted for every family and reported by config.semantics."""
-    for hf in (QWEN2_VL, QWEN2_5_VL, {"model_type": "qwen3_vl"}, {"model_type": "glm4v"}, {"model_type": "qwen3_omni_moe_thinker"}):
+    for hf in (
+        QWEN2_VL,
+        QWEN2_5_VL,
+        {"model_type": "qwen3_vl"},
+        {"model_type": "glm4v"},
+        {"model_type": "qwen3_omni_moe_thinker"},
+    ):
         assert MRopeConfig.from_hf_config(hf, semantics=semantics).semantics == semantics
 
 

@@ -41,7 +41,11 @@ def random_prompt(rng: np.random.Generator, config: MRopeConfig, num_items: int,
         kind = kinds[int(rng.integers(len(kinds)))]
         if kind == "audio":
             frames = int(rng.integers(3, 400))
-            ids += [config.audio_start_token_id] + [config.audio_token_id] * audio_token_count(frames) + [config.audio_end_token_id]
+            ids += (
+                [config.audio_start_token_id]
+                + [config.audio_token_id] * audio_token_count(frames)
+                + [config.audio_end_token_id]
+            )
             audio.append(frames)
             continue
         t = 1 if kind == "image" else int(rng.integers(1, 8))
@@ -98,14 +102,17 @@ def make_plan(rng: np.random.Generator, lengths: dict, max_num_batched_tokens: i
 
 
 def build(config, prompts: dict, max_num_batched_tokens: int, device, **kwargs) -> PositionTracker:
-    tracker = PositionTracker(config, max_num_reqs=len(prompts), max_num_batched_tokens=max_num_batched_tokens,
-                              device=device, **kwargs)  # fmt: skip
+    tracker = PositionTracker(
+        config, max_num_reqs=len(prompts), max_num_batched_tokens=max_num_batched_tokens, device=device, **kwargs
+    )
     for rid, (ids, kw) in prompts.items():
         tracker.add_request(rid, ids, **kw)
     return tracker
 
 
-def workload(seed: int, family: str, num_reqs: int, num_items: int, max_text: int, max_num_batched_tokens: int, num_steps: int):
+def workload(
+    seed: int, family: str, num_reqs: int, num_items: int, max_text: int, max_num_batched_tokens: int, num_steps: int
+):
     rng = np.random.default_rng(seed)
     config = CONFIGS[family]
     prompts = {rid: random_prompt(rng, config, num_items, max_text) for rid in range(num_reqs)}
@@ -145,8 +152,11 @@ def keep_gpu_busy() -> None:
 
 @pytest.mark.parametrize("family", sorted(CONFIGS))
 def test_cuda_matches_cpu_random_workload(family):
-    """A random workload (chunked prefill, decode, drafts, rollbacks) gives the CPU tracker's positions on the device."""
-    config, prompts, plan = workload(1, family, num_reqs=8, num_items=4, max_text=40, max_num_batched_tokens=512, num_steps=150)
+    """A random workload (chunked prefill, decode, drafts, rollbacks) gives the CPU tracker's positions on the
+    device."""
+    config, prompts, plan = workload(
+        1, family, num_reqs=8, num_items=4, max_text=40, max_num_batched_tokens=512, num_steps=150
+    )
     expected = iter(cpu_results(config, prompts, plan, 512))
     gpu = build(config, prompts, 512, DEVICE)
     for k, op in enumerate(plan):
@@ -159,7 +169,9 @@ def test_cuda_matches_cpu_random_workload(family):
 
 def test_output_is_device_view_of_positions():
     """The returned tensor lives on the device and is a (3, n) view of tracker.positions, the same every step."""
-    config, prompts, plan = workload(2, "qwen2_5_vl", num_reqs=4, num_items=2, max_text=10, max_num_batched_tokens=256, num_steps=30)
+    config, prompts, plan = workload(
+        2, "qwen2_5_vl", num_reqs=4, num_items=2, max_text=10, max_num_batched_tokens=256, num_steps=30
+    )
     gpu = build(config, prompts, 256, DEVICE)
     positions = gpu.positions
     assert positions.device.type == "cuda" and tuple(positions.shape) == (3, 257)
@@ -178,8 +190,13 @@ def test_output_is_device_view_of_positions():
 @pytest.mark.parametrize("num_staging_buffers", [1, 2, 4])
 def test_staging_buffers_are_pinned(num_staging_buffers):
     """A CUDA tracker stages through `num_staging_buffers` pinned host buffers of the positions' shape."""
-    tracker = PositionTracker(CONFIGS["qwen2_vl"], max_num_reqs=2, max_num_batched_tokens=128, device=DEVICE,
-                              num_staging_buffers=num_staging_buffers)  # fmt: skip
+    tracker = PositionTracker(
+        CONFIGS["qwen2_vl"],
+        max_num_reqs=2,
+        max_num_batched_tokens=128,
+        device=DEVICE,
+        num_staging_buffers=num_staging_buffers,
+    )
     host = tracker.buffers.host_buffers()
     assert len(host) == num_staging_buffers
     for buf in host:
@@ -192,8 +209,9 @@ def test_staging_buffers_are_pinned(num_staging_buffers):
 def test_queued_steps_without_sync_match_cpu(num_staging_buffers):
     """100 large unsynchronised steps behind a busy device all land intact: no in-flight staging copy is overwritten."""
     max_tokens = 8192
-    config, prompts, plan = workload(3, "qwen2_5_omni", num_reqs=8, num_items=200, max_text=800,
-                                     max_num_batched_tokens=max_tokens, num_steps=100)  # fmt: skip
+    config, prompts, plan = workload(
+        3, "qwen2_5_omni", num_reqs=8, num_items=200, max_text=800, max_num_batched_tokens=max_tokens, num_steps=100
+    )
     steps = [op for op in plan if op[0] == "step"]
     assert len(steps) == 100 and sum(sum(counts) for _, _, counts in steps) > 300_000
     expected = cpu_results(config, prompts, plan, max_tokens)
@@ -214,7 +232,9 @@ def test_queued_steps_without_sync_match_cpu(num_staging_buffers):
 
 def test_int32_on_cuda():
     """dtype=torch.int32 on the device gives int32 positions equal to the CPU int64 tracker's."""
-    config, prompts, plan = workload(4, "qwen2_5_vl", num_reqs=6, num_items=3, max_text=30, max_num_batched_tokens=300, num_steps=80)
+    config, prompts, plan = workload(
+        4, "qwen2_5_vl", num_reqs=6, num_items=3, max_text=30, max_num_batched_tokens=300, num_steps=80
+    )
     expected = iter(cpu_results(config, prompts, plan, 300))
     gpu = build(config, prompts, 300, DEVICE, dtype=torch.int32)
     assert gpu.positions.dtype == torch.int32
@@ -228,7 +248,9 @@ def test_int32_on_cuda():
 
 def test_rejected_step_on_cuda_changes_nothing():
     """A rejected step on a CUDA tracker leaves later results equal to the CPU tracker's."""
-    config, prompts, plan = workload(5, "qwen2_vl", num_reqs=4, num_items=2, max_text=20, max_num_batched_tokens=128, num_steps=20)
+    config, prompts, plan = workload(
+        5, "qwen2_vl", num_reqs=4, num_items=2, max_text=20, max_num_batched_tokens=128, num_steps=20
+    )
     expected = iter(cpu_results(config, prompts, plan, 128))
     gpu = build(config, prompts, 128, DEVICE)
     for op in plan:
@@ -251,8 +273,11 @@ def test_cuda_tracker_always_stages():
 
 @pytest.mark.parametrize("copy_mode", ["rows", "span"])
 def test_copy_modes_match_cpu(copy_mode):
-    """Both staging copies (three row copies, or one span) land the CPU tracker's positions, also when queued unsynchronised."""
-    config, prompts, plan = workload(6, "qwen2_5_omni", num_reqs=6, num_items=6, max_text=60, max_num_batched_tokens=1024, num_steps=60)
+    """Both staging copies (three row copies, or one span) land the CPU tracker's positions, also when queued
+    unsynchronised."""
+    config, prompts, plan = workload(
+        6, "qwen2_5_omni", num_reqs=6, num_items=6, max_text=60, max_num_batched_tokens=1024, num_steps=60
+    )
     expected = cpu_results(config, prompts, plan, 1024)
     gpu = build(config, prompts, 1024, DEVICE, num_staging_buffers=2)
     gpu.buffers.copy_mode = copy_mode
@@ -280,7 +305,9 @@ def test_row_copies_scale_with_the_step():
 
 def test_num_computed_tokens_and_int32_arrays_on_cuda():
     """Steps given num_computed_tokens as int32 arrays equal a CPU tracker that rolls back to the same counts."""
-    config, prompts, _ = workload(7, "qwen2_5_vl", num_reqs=4, num_items=2, max_text=20, max_num_batched_tokens=4096, num_steps=1)
+    config, prompts, _ = workload(
+        7, "qwen2_5_vl", num_reqs=4, num_items=2, max_text=20, max_num_batched_tokens=4096, num_steps=1
+    )
     cpu = build(config, prompts, 4096, "cpu")  # room for any catch-up step below
     gpu = build(config, prompts, 4096, DEVICE)
     rng = np.random.default_rng(7)

@@ -13,7 +13,6 @@ import shutil
 
 import numpy as np
 import pytest
-
 from family_prompts import CONFIG_DIR
 
 from mrope_tracker import MRopeConfig
@@ -81,8 +80,11 @@ def test_counts_match_the_divergence_conditions(qwen2_5_vl_folder):
             break
     result = compare(qwen2_5_vl_folder, num_prompts=NUM, seed=seed)
     pairs = {(p["a"], p["b"]): p for p in result["pairs"]}
-    for (a, b), divergence in ((("reference", "vllm-0.33"), "D3"), (("reference", "transformers-4.57"), "D2"),
-                               (("reference", "transformers-5"), "D1")):  # fmt: skip
+    for (a, b), divergence in (
+        (("reference", "vllm-0.33"), "D3"),
+        (("reference", "transformers-4.57"), "D2"),
+        (("reference", "transformers-5"), "D1"),
+    ):
         expected = sum(_exposes(p, divergence) for p in prompts)
         assert expected > 0, divergence
         assert pairs[(a, b)]["differ"] == expected
@@ -146,8 +148,15 @@ def test_jsonl_prompts_and_json_output(tmp_path, capsys):
     (pair,) = result["pairs"]
     assert pair["differ"] == 1 and pair["divergences"] == {"D1": 1}
     # vision_end follows the video: R-max puts it at 2 + 5 + 1, R-hw at 2 + max(2, 2)
-    assert pair["example"] == {"prompt": 0, "token": 26, "a": [8, 8, 8], "b": [4, 4, 4], "delta_a": -18,
-                               "delta_b": -20, "divergences": "D1"}  # fmt: skip
+    assert pair["example"] == {
+        "prompt": 0,
+        "token": 26,
+        "a": [8, 8, 8],
+        "b": [4, 4, 4],
+        "delta_a": -18,
+        "delta_b": -20,
+        "divergences": "D1",
+    }
 
 
 def test_bad_inputs_exit_2_with_a_message(tmp_path, capsys):

@@ -117,7 +117,8 @@ def both(config, ids, mask, items, av=False, **extra):
 @batches
 @given(data=st.data())
 def test_padded_batches_equal_transformers(family, data):
-    """Random padded batches (left or right, 1-8 rows, text-only rows mixed in): the installed transformers' output, exactly."""
+    """Random padded batches (left or right, 1-8 rows, text-only rows mixed in): the installed transformers'
+    output, exactly."""
     config, rows, left, extra, av = data.draw(batches_of(family))
     ids, mask, items = pack(rows, left, extra)
     if family in _OMNI and items["video_grid_thw"] is None:
@@ -179,7 +180,9 @@ def _video_batch(config_name: str, grid, sp):
     row = [5, c.vision_start_token_id] + [c.video_token_id] * n + [c.vision_end_token_id, 6, 7]
     ids = torch.tensor([[PAD_ID] * 3 + row, row + [PAD_ID] * 3])
     mask = (ids != PAD_ID).long()
-    items = dict(video_grid_thw=torch.tensor([grid, grid]), second_per_grid_ts=torch.tensor([sp, sp], dtype=torch.float32))
+    items = dict(
+        video_grid_thw=torch.tensor([grid, grid]), second_per_grid_ts=torch.tensor([sp, sp], dtype=torch.float32)
+    )
     return config, ids, mask, items
 
 
@@ -206,7 +209,9 @@ def test_installed_line_preset_in_prompt_positions():
     config = {**config, "vision_config": {**config["vision_config"], "tokens_per_second": 3}}
     row = ids[1:2, :-3]  # the right-padded row, unpadded
     grid, sp = items["video_grid_thw"][:1], items["second_per_grid_ts"][:1]
-    theirs = hf_native.rope_index(config, row, attention_mask=torch.ones_like(row), video_grid_thw=grid, second_per_grid_ts=sp)
+    theirs = hf_native.rope_index(
+        config, row, attention_mask=torch.ones_like(row), video_grid_thw=grid, second_per_grid_ts=sp
+    )
     preset = MRopeConfig.from_hf_config(config, semantics=hf.default_semantics())
     positions, delta = prompt_positions(preset, row[0].tolist(), video_grid_thw=grid, second_per_grid_ts=sp)
     np.testing.assert_array_equal(positions, theirs[0][:, 0].numpy())
@@ -230,8 +235,10 @@ def test_qwen3_omni_fractional_times_are_float32():
     row = [5, c.vision_start_token_id] + [c.video_token_id] * 6 + [c.vision_end_token_id, 6]
     ids = torch.tensor([row + [PAD_ID], [PAD_ID, PAD_ID] + row[:-1]])
     mask = (ids != PAD_ID).long()
-    items = dict(video_grid_thw=torch.tensor([[3, 2, 4], [3, 2, 4]]),
-                 second_per_grid_ts=torch.tensor([2 / 3, 2 / 3], dtype=torch.float32))
+    items = dict(
+        video_grid_thw=torch.tensor([[3, 2, 4], [3, 2, 4]]),
+        second_per_grid_ts=torch.tensor([2 / 3, 2 / 3], dtype=torch.float32),
+    )
     ours, theirs = both(config, ids, mask, items)
     assert_same(ours, theirs)
     assert ours[0].dtype == torch.float32 and not torch.equal(ours[0], ours[0].round())
@@ -248,8 +255,11 @@ def test_qwen3_omni_window_of_transformers_5():
     g = (rest - 1) // 2 + 1
     n = ((g - 1) // 2 + 1 - 1) // 2 + 1 + 13 * (frames // window)
     c = MRopeConfig.from_hf_config(config)
-    row = [5, c.audio_start_token_id] + [c.audio_token_id] * n + [c.audio_end_token_id, 6, c.vision_start_token_id,
-                                                                   c.image_token_id, c.vision_end_token_id]
+    row = (
+        [5, c.audio_start_token_id]
+        + [c.audio_token_id] * n
+        + [c.audio_end_token_id, 6, c.vision_start_token_id, c.image_token_id, c.vision_end_token_id]
+    )
     ids = torch.tensor([row])
     items = dict(image_grid_thw=torch.tensor([[1, 2, 2]]), audio_feature_lengths=torch.tensor([frames]))
     assert_same(*both(config, ids, torch.ones_like(ids), items))
@@ -322,14 +332,30 @@ def _tiny_qwen2_vl():
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
     from transformers.utils import logging as hf_logging
 
-    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=151700, max_position_embeddings=1024)
+    text = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=151700,
+        max_position_embeddings=1024,
+    )
     if _MAJOR >= 5:  # rope_scaling became rope_parameters
         rope = {"rope_parameters": {"rope_type": "default", "mrope_section": [2, 1, 1], "rope_theta": 1e6}}
     else:
         rope = {"rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]}}
-    vision = dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, spatial_merge_size=2,
-                  patch_size=14, temporal_patch_size=2, in_channels=3)
+    vision = dict(
+        depth=1,
+        embed_dim=32,
+        hidden_size=32,
+        num_heads=2,
+        mlp_ratio=2,
+        spatial_merge_size=2,
+        patch_size=14,
+        temporal_patch_size=2,
+        in_channels=3,
+    )
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
@@ -347,8 +373,12 @@ def test_patch_on_a_tiny_model_gives_the_same_logits(monkeypatch):
     row = [5, c.vision_start_token_id] + [c.image_token_id] * 4 + [c.vision_end_token_id, 6, 7]
     ids = torch.tensor([[PAD_ID, PAD_ID] + row, row + [8, 9]])
     mask = (ids != PAD_ID).long()
-    inputs = dict(input_ids=ids, attention_mask=mask, image_grid_thw=torch.tensor([[1, 4, 4]] * 2),
-                  pixel_values=torch.randn(32, 3 * 2 * 14 * 14))
+    inputs = dict(
+        input_ids=ids,
+        attention_mask=mask,
+        image_grid_thw=torch.tensor([[1, 4, 4]] * 2),
+        pixel_values=torch.randn(32, 3 * 2 * 14 * 14),
+    )
     if _MAJOR >= 5:
         inputs["mm_token_type_ids"] = hf.mm_token_type_ids(c, ids)
     with torch.no_grad():
@@ -389,9 +419,11 @@ def _stand_in_class(module: str, class_name: str):
 
     modeling = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
     owner = getattr(modeling, class_name)
-    attrs_ = {name: getattr(owner, name) for name in ("get_rope_index", "get_llm_pos_ids_for_vision",
-                                                      "get_chunked_index", "get_vision_position_ids")
-              if hasattr(owner, name)}
+    attrs_ = {
+        name: getattr(owner, name)
+        for name in ("get_rope_index", "get_llm_pos_ids_for_vision", "get_chunked_index", "get_vision_position_ids")
+        if hasattr(owner, name)
+    }
     return type(f"StandIn{class_name}", (_StandIn,), attrs_)
 
 
@@ -427,8 +459,12 @@ def test_patch_keeps_qwen2_5_vl_keywords_and_positions():
     config = load_config("qwen2_5_vl")
     owner = _stand_in_class("qwen2_5_vl", "Qwen2_5_VLModel")(_hf_config(config, "qwen2_5_vl", "Qwen2_5_VLConfig"))
     _, ids, mask, items = _video_batch("qwen2_5_vl", (4, 2, 4), 0.5)
-    kwargs = dict(image_grid_thw=None, video_grid_thw=items["video_grid_thw"],
-                  second_per_grid_ts=items["second_per_grid_ts"], attention_mask=mask)
+    kwargs = dict(
+        image_grid_thw=None,
+        video_grid_thw=items["video_grid_thw"],
+        second_per_grid_ts=items["second_per_grid_ts"],
+        attention_mask=mask,
+    )
     if _MAJOR >= 5:
         kwargs["mm_token_type_ids"] = hf.mm_token_type_ids(config, ids)
     expected = type(owner).get_rope_index(owner, ids, **kwargs)

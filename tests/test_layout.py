@@ -3,11 +3,10 @@
 import numpy as np
 import pytest
 from hypothesis import given
+from strategies import prompts
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions
 from mrope_tracker.kernels import layout_codes as C
-
-from strategies import prompts
 
 CONFIG = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
 IMG, VS, VE = CONFIG.image_token_id, CONFIG.vision_start_token_id, CONFIG.vision_end_token_id
@@ -47,7 +46,10 @@ def _mutated(col, row, value):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(rows=np.zeros((0, C.NUM_COLS), np.int64), scales=np.zeros((0, 2), np.float32)), r"rows\[0\]: expected at least one row"),
+        (
+            dict(rows=np.zeros((0, C.NUM_COLS), np.int64), scales=np.zeros((0, 2), np.float32)),
+            r"rows\[0\]: expected at least one row",
+        ),
         (dict(rows=_mutated(C.COL_TOK_START, 1, 4)), r"rows\[1\]: expected rows that tile"),
         (dict(rows=_mutated(C.COL_TOK_LEN, 2, 0)), r"rows\[2\]: expected rows of positive length"),
         (dict(num_tokens=20), r"rows\[2\]: expected rows of positive length ending exactly at num_tokens"),
@@ -85,7 +87,9 @@ def test_tracker_takes_a_checked_layout():
     """add_request_layout with a rebuilt layout gives the same positions as add_request."""
     g = good_layout()
     a = PositionTracker(CONFIG, max_num_reqs=2, max_num_batched_tokens=32)
-    a.add_request_layout("r", PromptLayout(g.rows.copy(), g.scales.copy(), g.num_tokens, g.delta), num_computed_tokens=1)
+    a.add_request_layout(
+        "r", PromptLayout(g.rows.copy(), g.scales.copy(), g.num_tokens, g.delta), num_computed_tokens=1
+    )
     b = PositionTracker(CONFIG, max_num_reqs=2, max_num_batched_tokens=32)
     b.add_request("r", IDS, image_grid_thw=[[1, 4, 6]], num_computed_tokens=1)
     assert a.prepare(["r"], [14]).tolist() == b.prepare(["r"], [14]).tolist()
@@ -163,11 +167,15 @@ Q_IDS = np.array([1, Q_VS, 7, 8, Q_VS] + [Q_V] * 4 + [Q_VE, 7, 9, Q_VS] + [Q_V] 
 Q_MASK = [False] * 3 + [True] * 4 + [False] * 4 + [True] * 4 + [False]
 
 
-@pytest.mark.parametrize("form", [list, np.array, lambda m: __import__("torch").tensor(m)], ids=["list", "numpy", "tensor"])
+@pytest.mark.parametrize(
+    "form", [list, np.array, lambda m: __import__("torch").tensor(m)], ids=["list", "numpy", "tensor"]
+)
 def test_frames_from_is_embed(form):
     """A Qwen3-VL video range spanning its frames and timestamps, with is_embed in any form, equals the token form."""
     tokens = PromptLayout.from_tokens(QWEN3, Q_IDS, video_grid_thw=[[2, 4, 4]])
-    ranges = PromptLayout.from_ranges(QWEN3, len(Q_IDS), video_ranges=[(2, 16, form(Q_MASK))], video_grid_thw=[[2, 4, 4]])
+    ranges = PromptLayout.from_ranges(
+        QWEN3, len(Q_IDS), video_ranges=[(2, 16, form(Q_MASK))], video_grid_thw=[[2, 4, 4]]
+    )
     np.testing.assert_array_equal(ranges.rows, tokens.rows)
     assert ranges.delta == tokens.delta
 
@@ -194,8 +202,9 @@ def test_frames_back_to_back_in_one_run():
     """Frames with no text between them form one run of the mask, split into frames."""
     ids = np.array([1, Q_VS] + [Q_V] * 8 + [Q_VE, 2])
     tokens = PromptLayout.from_tokens(QWEN3, ids, video_grid_thw=[[2, 4, 4]])
-    ranges = PromptLayout.from_ranges(QWEN3, len(ids), video_ranges=[(1, 10, [False] + [True] * 8 + [False])],
-                                      video_grid_thw=[[2, 4, 4]])  # fmt: skip
+    ranges = PromptLayout.from_ranges(
+        QWEN3, len(ids), video_ranges=[(1, 10, [False] + [True] * 8 + [False])], video_grid_thw=[[2, 4, 4]]
+    )
     np.testing.assert_array_equal(ranges.rows, tokens.rows)
 
 
@@ -204,9 +213,18 @@ def test_checked_interleave_order():
     config = MRopeConfig(family="qwen2_5_omni", tokens_per_second=2, seconds_per_chunk=2)  # chunk C = 4
     v, a = config.video_token_id, config.audio_token_id
     block = [v] * 4 + [a] * 4 + [v] * 4 + [a] * 2  # video (4, 2, 4), sp 1: transformers' layout
-    ids = [1, config.vision_start_token_id, config.audio_start_token_id, *block,
-           config.audio_end_token_id, config.vision_end_token_id, 2]  # fmt: skip
-    kwargs = dict(video_grid_thw=[[4, 2, 4]], second_per_grid_ts=[1.0], audio_feature_lengths=[24], use_audio_in_video=True)
+    ids = [
+        1,
+        config.vision_start_token_id,
+        config.audio_start_token_id,
+        *block,
+        config.audio_end_token_id,
+        config.vision_end_token_id,
+        2,
+    ]
+    kwargs = dict(
+        video_grid_thw=[[4, 2, 4]], second_per_grid_ts=[1.0], audio_feature_lengths=[24], use_audio_in_video=True
+    )
     layout = PromptLayout.from_ranges(config, len(ids), video_ranges=[(3, 14)], token_ids=ids, **kwargs)
     np.testing.assert_array_equal(layout.positions(), PromptLayout.from_tokens(config, ids, **kwargs).positions())
     swapped = ids[:3] + [a] * 4 + [v] * 8 + [a] * 2 + ids[-3:]
@@ -260,5 +278,9 @@ def test_layout_attrs_fields_are_its_four_public_ones():
     fields = attrs.asdict(layout)
     assert list(fields) == ["rows", "scales", "num_tokens", "delta"]
     assert not any(value.flags.writeable for value in (fields["rows"], fields["scales"]))
-    for rebuilt in (PromptLayout(**fields), PromptLayout(*attrs.astuple(layout)), attrs.evolve(layout, delta=layout.delta)):
+    for rebuilt in (
+        PromptLayout(**fields),
+        PromptLayout(*attrs.astuple(layout)),
+        attrs.evolve(layout, delta=layout.delta),
+    ):
         assert rebuilt.positions().tolist() == layout.positions().tolist()

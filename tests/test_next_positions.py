@@ -8,9 +8,9 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from spec_cases import qwen2_vl, tokens
 
 from mrope_tracker import next_positions, prompt_positions, reference
-from spec_cases import qwen2_vl, tokens
 
 SENTINEL = -7
 
@@ -180,7 +180,9 @@ _ARGS = ("out_offset", "delta", "context_len", "num_new_tokens")
 
 
 @pytest.mark.parametrize("name", _ARGS)
-@pytest.mark.parametrize("value", [1.0, True, "1", None, np.float64(1.0)], ids=["float", "bool", "str", "none", "np_float"])
+@pytest.mark.parametrize(
+    "value", [1.0, True, "1", None, np.float64(1.0)], ids=["float", "bool", "str", "none", "np_float"]
+)
 def test_non_int_arguments(name, value):
     """A non-int out_offset, delta, context_len or num_new_tokens is a TypeError naming it."""
     args = dict(out_offset=0, delta=0, context_len=0, num_new_tokens=1)
@@ -197,7 +199,9 @@ def test_negative_arguments(name):
 
 
 @pytest.mark.parametrize("name", _ARGS)
-@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 2**100], ids=["int64_max_plus_one", "int64_min_minus_one", "huge"])
+@pytest.mark.parametrize(
+    "value", [2**63, -(2**63) - 1, 2**100], ids=["int64_max_plus_one", "int64_min_minus_one", "huge"]
+)
 def test_ints_outside_int64(name, value):
     """An int that does not fit int64 is a ValueError naming it (never an OverflowError)."""
     args = dict(out_offset=0, delta=0, context_len=5, num_new_tokens=1)
@@ -211,7 +215,8 @@ def test_negative_positions():
 
 
 def test_positions_past_int64_range_are_refused():
-    """Plain-int arguments whose positions would pass 2**62 are a ValueError naming context_len, and nothing is written."""
+    """Plain-int arguments whose positions would pass 2**62 are a ValueError naming context_len, and nothing is
+    written."""
     out = np.zeros((3, 4), np.int64)
     with pytest.raises(ValueError, match="context_len"):
         next_positions(out, 0, 0, 2**63 - 2, 3)

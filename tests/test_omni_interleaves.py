@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions, reference
 from mrope_tracker.families.interleave import compact, hf_walker_runs, vllm_chunk_runs
 
-CONVENTIONS = [("qwen2_5_omni", "transformers"), ("qwen2_5_omni", "model"), ("qwen2_5_omni", "vllm"), ("qwen3_omni", "transformers")]
+CONVENTIONS = [
+    ("qwen2_5_omni", "transformers"),
+    ("qwen2_5_omni", "model"),
+    ("qwen2_5_omni", "vllm"),
+    ("qwen3_omni", "transformers"),
+]
 
 
 def _config(prompt) -> MRopeConfig:
@@ -50,7 +55,9 @@ def test_every_convention_follows_identity(family, convention, data):
     np.testing.assert_array_equal(positions, expected)
     assert got_delta == delta
     named = PromptLayout.from_ranges(config, prompt.num_tokens, **_range_kwargs_float64_sp(prompt))
-    explicit = PromptLayout.from_ranges(config, prompt.num_tokens, **dict(prompt.range_kwargs(), interleave=prompt.interleave_runs()))
+    explicit = PromptLayout.from_ranges(
+        config, prompt.num_tokens, **dict(prompt.range_kwargs(), interleave=prompt.interleave_runs())
+    )
     for layout in (named, explicit):
         np.testing.assert_array_equal(layout.positions(), expected)
         assert layout.delta == delta
@@ -62,7 +69,9 @@ def test_every_convention_follows_identity(family, convention, data):
 def test_long_videos_in_random_chunks(family, convention, data):
     """Long videos (up to 300 temporal patches) fed to a tracker in chunks that split
     anywhere inside the interleave come out as the reference, then index + delta."""
-    prompt = data.draw(family_prompts(family, interleave=convention, use_audio_in_video=True, min_videos=1, max_items=2))
+    prompt = data.draw(
+        family_prompts(family, interleave=convention, use_audio_in_video=True, min_videos=1, max_items=2)
+    )
     config = _config(prompt)
     expected, delta = _reference(prompt)
     tracker = PositionTracker(config, max_num_reqs=2, max_num_batched_tokens=4096)
@@ -74,7 +83,9 @@ def test_long_videos_in_random_chunks(family, convention, data):
         done += n
     got = np.concatenate(chunks, axis=1)
     np.testing.assert_array_equal(got[:, : prompt.num_tokens], expected)
-    np.testing.assert_array_equal(got[:, prompt.num_tokens :], np.arange(prompt.num_tokens, done) + delta + np.zeros((3, 1), np.int64))
+    np.testing.assert_array_equal(
+        got[:, prompt.num_tokens :], np.arange(prompt.num_tokens, done) + delta + np.zeros((3, 1), np.int64)
+    )
 
 
 def test_conventions_differ_when_chunks_go_empty():
@@ -90,10 +101,21 @@ def test_conventions_differ_when_chunks_go_empty():
     results = []
     for runs in (hf, vllm):
         kinds = [config.video_token_id if k == 0 else config.audio_token_id for k, c in runs for _ in range(c)]
-        ids = [7, config.vision_start_token_id, config.audio_start_token_id, *kinds,
-               config.audio_end_token_id, config.vision_end_token_id, 8]  # fmt: skip
-        kwargs = dict(video_grid_thw=[[t, 2 * h, 2 * w]], second_per_grid_ts=[sp], audio_feature_lengths=[4 * n_audio],
-                      use_audio_in_video=True)  # fmt: skip
+        ids = [
+            7,
+            config.vision_start_token_id,
+            config.audio_start_token_id,
+            *kinds,
+            config.audio_end_token_id,
+            config.vision_end_token_id,
+            8,
+        ]
+        kwargs = dict(
+            video_grid_thw=[[t, 2 * h, 2 * w]],
+            second_per_grid_ts=[sp],
+            audio_feature_lengths=[4 * n_audio],
+            use_audio_in_video=True,
+        )
         positions, delta = prompt_positions(config, ids, **kwargs)
         ref, ref_delta = reference.prompt_positions(config, ids, **kwargs)
         np.testing.assert_array_equal(positions, ref.numpy())

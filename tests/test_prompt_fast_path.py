@@ -20,20 +20,25 @@ import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from strategies import prompts
 
 from mrope_tracker import MRopeConfig, prompt_positions, reference
 from mrope_tracker import positions as positions_module
 from mrope_tracker.families import SEMANTICS
 from mrope_tracker.kernels.prompt import RECORDS_SCRATCH_SIZE
-from strategies import prompts
 
 
 def _checked(config, token_ids, **kwargs):
     """The checked path alone: what the fast kernels must agree with."""
     return positions_module._checked_prompt_positions(
-        config, token_ids, kwargs.get("image_grid_thw"), kwargs.get("video_grid_thw"),
-        kwargs.get("second_per_grid_ts"), kwargs.get("audio_feature_lengths"), kwargs.get("use_audio_in_video", False),
-    )  # fmt: skip
+        config,
+        token_ids,
+        kwargs.get("image_grid_thw"),
+        kwargs.get("video_grid_thw"),
+        kwargs.get("second_per_grid_ts"),
+        kwargs.get("audio_feature_lengths"),
+        kwargs.get("use_audio_in_video", False),
+    )
 
 
 def _outcome(fn, *args, **kwargs):
@@ -84,7 +89,9 @@ def _grid_forms(grid: np.ndarray):
 @given(
     prompt=prompts(max_items=4, use_audio_in_video=False),
     semantics=st.sampled_from(SEMANTICS),
-    grid_form=st.sampled_from(("array", "list", "tuple", "list_of_arrays", "tensor", "tensor_int32", "tensor_strided", "int32")),
+    grid_form=st.sampled_from(
+        ("array", "list", "tuple", "list_of_arrays", "tensor", "tensor_int32", "tensor_strided", "int32")
+    ),
     sp_form=st.sampled_from(("array", "list", "tuple", "mixed", "float64", "tensor", "tensor64", "omitted")),
 )
 def test_fast_path_equals_checked_path(prompt, semantics, grid_form, sp_form):
@@ -114,7 +121,13 @@ def test_token_id_forms(prompt):
     assume("audio_feature_lengths" not in prompt.kwargs())
     kwargs = prompt.kwargs()
     expected = _assert_same(prompt.config, ids, **kwargs)
-    for form in (ids.tolist(), tuple(ids.tolist()), ids.astype(np.int32), np.repeat(ids, 2)[::2], torch.from_numpy(ids)):
+    for form in (
+        ids.tolist(),
+        tuple(ids.tolist()),
+        ids.astype(np.int32),
+        np.repeat(ids, 2)[::2],
+        torch.from_numpy(ids),
+    ):
         assert _assert_same(prompt.config, form, **kwargs) == expected
 
 
@@ -127,7 +140,12 @@ def test_delta_is_the_prompt_maximum_under_r_hw():
     prompt, so text between the video and a later image must not lower it.
     (Found by CI: the walk assigned the text's top instead of taking the max.)"""
     config = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2.0, semantics="transformers-5")
-    vs, ve, vid, img = config.vision_start_token_id, config.vision_end_token_id, config.video_token_id, config.image_token_id
+    vs, ve, vid, img = (
+        config.vision_start_token_id,
+        config.vision_end_token_id,
+        config.video_token_id,
+        config.image_token_id,
+    )
     ids = [vs] + [vid] * 5 + [ve, vs, img, ve]  # video (5, 2, 2): one token a frame; image (1, 2, 2)
     kwargs = dict(video_grid_thw=[[5, 2, 2]], image_grid_thw=[[1, 2, 2]], second_per_grid_ts=[1.0])
     # Frames at T = 1 + 2f (sp 1, 2 tokens a second); text resumes at 1 + max(1, 1) = 2.
@@ -135,8 +153,14 @@ def test_delta_is_the_prompt_maximum_under_r_hw():
     for form in (kwargs, {k: np.array(v) for k, v in kwargs.items()}):
         assert _assert_same(config, ids, **form) == (expected, 0)  # delta = 9 + 1 - 10
 
+
 QWEN2 = MRopeConfig(family="qwen2_vl")
-IMG, VID, VS, VE = QWEN2_5.image_token_id, QWEN2_5.video_token_id, QWEN2_5.vision_start_token_id, QWEN2_5.vision_end_token_id
+IMG, VID, VS, VE = (
+    QWEN2_5.image_token_id,
+    QWEN2_5.video_token_id,
+    QWEN2_5.vision_start_token_id,
+    QWEN2_5.vision_end_token_id,
+)
 IMAGE_IDS = [1, VS, IMG, IMG, VE, 2]  # one image of grid (1, 2, 4): 2 tokens
 VIDEO_IDS = [1, VS, VID, VID, VID, VID, VE, 2]  # one video of grid (2, 2, 4): 4 tokens
 

@@ -13,14 +13,14 @@ from collections import namedtuple
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
-
-from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions, reference
-from spec_cases import tokens
 from family_prompts import TEXT_IDS as FAMILY_TEXT_IDS
 from family_prompts import prompts_of
+from hypothesis import given
+from hypothesis import strategies as st
+from spec_cases import tokens
 from strategies import FPS_VALUES, TEXT_IDS, Prompt, audio_tokens, configs, interleave_kinds, prompts, tau_values
+
+from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions, reference
 
 # --------------------------------------------------------------------------
 # helpers
@@ -82,7 +82,13 @@ def build_prompt(config: MRopeConfig, segments) -> Prompt:
         elif kind == "image":
             _, h, w, wrap = seg
             images.append((1, h * merge, w * merge))
-            wrapped(config.vision_start_token_id, config.vision_end_token_id, wrap, "image", [config.image_token_id] * (h * w))
+            wrapped(
+                config.vision_start_token_id,
+                config.vision_end_token_id,
+                wrap,
+                "image",
+                [config.image_token_id] * (h * w),
+            )
         elif kind == "audio":
             _, frames, wrap = seg
             audio_lengths.append(frames)
@@ -93,7 +99,13 @@ def build_prompt(config: MRopeConfig, segments) -> Prompt:
             _, t, h, w, sp, wrap = seg
             videos.append((t, h * merge, w * merge))
             sps.append(sp)
-            wrapped(config.vision_start_token_id, config.vision_end_token_id, wrap, "video", [config.video_token_id] * (t * h * w))
+            wrapped(
+                config.vision_start_token_id,
+                config.vision_end_token_id,
+                wrap,
+                "video",
+                [config.video_token_id] * (t * h * w),
+            )
         else:  # "av"
             _, t, h, w, sp, frames = seg
             videos.append((t, h * merge, w * merge))
@@ -221,7 +233,15 @@ def test_every_slice_of_a_grid(family):
     video (slices that start at a frame or row edge and end inside a row, the
     cases random slices rarely draw) equals the whole prompt's columns."""
     config = MRopeConfig(family=family)
-    prompt = build_prompt(config, [("text", 2), ("image", 3, 4, True), ("video", 3, 3, 4, None if family == "qwen2_vl" else 2.0, True), ("text", 1)])
+    prompt = build_prompt(
+        config,
+        [
+            ("text", 2),
+            ("image", 3, 4, True),
+            ("video", 3, 3, 4, None if family == "qwen2_vl" else 2.0, True),
+            ("text", 1),
+        ],
+    )
     expected, _ = _reference(prompt)
     for layout in _layouts(prompt):
         for start in range(prompt.num_tokens + 1):
@@ -317,10 +337,20 @@ FORMS = {
     "numpy_fortran": (lambda a: np.asfortranarray(a) if a.ndim == 2 else _strided(a), _strided),
     "torch": (lambda a: torch.from_numpy(a.copy()), lambda a: torch.from_numpy(a.copy())),
     "torch_narrow": (lambda a: torch.from_numpy(a.astype(np.int32)), lambda a: torch.from_numpy(a.astype(np.float64))),
-    "torch_strided": (lambda a: torch.from_numpy(np.repeat(a, 2, axis=0))[::2], lambda a: torch.from_numpy(np.repeat(a, 2))[::2]),
+    "torch_strided": (
+        lambda a: torch.from_numpy(np.repeat(a, 2, axis=0))[::2],
+        lambda a: torch.from_numpy(np.repeat(a, 2))[::2],
+    ),
 }
 
-_INT_ARGS = ("image_grid_thw", "video_grid_thw", "audio_feature_lengths", "image_ranges", "video_ranges", "audio_ranges")
+_INT_ARGS = (
+    "image_grid_thw",
+    "video_grid_thw",
+    "audio_feature_lengths",
+    "image_ranges",
+    "video_ranges",
+    "audio_ranges",
+)
 
 
 def _convert(kwargs: dict, form: str) -> dict:
@@ -411,7 +441,9 @@ def test_images_only(data):
 def test_videos_fractional_fps(r, data):
     """Qwen2.5-VL videos at the frame rates that expose float32 rounding (divergence D3 in docs/semantics.md) match
     the reference, and their T rows are s + trunc(float32(float32(f * sp) * r))."""
-    config = MRopeConfig(family="qwen2_5_vl", spatial_merge_size=data.draw(st.sampled_from((1, 2))), tokens_per_second=r)
+    config = MRopeConfig(
+        family="qwen2_5_vl", spatial_merge_size=data.draw(st.sampled_from((1, 2))), tokens_per_second=r
+    )
     fps = data.draw(st.sampled_from(FPS_VALUES), label="fps")
     sp = np.float32(2.0 / fps)
     t, h, w = data.draw(st.integers(1, 12)), data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
@@ -549,8 +581,15 @@ def test_items_at_prompt_edges(data):
     segments = data.draw(segment_lists(config, _item_kinds(config, av), max_items=3, text_at_ends=False))
     prompt = build_prompt(config, segments)
     ids = prompt.token_ids
-    edge_ids = {config.image_token_id, config.video_token_id, config.audio_token_id, config.vision_start_token_id,
-                config.vision_end_token_id, config.audio_start_token_id, config.audio_end_token_id}  # fmt: skip
+    edge_ids = {
+        config.image_token_id,
+        config.video_token_id,
+        config.audio_token_id,
+        config.vision_start_token_id,
+        config.vision_end_token_id,
+        config.audio_start_token_id,
+        config.audio_end_token_id,
+    }
     assert ids[0] in edge_ids and ids[-1] in edge_ids
     positions, delta = _assert_fast_matches_reference(prompt)
     for layout in _layouts(prompt):
@@ -636,7 +675,12 @@ def test_processor_float64_interleave_follows_identity():
     video_at = [i for i, tok in enumerate(ids) if tok == config.video_token_id]
     np.testing.assert_array_equal(positions[0, video_at], 2 + tau_values(frames, sp32, 25.0))
     layout = PromptLayout.from_ranges(
-        config, len(ids), video_ranges=[[3, len(ids) - 6]], second_per_grid_ts=[sp64], interleave="transformers", **kwargs
+        config,
+        len(ids),
+        video_ranges=[[3, len(ids) - 6]],
+        second_per_grid_ts=[sp64],
+        interleave="transformers",
+        **kwargs,
     )
     np.testing.assert_array_equal(layout.positions(), positions)
 

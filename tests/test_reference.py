@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from spec_cases import omni, omni_toy, qwen2_5_vl, qwen2_vl, tokens
 
 from mrope_tracker.reference import audio_token_count, next_positions, prompt_positions
-from spec_cases import omni, omni_toy, qwen2_5_vl, qwen2_vl, tokens
 
 
 def _pp(config, prompt, **kwargs):

@@ -29,31 +29,60 @@ def qwen3_vl():
 
 def glm4v(**kw):
     """GLM-4.1V ids: vision start/end are <|begin_of_image|>/<|end_of_image|>."""
-    values = dict(family="glm4v", spatial_merge_size=2, image_token_id=151343, video_token_id=151344,
-                  vision_start_token_id=151339, vision_end_token_id=151340,
-                  video_start_token_id=151341, video_end_token_id=151342)
+    values = dict(
+        family="glm4v",
+        spatial_merge_size=2,
+        image_token_id=151343,
+        video_token_id=151344,
+        vision_start_token_id=151339,
+        vision_end_token_id=151340,
+        video_start_token_id=151341,
+        video_end_token_id=151342,
+    )
     return SimpleNamespace(**{**values, **kw})
 
 
 def qwen3_omni(**kw):
     """Published Qwen3-Omni thinker values: position_id_per_seconds 13, n_window 50."""
-    values = dict(family="qwen3_omni", spatial_merge_size=2, **QWEN_IDS, audio_token_id=151675,
-                  audio_start_token_id=151669, audio_end_token_id=151670, tokens_per_second=13, n_window=50)
+    values = dict(
+        family="qwen3_omni",
+        spatial_merge_size=2,
+        **QWEN_IDS,
+        audio_token_id=151675,
+        audio_start_token_id=151669,
+        audio_end_token_id=151670,
+        tokens_per_second=13,
+        n_window=50,
+    )
     return SimpleNamespace(**{**values, **kw})
 
 
 def omni_toy(**kw):
     """Qwen2.5-Omni with the toy time scale r = 2 (chunks of 4 positions in its processor)."""
-    values = dict(family="qwen2_5_omni", spatial_merge_size=2, **QWEN_IDS, audio_token_id=151646,
-                  audio_start_token_id=151647, audio_end_token_id=151648, tokens_per_second=2, seconds_per_chunk=2)
+    values = dict(
+        family="qwen2_5_omni",
+        spatial_merge_size=2,
+        **QWEN_IDS,
+        audio_token_id=151646,
+        audio_start_token_id=151647,
+        audio_end_token_id=151648,
+        tokens_per_second=2,
+        seconds_per_chunk=2,
+    )
     return SimpleNamespace(**{**values, **kw})
 
 
 _SYMBOLS = {
-    "VS": "vision_start_token_id", "VE": "vision_end_token_id", "AS": "audio_start_token_id",
-    "AE": "audio_end_token_id", "BV": "video_start_token_id", "EV": "video_end_token_id",
-    "I": "image_token_id", "V": "video_token_id", "A": "audio_token_id",
-}  # fmt: skip
+    "VS": "vision_start_token_id",
+    "VE": "vision_end_token_id",
+    "AS": "audio_start_token_id",
+    "AE": "audio_end_token_id",
+    "BV": "video_start_token_id",
+    "EV": "video_end_token_id",
+    "I": "image_token_id",
+    "V": "video_token_id",
+    "A": "audio_token_id",
+}
 
 
 def tokens(config, prompt: str) -> list[int]:
@@ -82,8 +111,9 @@ def test_t8_qwen3_vl_image_and_video():
     # image 2x3 at 2 (max 4, VE 5); frames of 2x2 at 10 and 16 (max 11, 17); delta 21 - 28.
     config = qwen3_vl()
     prompt = "t VS I*6 VE t ts ts VS V*4 VE ts ts VS V*4 VE t t"
-    positions, delta = prompt_positions(config, tokens(config, prompt), image_grid_thw=[[1, 4, 6]],
-                                        video_grid_thw=[[2, 4, 4]])
+    positions, delta = prompt_positions(
+        config, tokens(config, prompt), image_grid_thw=[[1, 4, 6]], video_grid_thw=[[2, 4, 4]]
+    )
     assert rows(positions) == [
         [0, 1, 2, 2, 2, 2, 2, 2, 5, 6, 7, 8, 9, 10, 10, 10, 10, 12, 13, 14, 15, 16, 16, 16, 16, 18, 19, 20],
         [0, 1, 2, 2, 2, 3, 3, 3, 5, 6, 7, 8, 9, 10, 10, 11, 11, 12, 13, 14, 15, 16, 16, 17, 17, 18, 19, 20],
@@ -97,8 +127,9 @@ def test_t12_glm_image_and_video():
     # image 2x3 at 2 -> EI 5; BV 7, BI 8, frame at 9 (max 10), EI 11, ts 12 13, BI 14, frame at 15, EI 17 ...
     config = glm4v()
     prompt = "t VS I*6 VE t BV VS I*4 VE ts ts VS I*4 VE ts ts EV t t"
-    positions, delta = prompt_positions(config, tokens(config, prompt), image_grid_thw=[[1, 4, 6]],
-                                        video_grid_thw=[[2, 4, 4]])
+    positions, delta = prompt_positions(
+        config, tokens(config, prompt), image_grid_thw=[[1, 4, 6]], video_grid_thw=[[2, 4, 4]]
+    )
     assert rows(positions) == [
         [0, 1, 2, 2, 2, 2, 2, 2, 5, 6, 7, 8, 9, 9, 9, 9, 11, 12, 13, 14, 15, 15, 15, 15, 17, 18, 19, 20, 21, 22],
         [0, 1, 2, 2, 2, 3, 3, 3, 5, 6, 7, 8, 9, 9, 10, 10, 11, 12, 13, 14, 15, 15, 16, 16, 17, 18, 19, 20, 21, 22],
@@ -116,8 +147,9 @@ def test_t9_qwen3_omni_audio_in_video(float_positions):
     # pps 13, sp 1: tau 0, 13, 26; F = 100 -> 13 audio tokens; s = 3; last run = frames 1, 2 (max 29) -> e = 30.
     config = qwen3_omni()
     prompt = "t VS AS V*2 A*13 V*4 AE VE t"
-    positions, delta = prompt_positions(config, tokens(config, prompt), second_per_grid_ts=[1.0],
-                                        float_positions=float_positions, **T9)
+    positions, delta = prompt_positions(
+        config, tokens(config, prompt), second_per_grid_ts=[1.0], float_positions=float_positions, **T9
+    )
     audio = list(range(3, 16))
     assert rows(positions) == [
         [0, 1, 2, 3, 3, *audio, 16, 16, 29, 29, 30, 31, 32],
@@ -137,7 +169,8 @@ def test_t10_qwen3_omni_fractional_times():
     kwargs = dict(T9, second_per_grid_ts=[2 / 3])
     floats, float_delta = prompt_positions(config, ids, float_positions=True, **kwargs)
     assert floats[0, [3, 4, 14, 15, 20, 21, 22, 23, 24]].tolist() == pytest.approx(
-        [3, 3, 3 + 26 / 3, 3 + 26 / 3, 3 + 52 / 3, 3 + 52 / 3, 4 + 52 / 3, 5 + 52 / 3, 6 + 52 / 3], abs=1e-5)
+        [3, 3, 3 + 26 / 3, 3 + 26 / 3, 3 + 52 / 3, 3 + 52 / 3, 4 + 52 / 3, 5 + 52 / 3, 6 + 52 / 3], abs=1e-5
+    )
     assert float_delta == pytest.approx(7 + 52 / 3 - 25, abs=1e-5)
     ints, int_delta = prompt_positions(config, ids, **kwargs)
     assert ints[0, [3, 13, 14, 20, 22, 23, 24]].tolist() == [3, 11, 11, 20, 21, 22, 23]
@@ -150,8 +183,14 @@ def test_t11_qwen3_omni_short_audio_after_big_frame(float_positions):
     # F = 50: r = 50, g = 25, 7 tokens. s = 3: frame rows 3..10; audio 3..9; AE 10, VE 11, t 12; delta 13 - 77.
     config = qwen3_omni()
     ids = tokens(config, "t VS AS V*64 A*7 AE VE t")
-    positions, delta = prompt_positions(config, ids, video_grid_thw=[[1, 16, 16]], audio_feature_lengths=[50],
-                                        use_audio_in_video=True, float_positions=float_positions)
+    positions, delta = prompt_positions(
+        config,
+        ids,
+        video_grid_thw=[[1, 16, 16]],
+        audio_feature_lengths=[50],
+        use_audio_in_video=True,
+        float_positions=float_positions,
+    )
     assert positions[:, 74:].tolist() == [[10, 11, 12]] * 3
     assert positions[:, 67:74].tolist() == [list(range(3, 10))] * 3
     assert delta == -64
@@ -193,8 +232,14 @@ def test_identity_rule_frames_beyond_empty_chunks(interleave):
     # video T: frame 0 at 2, frame 1 at 12, frame 2 at 22; audio 2..7; last run video (max 22) -> e 23; delta 25 - 18.
     config = omni_toy()
     ids = tokens(config, f"t VS AS {interleave} AE VE t")
-    positions, delta = prompt_positions(config, ids, video_grid_thw=[[3, 2, 4]], second_per_grid_ts=[5.0],
-                                        audio_feature_lengths=[24], use_audio_in_video=True)
+    positions, delta = prompt_positions(
+        config,
+        ids,
+        video_grid_thw=[[3, 2, 4]],
+        second_per_grid_ts=[5.0],
+        audio_feature_lengths=[24],
+        use_audio_in_video=True,
+    )
     is_video = torch.tensor(ids) == config.video_token_id
     assert positions[:, is_video].tolist() == [[2, 2, 12, 12, 22, 22], [2] * 6, [2, 3, 2, 3, 2, 3]]
     assert positions[:, torch.tensor(ids) == config.audio_token_id].tolist() == [list(range(2, 8))] * 3
@@ -207,12 +252,17 @@ def test_qwen3_omni_identity_rule_audio_first():
     ids = tokens(config, "t VS AS A*13 V*6 AE VE t")
     positions, delta = prompt_positions(config, ids, second_per_grid_ts=[1.0], **T9)
     assert positions[:, 3:16].tolist() == [list(range(3, 16))] * 3
-    assert positions[:, 16:].tolist() == [[3, 3, 16, 16, 29, 29, 30, 31, 32], [3] * 6 + [30, 31, 32],
-                                          [3, 4, 3, 4, 3, 4, 30, 31, 32]]
+    assert positions[:, 16:].tolist() == [
+        [3, 3, 16, 16, 29, 29, 30, 31, 32],
+        [3] * 6 + [30, 31, 32],
+        [3, 4, 3, 4, 3, 4, 30, 31, 32],
+    ]
     assert delta == 8
 
 
-@pytest.mark.parametrize(("config", "default"), [(omni_toy(), 1.0), (qwen3_omni(), 2.0)], ids=["qwen2_5_omni", "qwen3_omni"])
+@pytest.mark.parametrize(
+    ("config", "default"), [(omni_toy(), 1.0), (qwen3_omni(), 2.0)], ids=["qwen2_5_omni", "qwen3_omni"]
+)
 def test_omni_default_second_per_grid_ts(config, default):
     """Without second_per_grid_ts an Omni video uses its processor's default: 1.0 (Qwen2.5-Omni), 2.0 (Qwen3-Omni)."""
     ids = tokens(config, "t VS V*8 VE t")
@@ -355,10 +405,20 @@ def test_identity_rule_matches_plain_video(data, family):
     sp = data.draw(st.sampled_from((0.5, 1.0, 2.0, 2 / 3)))
     lead = data.draw(st.integers(0, 3))
     ids = tokens(config, " ".join(["t"] * lead + ["VS", "AS"] + kinds + ["AE", "VE", "t"]))
-    positions, delta = prompt_positions(config, ids, video_grid_thw=[[t, h, w]], second_per_grid_ts=[sp],
-                                        audio_feature_lengths=[frames], use_audio_in_video=True)
-    plain, _ = prompt_positions(config, tokens(config, " ".join(["t"] * lead + ["VS"] + ["V"] * n_video + ["VE"])),
-                                video_grid_thw=[[t, h, w]], second_per_grid_ts=[sp])
+    positions, delta = prompt_positions(
+        config,
+        ids,
+        video_grid_thw=[[t, h, w]],
+        second_per_grid_ts=[sp],
+        audio_feature_lengths=[frames],
+        use_audio_in_video=True,
+    )
+    plain, _ = prompt_positions(
+        config,
+        tokens(config, " ".join(["t"] * lead + ["VS"] + ["V"] * n_video + ["VE"])),
+        video_grid_thw=[[t, h, w]],
+        second_per_grid_ts=[sp],
+    )
     shift = 0 if family == "qwen2_5_omni" else 1  # Qwen3-Omni: audio_start takes its own position
     s = lead + 1 + shift
     block = positions[:, lead + 2 : lead + 2 + len(kinds)]
@@ -385,8 +445,12 @@ def _merge(video_times, n_audio):
     return kinds + ["V"] * (len(video_times) - v) + ["A"] * (n_audio - a)
 
 
-@given(seed=st.integers(0, 2**32 - 1), sp=st.sampled_from((1.0, 2.0, 3.0, 0.5)), pps=st.sampled_from((13, 2, 4)),
-       use_aiv=st.booleans())
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    sp=st.sampled_from((1.0, 2.0, 3.0, 0.5)),
+    pps=st.sampled_from((13, 2, 4)),
+    use_aiv=st.booleans(),
+)
 def test_qwen3_omni_float_equals_integer_when_times_are_integers(seed, sp, pps, use_aiv):
     """With f*sp*pps integral, float positions (transformers' merge) equal integer ones (identity rule)."""
     assume(float(sp * pps).is_integer())
@@ -412,9 +476,13 @@ def test_qwen3_omni_float_equals_integer_when_times_are_integers(seed, sp, pps, 
                 words += ["VS", f"V*{t * hw}", "VE"]
         words += ["t"] * rng.randint(0, 2)
     ids = tokens(config, " ".join(words))
-    kwargs = dict(image_grid_thw=images or None, video_grid_thw=videos or None,
-                  second_per_grid_ts=[sp] * len(videos) or None, audio_feature_lengths=audio or None,
-                  use_audio_in_video=use_aiv)
+    kwargs = dict(
+        image_grid_thw=images or None,
+        video_grid_thw=videos or None,
+        second_per_grid_ts=[sp] * len(videos) or None,
+        audio_feature_lengths=audio or None,
+        use_audio_in_video=use_aiv,
+    )
     ints, int_delta = prompt_positions(config, ids, **kwargs)
     floats, float_delta = prompt_positions(config, ids, float_positions=True, **kwargs)
     assert floats.dtype == torch.float32 and torch.equal(floats, ints.float()) and float_delta == int_delta
@@ -426,8 +494,9 @@ def test_per_frame_video_equals_images(data):
     family = data.draw(st.sampled_from(("qwen3_vl", "glm4v")))
     config = qwen3_vl() if family == "qwen3_vl" else glm4v()
     frame = "V" if family == "qwen3_vl" else "I"
-    videos = data.draw(st.lists(st.tuples(st.integers(1, 3), st.sampled_from((2, 4)), st.sampled_from((2, 6))),
-                                min_size=1, max_size=3))
+    videos = data.draw(
+        st.lists(st.tuples(st.integers(1, 3), st.sampled_from((2, 4)), st.sampled_from((2, 6))), min_size=1, max_size=3)
+    )
     as_video, as_images = ["t"], ["t"]
     for t, h, w in videos:
         frames = []

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from spec_cases import CASES, SpecCase, tokens
 
 import mrope_tracker
 import mrope_tracker.reference
-from spec_cases import CASES, SpecCase, tokens
 
 IMPLEMENTATIONS = {
     "reference": lambda: mrope_tracker.reference.prompt_positions,

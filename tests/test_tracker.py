@@ -9,11 +9,11 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from spec_cases import omni, omni_toy, qwen2_5_vl, qwen2_vl, tokens
+from strategies import audio_tokens, interleave_kinds, tau_values
 
 from mrope_tracker import MRopeConfig, PromptLayout, reference
 from mrope_tracker.tracker import PositionTracker
-from spec_cases import omni, omni_toy, qwen2_5_vl, qwen2_vl, tokens
-from strategies import audio_tokens, interleave_kinds, tau_values
 
 # --- prompts ---------------------------------------------------------------------
 
@@ -58,15 +58,27 @@ def _ids(config, prompt: str) -> np.ndarray:
 def vl_image() -> Case:
     """Spec T1: Qwen2-VL, one image (1, 4, 6) -> 1x2x3 placeholders at 3..8."""
     c = qwen2_vl()
-    return Case("vl_image", c, _ids(c, "t t VS I*6 VE t t"), {"image_grid_thw": [[1, 4, 6]]},
-                {"image_ranges": [[3, 6]]}, ((3, 6),))  # fmt: skip
+    return Case(
+        "vl_image",
+        c,
+        _ids(c, "t t VS I*6 VE t t"),
+        {"image_grid_thw": [[1, 4, 6]]},
+        {"image_ranges": [[3, 6]]},
+        ((3, 6),),
+    )
 
 
 def vl_video() -> Case:
     """Qwen2-VL, one video (3, 4, 4) -> 3x2x2 placeholders at 2..13."""
     c = qwen2_vl()
-    return Case("vl_video", c, _ids(c, "t VS V*12 VE t t"), {"video_grid_thw": [[3, 4, 4]]},
-                {"video_ranges": [[2, 12]]}, ((2, 12),))  # fmt: skip
+    return Case(
+        "vl_video",
+        c,
+        _ids(c, "t VS V*12 VE t t"),
+        {"video_grid_thw": [[3, 4, 4]]},
+        {"video_ranges": [[2, 12]]},
+        ((2, 12),),
+    )
 
 
 def vl_text(n: int = 7) -> Case:
@@ -80,8 +92,14 @@ def vl_images(num_images: int, text: int = 1) -> Case:
     body = " ".join([f"VS I*4 VE t*{text}"] * num_images)
     ids = _ids(c, "t " + body)
     ranges = [[1 + k * (6 + text) + 1, 4] for k in range(num_images)]
-    return Case(f"vl_images{num_images}", c, ids, {"image_grid_thw": [[1, 4, 4]] * num_images},
-                {"image_ranges": ranges}, tuple(map(tuple, ranges)))  # fmt: skip
+    return Case(
+        f"vl_images{num_images}",
+        c,
+        ids,
+        {"image_grid_thw": [[1, 4, 4]] * num_images},
+        {"image_ranges": ranges},
+        tuple(map(tuple, ranges)),
+    )
 
 
 def vl25_items(num_items: int, text: int = 1) -> Case:
@@ -114,32 +132,46 @@ def vl25_items(num_items: int, text: int = 1) -> Case:
 def vl25_video() -> Case:
     """Qwen2.5-VL (r = 2), one video (3, 4, 4) at 1.3 s per grid: tau = 0, 2, 5."""
     c = qwen2_5_vl()
-    return Case("vl25_video", c, _ids(c, "t VS V*12 VE t t"),
-                {"video_grid_thw": [[3, 4, 4]], "second_per_grid_ts": [1.3]},
-                {"video_ranges": [[2, 12]]}, ((2, 12),))  # fmt: skip
+    return Case(
+        "vl25_video",
+        c,
+        _ids(c, "t VS V*12 VE t t"),
+        {"video_grid_thw": [[3, 4, 4]], "second_per_grid_ts": [1.3]},
+        {"video_ranges": [[2, 12]]},
+        ((2, 12),),
+    )
 
 
 def omni_audio_in_video() -> Case:
     """Omni toy config (r = 2, chunk 4), one video (3, 4, 4) carrying 40 mel frames of audio."""
     c = omni_toy()
     t, h, w, frames = 3, 2, 2, 40
-    order = interleave_kinds(tau_values(t, np.float32(1.0), c.tokens_per_second), h * w, audio_tokens(frames),
-                             c.audio_chunk_positions)  # fmt: skip
+    order = interleave_kinds(
+        tau_values(t, np.float32(1.0), c.tokens_per_second), h * w, audio_tokens(frames), c.audio_chunk_positions
+    )
     block = [c.video_token_id if k == "V" else c.audio_token_id for k in order]
     ids = tokens(c, "t t") + [c.vision_start_token_id, c.audio_start_token_id] + block
     ids += [c.audio_end_token_id, c.vision_end_token_id] + tokens(c, "t")
-    kwargs = {"video_grid_thw": [[t, 2 * h, 2 * w]], "second_per_grid_ts": [1.0], "audio_feature_lengths": [frames],
-              "use_audio_in_video": True}  # fmt: skip
-    return Case("omni_av", c, np.array(ids, np.int64), kwargs, {"video_ranges": [[4, len(block)]]},
-                ((4, len(block)),))  # fmt: skip
+    kwargs = {
+        "video_grid_thw": [[t, 2 * h, 2 * w]],
+        "second_per_grid_ts": [1.0],
+        "audio_feature_lengths": [frames],
+        "use_audio_in_video": True,
+    }
+    return Case("omni_av", c, np.array(ids, np.int64), kwargs, {"video_ranges": [[4, len(block)]]}, ((4, len(block)),))
 
 
 def omni_image_audio() -> Case:
     """Omni (published values), an image (1, 4, 4) then a 20-frame (5-token) audio clip."""
     c = omni()
-    return Case("omni_mixed", c, _ids(c, "t VS I*4 VE t AS A*5 AE t"),
-                {"image_grid_thw": [[1, 4, 4]], "audio_feature_lengths": [20]},
-                {"image_ranges": [[2, 4]], "audio_ranges": [[8, 5]]}, ((2, 4), (8, 5)))  # fmt: skip
+    return Case(
+        "omni_mixed",
+        c,
+        _ids(c, "t VS I*4 VE t AS A*5 AE t"),
+        {"image_grid_thw": [[1, 4, 4]], "audio_feature_lengths": [20]},
+        {"image_ranges": [[2, 4]], "audio_ranges": [[8, 5]]},
+        ((2, 4), (8, 5)),
+    )
 
 
 CASES = [vl_image(), vl_video(), vl25_video(), omni_audio_in_video(), omni_image_audio()]
@@ -203,7 +235,8 @@ def test_prefill_in_one_step(case, form):
 
 @by_name
 def test_prefill_chunks_split_inside_blocks(case):
-    """Chunks that end one token into, half-way through and one token before the end of each block concatenate to the reference."""
+    """Chunks that end one token into, half-way through and one token before the end of each block concatenate to
+    the reference."""
     ref, _ = case.reference()
     splits = [s for off, n in case.blocks for s in (off + 1, off + n // 2, off + n - 1)]
     counts = chunks_from_splits(case.num_tokens, splits)
@@ -350,8 +383,12 @@ def test_batch_order_respected():
     for rid, case in cases.items():
         case.add(tracker, rid)
     computed = dict.fromkeys(cases, 0)
-    for order, counts in ((["c", "a", "d", "b"], [5, 3, 0, 2]), (["b", "d", "a", "c"], [7, 9, 10, 11]),
-                          (["d", "c"], [12, 1]), (["a", "b", "c", "d"], [1, 1, 1, 1])):  # fmt: skip
+    for order, counts in (
+        (["c", "a", "d", "b"], [5, 3, 0, 2]),
+        (["b", "d", "a", "c"], [7, 9, 10, 11]),
+        (["d", "c"], [12, 1]),
+        (["a", "b", "c", "d"], [1, 1, 1, 1]),
+    ):
         out = as_numpy(tracker.prepare(order, counts))
         expected = [expected_step(*refs[rid], computed[rid], n) for rid, n in zip(order, counts)]
         np.testing.assert_array_equal(out, np.concatenate(expected, axis=1))
@@ -367,7 +404,11 @@ def test_prepare_slots_equals_prepare():
     for rid, case in cases.items():
         case.add(by_id, rid)
         case.add(by_slot, rid)
-    for order, counts in ((["b", "a", "c", "d"], [4, 6, 5, 8]), (["d", "a"], [20, 6]), (["c", "b", "a", "d"], [9, 6, 1, 1])):
+    for order, counts in (
+        (["b", "a", "c", "d"], [4, 6, 5, 8]),
+        (["d", "a"], [20, 6]),
+        (["c", "b", "a", "d"], [9, 6, 1, 1]),
+    ):
         expected = as_numpy(by_id.prepare(order, counts))
         slots = np.array([by_slot.slot(rid) for rid in order], dtype=np.int64)
         got = as_numpy(by_slot.prepare_slots(slots, np.array(counts, dtype=np.int64)))
@@ -380,7 +421,7 @@ def test_prepare_accepts_count_forms():
     case = vl_image()
     ref, delta = case.reference()
     forms = [[3], np.array([3], np.int32), [np.int64(3)], torch.tensor([3])]
-    for k, counts in enumerate(forms):
+    for counts in forms:
         tracker = make_tracker(case.config)
         case.add(tracker, "r", num_computed_tokens=2)
         assert_positions(tracker.prepare(["r"], counts), expected_step(ref, delta, 2, 3))
@@ -415,7 +456,9 @@ def test_prepare_after_caller_mutates_its_lists():
     expected_tracker.prepare(["a", "b"], [2, 3])
     ids.reverse()
     counts[0] = 5
-    np.testing.assert_array_equal(as_numpy(tracker.prepare(ids, counts)), as_numpy(expected_tracker.prepare(["b", "a"], [5, 3])))
+    np.testing.assert_array_equal(
+        as_numpy(tracker.prepare(ids, counts)), as_numpy(expected_tracker.prepare(["b", "a"], [5, 3]))
+    )
 
 
 @pytest.mark.parametrize("form", FORMS[1:])
@@ -474,7 +517,8 @@ def _check_all(tracker, live: dict, computed: dict, count: int = 2) -> None:
 
 
 def test_layout_pool_compaction_without_growth():
-    """When rows fit only after closing a removed request's hole, the pool is compacted, not grown, and live requests stay correct."""
+    """When rows fit only after closing a removed request's hole, the pool is compacted, not grown, and live
+    requests stay correct."""
     tracker = make_tracker(qwen2_5_vl(), max_num_reqs=8, layout_rows=1)
     cases = {"a": vl25_items(3), "b": vl25_items(6), "c": vl25_items(4)}
     live, computed = {}, {}
@@ -564,8 +608,15 @@ def test_cpu_staging_matches_direct(num_staging_buffers):
     host = staged.buffers.host_buffers()
     assert len(host) == num_staging_buffers
     assert all(buf.data_ptr() != staged.positions.data_ptr() for buf in host)
-    schedule = [(["a", "b", "c", "d"], [6, 5, 4, 3]), (["d", "c"], [11, 13]), (["b", "a"], [4, 10]),
-                (["a", "b", "c", "d"], [1, 1, 1, 1]), (["c"], [20]), (["d", "a"], [2, 2]), (["b"], [1])]  # fmt: skip
+    schedule = [
+        (["a", "b", "c", "d"], [6, 5, 4, 3]),
+        (["d", "c"], [11, 13]),
+        (["b", "a"], [4, 10]),
+        (["a", "b", "c", "d"], [1, 1, 1, 1]),
+        (["c"], [20]),
+        (["d", "a"], [2, 2]),
+        (["b"], [1]),
+    ]
     for step, (order, counts) in enumerate(schedule):
         expected = as_numpy(direct.prepare(order, counts))
         out = staged.prepare(order, counts)
@@ -579,14 +630,20 @@ def test_cpu_staging_matches_direct(num_staging_buffers):
 
 @pytest.mark.parametrize("copy_mode", ["rows", "span"])
 def test_cpu_staging_copy_modes(copy_mode):
-    """Both staging copies (three row copies, or one span) give the direct tracker's positions; only rows scale with the step."""
+    """Both staging copies (three row copies, or one span) give the direct tracker's positions; only rows scale
+    with the step."""
     cases = _batch_cases()
     direct, staged = make_tracker(qwen2_vl()), make_tracker(qwen2_vl(), staging=True, num_staging_buffers=2)
     staged.buffers.copy_mode = copy_mode
     for rid, case in cases.items():
         case.add(direct, rid)
         case.add(staged, rid)
-    for order, counts in ((["a", "b", "c", "d"], [6, 5, 4, 3]), (["d", "c"], [11, 13]), (["b"], [0]), (["a", "b"], [1, 1])):
+    for order, counts in (
+        (["a", "b", "c", "d"], [6, 5, 4, 3]),
+        (["d", "c"], [11, 13]),
+        (["b"], [0]),
+        (["a", "b"], [1, 1]),
+    ):
         np.testing.assert_array_equal(as_numpy(staged.prepare(order, counts)), as_numpy(direct.prepare(order, counts)))
     width = staged.positions.shape[1]
     assert staged.buffers.copy_nbytes(5) == (3 * 5 if copy_mode == "rows" else 2 * width + 5) * 8
@@ -689,21 +746,46 @@ BAD_CALLS = {
     # (populated() sets max_model_len=40; a cached count past the 12-token prompt but within it is a resumption)
     "add_cached_beyond_max_model_len": ({}, _add("tokens", computed=41), ValueError, "num_computed_tokens"),
     "add_from_ranges_cached_beyond_max_model_len": ({}, _add("ranges", computed=41), ValueError, "num_computed_tokens"),
-    "add_layout_cached_beyond_max_model_len": ({}, _add("layout_tokens", computed=41), ValueError, "num_computed_tokens"),
-    "add_cached_beyond_index_limit": ({"max_model_len": None}, _add("tokens", computed=2**62 + 1), ValueError, "num_computed_tokens"),
+    "add_layout_cached_beyond_max_model_len": (
+        {},
+        _add("layout_tokens", computed=41),
+        ValueError,
+        "num_computed_tokens",
+    ),
+    "add_cached_beyond_index_limit": (
+        {"max_model_len": None},
+        _add("tokens", computed=2**62 + 1),
+        ValueError,
+        "num_computed_tokens",
+    ),
     "add_negative_cached": ({}, _add("tokens", computed=-1), ValueError, "num_computed_tokens"),
     "add_float_cached": ({}, _add("tokens", computed=2.0), TypeError, "num_computed_tokens"),
-    "add_bad_items": ({}, lambda t: t.add_request("x", _IMAGE.ids, image_grid_thw=[[1, 4, 4]]), ValueError, "token_ids"),
+    "add_bad_items": (
+        {},
+        lambda t: t.add_request("x", _IMAGE.ids, image_grid_thw=[[1, 4, 4]]),
+        ValueError,
+        "token_ids",
+    ),
     "add_empty_prompt": ({}, lambda t: t.add_request("x", []), ValueError, "token_ids"),
     "add_from_ranges_zero_tokens": ({}, lambda t: t.add_request_from_ranges("x", 0), ValueError, "num_tokens"),
     "add_from_ranges_range_out": (
-        {}, lambda t: t.add_request_from_ranges("x", 5, image_ranges=[[3, 6]], image_grid_thw=[[1, 4, 6]]),
-        ValueError, "image_ranges",
+        {},
+        lambda t: t.add_request_from_ranges("x", 5, image_ranges=[[3, 6]], image_grid_thw=[[1, 4, 6]]),
+        ValueError,
+        "image_ranges",
     ),
     "add_prompt_beyond_max_model_len": ({}, lambda t: t.add_request("x", [7] * 41), ValueError, "max_model_len"),
-    "add_from_ranges_beyond_max_model_len": ({}, lambda t: t.add_request_from_ranges("x", 41), ValueError, "max_model_len"),
+    "add_from_ranges_beyond_max_model_len": (
+        {},
+        lambda t: t.add_request_from_ranges("x", 41),
+        ValueError,
+        "max_model_len",
+    ),
     "add_layout_beyond_max_model_len": (
-        {}, lambda t: t.add_request_layout("x", PromptLayout.from_ranges(qwen2_vl(), 41)), ValueError, "max_model_len",
+        {},
+        lambda t: t.add_request_layout("x", PromptLayout.from_ranges(qwen2_vl(), 41)),
+        ValueError,
+        "max_model_len",
     ),
     "add_layout_not_a_layout": ({}, lambda t: t.add_request_layout("x", _IMAGE.ids), TypeError, "layout"),
     # steps by id
@@ -715,37 +797,119 @@ BAD_CALLS = {
     "prepare_float_count": ({}, lambda t: t.prepare(["a", "b"], [2, 1.0]), TypeError, "num_scheduled_tokens"),
     "prepare_bool_count": ({}, lambda t: t.prepare(["a"], [True]), TypeError, "num_scheduled_tokens"),
     # the same ids and equal-comparing counts as the previous step
-    "prepare_float_count_repeating_last_step": ({}, lambda t: t.prepare(["c", "a"], [4.0, 1]), TypeError, "num_scheduled_tokens"),
-    "prepare_bool_count_repeating_last_step": ({}, lambda t: t.prepare(["c", "a"], [4, True]), TypeError, "num_scheduled_tokens"),
-    "prepare_negative_count_repeating_last_step": ({}, lambda t: t.prepare(["c", "a"], [4, -1]), ValueError, r"num_scheduled_tokens\[1\]"),
-    "prepare_count_mismatch_repeating_last_step": ({}, lambda t: t.prepare(["c", "a"], [4]), ValueError, "num_scheduled_tokens"),
-    "prepare_too_many_tokens": ({}, lambda t: t.prepare(["a", "b", "c"], [8, 8, 1]), ValueError, "max_num_batched_tokens"),
-    "prepare_too_many_requests": (
-        {}, lambda t: t.prepare(["a", "b", "c", "a", "b"], [1] * 5), ValueError, "req_ids.*max_num_reqs",
+    "prepare_float_count_repeating_last_step": (
+        {},
+        lambda t: t.prepare(["c", "a"], [4.0, 1]),
+        TypeError,
+        "num_scheduled_tokens",
     ),
-    "prepare_past_max_model_len": ({"max_num_batched_tokens": 64}, lambda t: t.prepare(["a", "c"], [3, 37]), ValueError, "max_model_len"),
+    "prepare_bool_count_repeating_last_step": (
+        {},
+        lambda t: t.prepare(["c", "a"], [4, True]),
+        TypeError,
+        "num_scheduled_tokens",
+    ),
+    "prepare_negative_count_repeating_last_step": (
+        {},
+        lambda t: t.prepare(["c", "a"], [4, -1]),
+        ValueError,
+        r"num_scheduled_tokens\[1\]",
+    ),
+    "prepare_count_mismatch_repeating_last_step": (
+        {},
+        lambda t: t.prepare(["c", "a"], [4]),
+        ValueError,
+        "num_scheduled_tokens",
+    ),
+    "prepare_too_many_tokens": (
+        {},
+        lambda t: t.prepare(["a", "b", "c"], [8, 8, 1]),
+        ValueError,
+        "max_num_batched_tokens",
+    ),
+    "prepare_too_many_requests": (
+        {},
+        lambda t: t.prepare(["a", "b", "c", "a", "b"], [1] * 5),
+        ValueError,
+        "req_ids.*max_num_reqs",
+    ),
+    "prepare_past_max_model_len": (
+        {"max_num_batched_tokens": 64},
+        lambda t: t.prepare(["a", "c"], [3, 37]),
+        ValueError,
+        "max_model_len",
+    ),
     "prepare_ids_generator": ({}, lambda t: t.prepare((r for r in ["a", "b"]), [1, 1]), TypeError, "req_ids"),
     "prepare_uint64_count_beyond_int64": (
-        {}, lambda t: t.prepare(["a", "b"], np.array([2**64 - 1, 1], np.uint64)), ValueError, "num_scheduled_tokens",
+        {},
+        lambda t: t.prepare(["a", "b"], np.array([2**64 - 1, 1], np.uint64)),
+        ValueError,
+        "num_scheduled_tokens",
     ),
-    "prepare_2d_counts": ({}, lambda t: t.prepare(["a", "b"], np.array([[1], [2]])), ValueError, "num_scheduled_tokens"),
-    "prepare_count_beyond_int64": ({}, lambda t: t.prepare(["a"], [2**70]), (ValueError, TypeError), "num_scheduled_tokens"),
+    "prepare_2d_counts": (
+        {},
+        lambda t: t.prepare(["a", "b"], np.array([[1], [2]])),
+        ValueError,
+        "num_scheduled_tokens",
+    ),
+    "prepare_count_beyond_int64": (
+        {},
+        lambda t: t.prepare(["a"], [2**70]),
+        (ValueError, TypeError),
+        "num_scheduled_tokens",
+    ),
     # steps by slot (slot 3 is free)
     "slots_free_slot": ({}, lambda t: t.prepare_slots(np.array([0, 3]), np.array([1, 1])), KeyError, r"slots\[1\]"),
-    "slots_out_of_range": ({}, lambda t: t.prepare_slots(np.array([0, 4]), np.array([1, 1])), ValueError, r"slots\[1\]"),
+    "slots_out_of_range": (
+        {},
+        lambda t: t.prepare_slots(np.array([0, 4]), np.array([1, 1])),
+        ValueError,
+        r"slots\[1\]",
+    ),
     "slots_negative": ({}, lambda t: t.prepare_slots(np.array([0, -1]), np.array([1, 1])), ValueError, r"slots\[1\]"),
-    "slots_same_slot_twice": ({}, lambda t: t.prepare_slots(np.array([1, 0, 1]), np.array([1, 1, 1])), ValueError, r"slots\[2\]"),
-    "slots_length_mismatch": ({}, lambda t: t.prepare_slots(np.array([0, 1]), np.array([1])), ValueError, "num_scheduled_tokens"),
-    "slots_negative_count": ({}, lambda t: t.prepare_slots(np.array([0, 1]), np.array([1, -2])), ValueError, "num_scheduled_tokens"),
-    "slots_0d": ({}, lambda t: t.prepare_slots(np.array(0), np.array(1)), (ValueError, TypeError), "slots|num_scheduled_tokens"),
+    "slots_same_slot_twice": (
+        {},
+        lambda t: t.prepare_slots(np.array([1, 0, 1]), np.array([1, 1, 1])),
+        ValueError,
+        r"slots\[2\]",
+    ),
+    "slots_length_mismatch": (
+        {},
+        lambda t: t.prepare_slots(np.array([0, 1]), np.array([1])),
+        ValueError,
+        "num_scheduled_tokens",
+    ),
+    "slots_negative_count": (
+        {},
+        lambda t: t.prepare_slots(np.array([0, 1]), np.array([1, -2])),
+        ValueError,
+        "num_scheduled_tokens",
+    ),
+    "slots_0d": (
+        {},
+        lambda t: t.prepare_slots(np.array(0), np.array(1)),
+        (ValueError, TypeError),
+        "slots|num_scheduled_tokens",
+    ),
     "slots_2d": (
-        {}, lambda t: t.prepare_slots(np.array([[0, 1]]), np.array([[1, 1]])), (ValueError, TypeError), "slots|num_scheduled_tokens",
+        {},
+        lambda t: t.prepare_slots(np.array([[0, 1]]), np.array([[1, 1]])),
+        (ValueError, TypeError),
+        "slots|num_scheduled_tokens",
     ),
     "slots_float": ({}, lambda t: t.prepare_slots(np.array([0.0]), np.array([1])), TypeError, "slots"),
-    "slots_too_many_tokens": ({}, lambda t: t.prepare_slots(np.array([0, 1]), np.array([10, 7])), ValueError, "max_num_batched_tokens"),
+    "slots_too_many_tokens": (
+        {},
+        lambda t: t.prepare_slots(np.array([0, 1]), np.array([10, 7])),
+        ValueError,
+        "max_num_batched_tokens",
+    ),
     "slots_too_many_requests": ({}, lambda t: t.prepare_slots(np.arange(5), np.ones(5, np.int64)), ValueError, "slots"),
     "slots_past_max_model_len": (
-        {"max_num_batched_tokens": 64}, lambda t: t.prepare_slots(np.array([1, 2]), np.array([1, 37])), ValueError, "max_model_len",
+        {"max_num_batched_tokens": 64},
+        lambda t: t.prepare_slots(np.array([1, 2]), np.array([1, 37])),
+        ValueError,
+        "max_model_len",
     ),
     # lifecycle
     "rollback_past_zero": ({}, lambda t: t.rollback("c", 5), ValueError, "num_tokens"),
@@ -788,7 +952,9 @@ def test_rejected_steps_then_same_ids_accepted():
         tracker.prepare(["a", "b", "a"], [1, 1, 1])
     with pytest.raises(ValueError, match="slots"):
         tracker.prepare_slots(np.array([tracker.slot("b"), tracker.slot("b")]), np.array([1, 1]))
-    np.testing.assert_array_equal(as_numpy(tracker.prepare(["a", "b"], [2, 2])), as_numpy(twin.prepare(["a", "b"], [2, 2])))
+    np.testing.assert_array_equal(
+        as_numpy(tracker.prepare(["a", "b"], [2, 2])), as_numpy(twin.prepare(["a", "b"], [2, 2]))
+    )
     assert_same_state(tracker, twin)
 
 
@@ -873,19 +1039,32 @@ def test_staging_must_be_a_bool():
 
 # --- the scheduler's num_computed_tokens -------------------------------------------------------
 
+
 # (num_computed_tokens, num_scheduled_tokens) per step, relative to the prompt length L: chunked
 # prefill, 4-token speculative steps whose next num_computed shows rejections (lower than the
 # counter), preemption to a cache hit and to zero, then a jump forward (a resumed request).
 def _scheduler_plan(length: int) -> list[tuple[int, int]]:
     half = length // 2
-    return [(0, half), (half, length - half + 4), (length + 1, 4), (length + 3, 4), (length + 7, 1),
-            (3, 2), (0, length + 1), (length + 1, 1), (length + 20, 3), (length + 2, 0), (length + 2, 1)]  # fmt: skip
+    return [
+        (0, half),
+        (half, length - half + 4),
+        (length + 1, 4),
+        (length + 3, 4),
+        (length + 7, 1),
+        (3, 2),
+        (0, length + 1),
+        (length + 1, 1),
+        (length + 20, 3),
+        (length + 2, 0),
+        (length + 2, 1),
+    ]
 
 
 @by_name
 @pytest.mark.parametrize("entry", ["prepare", "prepare_slots"])
 def test_num_computed_tokens_drives_positions(case, entry):
-    """Given the scheduler's num_computed_tokens, each step starts there and the counter becomes computed + scheduled."""
+    """Given the scheduler's num_computed_tokens, each step starts there and the counter becomes computed +
+    scheduled."""
     ref, delta = case.reference()
     tracker = make_tracker(case.config)
     case.add(tracker, "r")
@@ -911,11 +1090,14 @@ def test_num_computed_tokens_equals_rollback(case):
         else:  # a jump forward: tokens the scheduler computed elsewhere (a resumed request's cache)
             by_rollback.prepare(["r"], [computed - counter])
         expected = as_numpy(by_rollback.prepare(["r"], [count]))
-        np.testing.assert_array_equal(as_numpy(by_count.prepare(["r"], [count], num_computed_tokens=[computed])), expected)
+        np.testing.assert_array_equal(
+            as_numpy(by_count.prepare(["r"], [count], num_computed_tokens=[computed])), expected
+        )
 
 
 def test_num_computed_tokens_in_a_batch():
-    """In one batch, each request starts at its own num_computed_tokens; requests not in the step keep their counters."""
+    """In one batch, each request starts at its own num_computed_tokens; requests not in the step keep their
+    counters."""
     cases = _batch_cases()
     refs = {rid: case.reference() for rid, case in cases.items()}
     tracker = make_tracker(qwen2_vl(), max_num_batched_tokens=128)
@@ -932,7 +1114,8 @@ def test_num_computed_tokens_in_a_batch():
 @by_name
 @pytest.mark.parametrize("form", FORMS)
 def test_resumed_request_admitted_past_its_prompt(case, form):
-    """A request admitted with num_computed_tokens past its prompt (cached generated tokens) decodes at index + delta."""
+    """A request admitted with num_computed_tokens past its prompt (cached generated tokens) decodes at index +
+    delta."""
     ref, delta = case.reference()
     computed = case.num_tokens + 9
     tracker = make_tracker(case.config, max_model_len=computed + 3)
@@ -946,7 +1129,8 @@ def test_resumed_request_admitted_past_its_prompt(case, form):
 
 
 def test_num_computed_tokens_past_int32():
-    """num_computed_tokens past 2**31 (lists fall back to the checked conversion) gives index + delta in an int64 tracker."""
+    """num_computed_tokens past 2**31 (lists fall back to the checked conversion) gives index + delta in an int64
+    tracker."""
     case = vl_image()
     ref, delta = case.reference()
     tracker = make_tracker(case.config)
@@ -979,8 +1163,20 @@ def _form(values: list[int], form: str):
     return np.array(values, np.dtype(form))
 
 
-ARG_FORMS = ["list", "tuple", "int64", "int32", "int16", "uint32", "uint64", "numpy_scalars", "strided", "readonly",
-             "tensor_int64", "tensor_int32"]  # fmt: skip
+ARG_FORMS = [
+    "list",
+    "tuple",
+    "int64",
+    "int32",
+    "int16",
+    "uint32",
+    "uint64",
+    "numpy_scalars",
+    "strided",
+    "readonly",
+    "tensor_int64",
+    "tensor_int32",
+]
 
 
 def _forms_tracker() -> PositionTracker:
@@ -999,23 +1195,34 @@ def _forms_tracker() -> PositionTracker:
     ids_form=st.sampled_from(["list", "tuple", "numpy"]),
 )
 def test_argument_forms_agree(data, slots_form, counts_form, computed_form, ids_form):
-    """Every accepted form of slots, ids, counts and computed counts gives the int64-array step's positions and counters."""
+    """Every accepted form of slots, ids, counts and computed counts gives the int64-array step's positions and
+    counters."""
     order = data.draw(st.permutations("abcd"))[: data.draw(st.integers(0, 4))]
     counts = [data.draw(st.integers(0, 20)) for _ in order]
     computed = [data.draw(st.integers(0, 60)) for _ in order] if computed_form else None
     trackers = [_forms_tracker() for _ in range(3)]
     reference_tracker, by_slots, by_ids = trackers
     slots = [reference_tracker.slot(rid) for rid in order]
-    want = as_numpy(reference_tracker.prepare_slots(
-        np.array(slots, np.int64), np.array(counts, np.int64), None if computed is None else np.array(computed, np.int64)))  # fmt: skip
+    want = as_numpy(
+        reference_tracker.prepare_slots(
+            np.array(slots, np.int64),
+            np.array(counts, np.int64),
+            None if computed is None else np.array(computed, np.int64),
+        )
+    )
     got = by_slots.prepare_slots(
-        _form(slots, slots_form), _form(counts, counts_form), None if computed is None else _form(computed, computed_form))  # fmt: skip
+        _form(slots, slots_form),
+        _form(counts, counts_form),
+        None if computed is None else _form(computed, computed_form),
+    )
     np.testing.assert_array_equal(as_numpy(got), want)
     ids = {"list": list, "tuple": tuple, "numpy": np.array}[ids_form](order)
     kwargs = {} if computed is None else {"num_computed_tokens": _form(computed, computed_form)}
     np.testing.assert_array_equal(as_numpy(by_ids.prepare(ids, _form(counts, counts_form), **kwargs)), want)
     for tracker in (by_slots, by_ids):
-        assert [tracker.num_computed_tokens(r) for r in "abcd"] == [reference_tracker.num_computed_tokens(r) for r in "abcd"]
+        assert [tracker.num_computed_tokens(r) for r in "abcd"] == [
+            reference_tracker.num_computed_tokens(r) for r in "abcd"
+        ]
 
 
 _SLOTS = np.array([1, 0], np.int64)  # the slots of "b" and "a" in populated()
@@ -1044,7 +1251,12 @@ BAD_FORMS = {
     "computed_negative_list": ("computed", [3, -1], ValueError, r"num_computed_tokens\[1\]"),
     "computed_negative_int32": ("computed", np.array([-4, 1], np.int32), ValueError, r"num_computed_tokens\[0\]"),
     "computed_past_max_model_len": ("computed", [3, 41], ValueError, r"num_computed_tokens\[1\].*max_model_len"),
-    "computed_plus_count_past_max_model_len": ("computed", [40, 3], ValueError, r"num_scheduled_tokens\[0\].*max_model_len"),
+    "computed_plus_count_past_max_model_len": (
+        "computed",
+        [40, 3],
+        ValueError,
+        r"num_scheduled_tokens\[0\].*max_model_len",
+    ),
     "computed_too_short": ("computed", [3], ValueError, "num_computed_tokens"),
     "computed_2d": ("computed", [[3], [4]], ValueError, "num_computed_tokens"),
     "computed_str": ("computed", "34", TypeError, "num_computed_tokens"),
@@ -1063,9 +1275,13 @@ BAD_FORMS = {
 
 @pytest.mark.parametrize(
     ("name", "entry"),
-    [(name, entry) for name in sorted(BAD_FORMS) for entry in ("prepare", "prepare_slots")
-     if entry == "prepare_slots" or BAD_FORMS[name][0] != "slots"],  # (prepare's bad ids are in BAD_CALLS)
-)  # fmt: skip
+    [
+        (name, entry)
+        for name in sorted(BAD_FORMS)
+        for entry in ("prepare", "prepare_slots")
+        if entry == "prepare_slots" or BAD_FORMS[name][0] != "slots"
+    ],  # (prepare's bad ids are in BAD_CALLS)
+)
 def test_bad_argument_forms_rejected_and_change_nothing(name, entry):
     """A bad slot, count or computed-count argument raises naming it, and the tracker is as if the call never came."""
     arg, bad, exc, match = BAD_FORMS[name]
@@ -1085,8 +1301,12 @@ def test_bad_forms_after_a_cached_list_step():
     tracker, twin = populated(), populated()
     for t in (tracker, twin):
         t.prepare(["c", "a"], [4, 1], num_computed_tokens=[5, 4])
-    bad = [([4, True], [5, 4], "num_scheduled_tokens"), ([4.0, 1], [5, 4], "num_scheduled_tokens"),
-           ([4, 1], [5.0, 4], "num_computed_tokens"), ([4, 1], [5, True], "num_computed_tokens")]  # fmt: skip
+    bad = [
+        ([4, True], [5, 4], "num_scheduled_tokens"),
+        ([4.0, 1], [5, 4], "num_scheduled_tokens"),
+        ([4, 1], [5.0, 4], "num_computed_tokens"),
+        ([4, 1], [5, True], "num_computed_tokens"),
+    ]
     for counts, computed, name in bad:
         with pytest.raises(TypeError, match=name):
             tracker.prepare(["c", "a"], counts, num_computed_tokens=computed)

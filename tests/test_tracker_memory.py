@@ -60,7 +60,8 @@ def prefill_all(tracker: PositionTracker, ids: list) -> None:
 
 @pytest.mark.parametrize("staging", [False, True])
 def test_step_buffers_keep_their_addresses(staging):
-    """Over thousands of prefill, decode, draft and rollback steps, outputs view tracker.positions and no buffer moves."""
+    """Over thousands of prefill, decode, draft and rollback steps, outputs view tracker.positions and no buffer
+    moves."""
     tracker = full_tracker(staging=staging, num_staging_buffers=3)
     ids = list(range(64))
     slots = np.array([tracker.slot(rid) for rid in ids], np.int64)
@@ -231,8 +232,15 @@ def test_no_argument_form_compiles_a_new_kernel():
     compiled = [set(k.signatures) for k in kernels]
     readonly = np.array([0, 1])
     readonly.flags.writeable = False
-    for slots in (readonly, np.arange(4)[::2], np.array([0, 1], np.uint16), np.array([0, 1], ">i8"), torch.tensor([0, 1]),
-                  [0, 1], (0, 1)):  # fmt: skip
+    for slots in (
+        readonly,
+        np.arange(4)[::2],
+        np.array([0, 1], np.uint16),
+        np.array([0, 1], ">i8"),
+        torch.tensor([0, 1]),
+        [0, 1],
+        (0, 1),
+    ):
         tracker.prepare_slots(slots, [1, 1], np.array([3, 3], np.int16))
         tracker.prepare((0, 1), np.array([1, 1], np.int32), num_computed_tokens=torch.tensor([3, 3], dtype=torch.int32))
     assert [set(k.signatures) for k in kernels] == compiled

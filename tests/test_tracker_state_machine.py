@@ -15,11 +15,11 @@ import torch
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from strategies import configs, prompts
 
 from mrope_tracker import PromptLayout, reference
 from mrope_tracker.kernels import tracker_step as K
 from mrope_tracker.tracker import PositionTracker
-from strategies import configs, prompts
 
 MAX_NUM_REQS = 4
 MAX_NUM_BATCHED_TOKENS = 64
@@ -43,7 +43,9 @@ class ModelRequest:
     def expected(self, count: int) -> np.ndarray:
         c, length = self.computed, self.length
         after = np.arange(max(c, length), c + count, dtype=np.int64) + self.delta
-        return np.concatenate([self.positions[:, c : min(c + count, length)], np.broadcast_to(after, (3, after.size))], axis=1)
+        return np.concatenate(
+            [self.positions[:, c : min(c + count, length)], np.broadcast_to(after, (3, after.size))], axis=1
+        )
 
 
 class TrackerMachine(RuleBasedStateMachine):
@@ -53,10 +55,15 @@ class TrackerMachine(RuleBasedStateMachine):
     def setup(self, config, dtype, staging):
         self.config = config
         self.tracker = PositionTracker(
-            config, max_num_reqs=MAX_NUM_REQS, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-            max_model_len=MAX_MODEL_LEN, layout_rows=LAYOUT_ROWS, dtype=dtype, staging=staging,
+            config,
+            max_num_reqs=MAX_NUM_REQS,
+            max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+            max_model_len=MAX_MODEL_LEN,
+            layout_rows=LAYOUT_ROWS,
+            dtype=dtype,
+            staging=staging,
             num_staging_buffers=2,
-        )  # fmt: skip
+        )
         self.requests: dict[int, ModelRequest] = {}
         self.next_id = 0
         self.last_ids: list[int] = []
@@ -122,8 +129,14 @@ class TrackerMachine(RuleBasedStateMachine):
     @rule(data=st.data(), form=st.sampled_from(["tokens", "ranges", "layout"]))
     def add_request(self, data, form):
         prompt = data.draw(prompts(self.config, max_items=3, max_text=10))
-        cached = data.draw(st.one_of(st.just(0), st.just(prompt.num_tokens), st.integers(0, prompt.num_tokens),
-                                     st.integers(prompt.num_tokens, max(prompt.num_tokens, MAX_MODEL_LEN))))  # resumed
+        cached = data.draw(
+            st.one_of(
+                st.just(0),
+                st.just(prompt.num_tokens),
+                st.integers(0, prompt.num_tokens),
+                st.integers(prompt.num_tokens, max(prompt.num_tokens, MAX_MODEL_LEN)),
+            )
+        )  # resumed
         rid = self.next_id
         self.next_id += 1
         if len(self.requests) == MAX_NUM_REQS:
@@ -131,7 +144,9 @@ class TrackerMachine(RuleBasedStateMachine):
             return
         if prompt.num_tokens > MAX_MODEL_LEN:
             event("add: prompt longer than max_model_len")
-            self.expect_rejected(ValueError, "max_model_len", lambda: prompt_add(self.tracker, rid, prompt, form, cached))
+            self.expect_rejected(
+                ValueError, "max_model_len", lambda: prompt_add(self.tracker, rid, prompt, form, cached)
+            )
             return
         pool_size, starts = self.tracker.pool_rows.shape[0], self.row_starts()
         slot = prompt_add(self.tracker, rid, prompt, form, cached)
@@ -147,7 +162,9 @@ class TrackerMachine(RuleBasedStateMachine):
         ids, counts = self.draw_batch(data)
         event(f"step: {len(ids)} requests")
         self.last_ids, self.last_counts = list(ids), list(counts)
-        out = self.tracker.prepare(tuple(ids) if as_tuple else ids, np.array(counts, dtype=np.int64) if as_array else counts)
+        out = self.tracker.prepare(
+            tuple(ids) if as_tuple else ids, np.array(counts, dtype=np.int64) if as_array else counts
+        )
         self.check_step(out, ids, counts)
 
     @rule(data=st.data(), same_counts=st.booleans())
@@ -217,7 +234,9 @@ class TrackerMachine(RuleBasedStateMachine):
             event(f"bad step: {kind}")
             if data.draw(st.booleans()):
                 slots = np.array([self.requests[r].slot for r in ids], np.int64)
-                self.expect_rejected(TypeError, "num_scheduled_tokens", lambda: self.tracker.prepare_slots(slots, counts))
+                self.expect_rejected(
+                    TypeError, "num_scheduled_tokens", lambda: self.tracker.prepare_slots(slots, counts)
+                )
             else:
                 self.expect_rejected(TypeError, "num_scheduled_tokens", lambda: self.tracker.prepare(list(ids), counts))
             return
@@ -294,7 +313,9 @@ class TrackerMachine(RuleBasedStateMachine):
         if self.requests and data.draw(st.booleans()):
             rid = data.draw(st.sampled_from(self.live_ids()))
             extra = data.draw(st.integers(1, 3))
-            self.expect_rejected(ValueError, "num_tokens", lambda: self.tracker.rollback(rid, self.requests[rid].computed + extra))
+            self.expect_rejected(
+                ValueError, "num_tokens", lambda: self.tracker.rollback(rid, self.requests[rid].computed + extra)
+            )
         elif data.draw(st.booleans()):
             self.expect_rejected(KeyError, "req_id", lambda: self.tracker.rollback(-1, 0))
         else:
@@ -321,7 +342,9 @@ def prompt_add(tracker, rid, prompt, form, cached) -> int:
     if form == "tokens":
         return tracker.add_request(rid, prompt.token_ids, num_computed_tokens=cached, **prompt.kwargs())
     if form == "ranges":
-        return tracker.add_request_from_ranges(rid, prompt.num_tokens, num_computed_tokens=cached, **prompt.range_kwargs())
+        return tracker.add_request_from_ranges(
+            rid, prompt.num_tokens, num_computed_tokens=cached, **prompt.range_kwargs()
+        )
     layout = PromptLayout.from_ranges(prompt.config, prompt.num_tokens, **prompt.range_kwargs())
     return tracker.add_request_layout(rid, layout, num_computed_tokens=cached)
 
@@ -363,9 +386,14 @@ class SchedulerMachine(RuleBasedStateMachine):
     def setup(self, config, dtype, staging):
         self.config = config
         self.tracker = PositionTracker(
-            config, max_num_reqs=MAX_NUM_REQS, max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
-            max_model_len=MAX_MODEL_LEN, layout_rows=LAYOUT_ROWS, dtype=dtype, staging=staging,
-        )  # fmt: skip
+            config,
+            max_num_reqs=MAX_NUM_REQS,
+            max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
+            max_model_len=MAX_MODEL_LEN,
+            layout_rows=LAYOUT_ROWS,
+            dtype=dtype,
+            staging=staging,
+        )
         self.running: dict[int, ScheduledRequest] = {}
         self.evicted: dict[int, ScheduledRequest] = {}
         self.next_id = 0
@@ -385,8 +413,14 @@ class SchedulerMachine(RuleBasedStateMachine):
             cap = min(room, MAX_MODEL_LEN - req.computed)
             left = req.positions.shape[1] - req.computed
             if left > 0:  # chunked prefill: often to the prompt's end, else a chunk, or across the end
-                n = data.draw(st.one_of(st.just(min(cap, left)), st.just(min(cap, left)), st.integers(0, min(cap, left)),
-                                        st.integers(0, cap)))  # fmt: skip
+                n = data.draw(
+                    st.one_of(
+                        st.just(min(cap, left)),
+                        st.just(min(cap, left)),
+                        st.integers(0, min(cap, left)),
+                        st.integers(0, cap),
+                    )
+                )
             else:  # one decode token, or one plus up to three drafts
                 n = min(cap, data.draw(st.sampled_from([1, 1, 2, 3, 4])))
             counts.append(n)
@@ -395,14 +429,16 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     def call(self, ids, counts, computed, entry: str, form: str):
         """The step through `entry`, its index arguments in `form`."""
+
         def as_form(values):
             if form in ("int32", "int64"):
                 return np.array(values, np.dtype(form))
             return tuple(values) if form == "tuple" else list(values)
 
         if entry == "prepare":
-            return self.tracker.prepare(as_form(ids) if form == "tuple" else list(ids), as_form(counts),
-                                        num_computed_tokens=as_form(computed))  # fmt: skip
+            return self.tracker.prepare(
+                as_form(ids) if form == "tuple" else list(ids), as_form(counts), num_computed_tokens=as_form(computed)
+            )
         slots = [self.running[rid].slot if rid in self.running else MAX_NUM_REQS + 1 for rid in ids]
         return self.tracker.prepare_slots(as_form(slots), as_form(counts), as_form(computed))
 
@@ -417,13 +453,15 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.running[self.next_id] = self.admit_prompt(self.next_id, prompt, form, cached)
         self.next_id += 1
 
-    @rule(data=st.data(), entry=st.sampled_from(["prepare", "prepare_slots"]),
-          form=st.sampled_from(["list", "tuple", "int32", "int64"]))  # fmt: skip
+    @rule(
+        data=st.data(),
+        entry=st.sampled_from(["prepare", "prepare_slots"]),
+        form=st.sampled_from(["list", "tuple", "int32", "int64"]),
+    )
     def step(self, data, entry, form):
         self.run_step(data, *self.draw_step(data), entry, form)
 
-    @rule(data=st.data(), entry=st.sampled_from(["prepare", "prepare_slots"]),
-          form=st.sampled_from(["list", "int32"]))  # fmt: skip
+    @rule(data=st.data(), entry=st.sampled_from(["prepare", "prepare_slots"]), form=st.sampled_from(["list", "int32"]))
     def speculative_step(self, data, entry, form):
         """Every request past its prompt gets one token plus up to three drafts (the others a prefill chunk)."""
         ids, counts, computed = self.draw_step(data)
@@ -436,7 +474,10 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     def run_step(self, data, ids, counts, computed, entry, form):
         out = self.call(ids, counts, computed, entry, form)
-        parts = [expected_positions(self.running[r].positions, self.running[r].delta, c, n) for r, n, c in zip(ids, counts, computed)]
+        parts = [
+            expected_positions(self.running[r].positions, self.running[r].delta, c, n)
+            for r, n, c in zip(ids, counts, computed)
+        ]
         expected = np.concatenate(parts, axis=1) if parts else np.zeros((3, 0), np.int64)
         assert out.dtype == self.tracker.dtype and tuple(out.shape) == expected.shape
         np.testing.assert_array_equal(out.numpy().astype(np.int64), expected)
@@ -489,8 +530,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.tracker.remove_request(rid)
         del self.running[rid]
 
-    @rule(data=st.data(), entry=st.sampled_from(["prepare", "prepare_slots"]),
-          form=st.sampled_from(["list", "int32", "int64"]))  # fmt: skip
+    @rule(
+        data=st.data(),
+        entry=st.sampled_from(["prepare", "prepare_slots"]),
+        form=st.sampled_from(["list", "int32", "int64"]),
+    )
     def bad_computed(self, data, entry, form):
         """A step with one bad num_computed_tokens entry is refused naming it, and changes no counter."""
         ids, counts, computed = self.draw_step(data)
@@ -532,5 +576,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert rid not in tracker
 
 
-SchedulerMachine.TestCase.settings = settings(SchedulerMachine.TestCase.settings, max_examples=150, stateful_step_count=60)
+SchedulerMachine.TestCase.settings = settings(
+    SchedulerMachine.TestCase.settings, max_examples=150, stateful_step_count=60
+)
 test_scheduler_state_machine = SchedulerMachine.TestCase

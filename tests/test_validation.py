@@ -16,10 +16,10 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-
-from mrope_tracker import PromptLayout, prompt_positions, reference
 from spec_cases import omni, omni_toy, qwen2_5_vl, qwen2_vl, tokens
 from strategies import TEXT_IDS, prompts
+
+from mrope_tracker import PromptLayout, prompt_positions, reference
 
 
 def _from_tokens(config, token_ids, **kwargs):
@@ -56,13 +56,23 @@ def ranges(config, num_tokens, **kwargs):
 # (config, prompt, kwargs, argument the message must name); Qwen2-VL image (1, 4, 6)
 # is 1 x 2 x 3 = 6 tokens, video (2, 4, 4) is 2 x 2 x 2 = 8, Omni F = 20 is 5 audio tokens.
 _RUN_MISMATCH = [
-    pytest.param(qwen2_vl, "VS I*5 t I VE", dict(image_grid_thw=[[1, 4, 6]]), r"image_grid_thw\[0\]", id="image_interrupted"),
+    pytest.param(
+        qwen2_vl, "VS I*5 t I VE", dict(image_grid_thw=[[1, 4, 6]]), r"image_grid_thw\[0\]", id="image_interrupted"
+    ),
     pytest.param(qwen2_vl, "VS I*5 VE t", dict(image_grid_thw=[[1, 4, 6]]), r"image_grid_thw\[0\]", id="image_short"),
     pytest.param(qwen2_vl, "VS I*7 VE", dict(image_grid_thw=[[1, 4, 6]]), r"image_grid_thw", id="image_long"),
     pytest.param(qwen2_vl, "VS V*7 VE t", dict(video_grid_thw=[[2, 4, 4]]), r"video_grid_thw\[0\]", id="video_short"),
     pytest.param(qwen2_vl, "VS V*9 VE", dict(video_grid_thw=[[2, 4, 4]]), r"video_grid_thw", id="video_long"),
-    pytest.param(qwen2_vl, "VS I*6 VE VS I*3 V I*2 VE", dict(image_grid_thw=[[1, 4, 6]] * 2), r"image_grid_thw\[1\]", id="second_image"),
-    pytest.param(omni, "AS A*4 t AE", dict(audio_feature_lengths=[20]), r"audio_feature_lengths\[0\]", id="audio_short"),
+    pytest.param(
+        qwen2_vl,
+        "VS I*6 VE VS I*3 V I*2 VE",
+        dict(image_grid_thw=[[1, 4, 6]] * 2),
+        r"image_grid_thw\[1\]",
+        id="second_image",
+    ),
+    pytest.param(
+        omni, "AS A*4 t AE", dict(audio_feature_lengths=[20]), r"audio_feature_lengths\[0\]", id="audio_short"
+    ),
     pytest.param(omni, "AS A*6 AE", dict(audio_feature_lengths=[20]), r"audio_feature_lengths", id="audio_long"),
 ]
 
@@ -259,7 +269,9 @@ def test_empty_prompt_from_ranges(family_config, num_tokens):
     rejects(ValueError, "num_tokens", ranges, family_config, num_tokens)
 
 
-@pytest.mark.parametrize(("num_tokens", "exc"), [(12.0, TypeError), (True, TypeError), ("12", TypeError), (None, TypeError)])
+@pytest.mark.parametrize(
+    ("num_tokens", "exc"), [(12.0, TypeError), (True, TypeError), ("12", TypeError), (None, TypeError)]
+)
 def test_num_tokens_wrong_type(num_tokens, exc):
     """A non-int num_tokens is a TypeError naming it."""
     rejects(exc, "num_tokens", ranges, qwen2_vl(), num_tokens)
@@ -295,23 +307,39 @@ _VIDEO = dict(video_grid_thw=[[4, 2, 4]])  # Qwen2.5-VL (merge 2): 4 x 1 x 2 = 8
     ],
 )
 def test_bad_second_per_grid_ts(scan, sp, exc):
-    """A wrong count, a negative, NaN, infinite or too large value, or a wrong form is rejected naming second_per_grid_ts."""
+    """A wrong count, a negative, NaN, infinite or too large value, or a wrong form is rejected naming
+    second_per_grid_ts."""
     config = qwen2_5_vl()
     rejects(exc, "second_per_grid_ts", scan, config, tokens(config, "t VS V*8 VE t"), second_per_grid_ts=sp, **_VIDEO)
 
 
-@pytest.mark.parametrize("sp", [[1.0, 1.0], [-0.5], [float("nan")], [float("inf")]], ids=["too_many", "negative", "nan", "inf"])
+@pytest.mark.parametrize(
+    "sp", [[1.0, 1.0], [-0.5], [float("nan")], [float("inf")]], ids=["too_many", "negative", "nan", "inf"]
+)
 def test_bad_second_per_grid_ts_from_ranges(sp):
     """from_ranges rejects the same second_per_grid_ts values."""
-    rejects(ValueError, "second_per_grid_ts", ranges, qwen2_5_vl(), 11, video_ranges=[[2, 8]], second_per_grid_ts=sp, **_VIDEO)
+    rejects(
+        ValueError,
+        "second_per_grid_ts",
+        ranges,
+        qwen2_5_vl(),
+        11,
+        video_ranges=[[2, 8]],
+        second_per_grid_ts=sp,
+        **_VIDEO,
+    )
 
 
 @pytest.mark.parametrize("sp", [[1.0], [], np.ones(1, np.float32)], ids=["list", "empty", "array"])
 def test_qwen2_vl_refuses_second_per_grid_ts(scan, sp):
     """Qwen2-VL numbers frames 0, 1, 2, ...: any second_per_grid_ts is a ValueError naming it."""
     config = qwen2_vl()
-    rejects(ValueError, "second_per_grid_ts", scan, config, tokens(config, "t VS V*8 VE t"), second_per_grid_ts=sp, **_VIDEO)
-    rejects(ValueError, "second_per_grid_ts", ranges, config, 11, video_ranges=[[2, 8]], second_per_grid_ts=sp, **_VIDEO)
+    rejects(
+        ValueError, "second_per_grid_ts", scan, config, tokens(config, "t VS V*8 VE t"), second_per_grid_ts=sp, **_VIDEO
+    )
+    rejects(
+        ValueError, "second_per_grid_ts", ranges, config, 11, video_ranges=[[2, 8]], second_per_grid_ts=sp, **_VIDEO
+    )
 
 
 # --------------------------------------------------------------------------
@@ -441,9 +469,14 @@ def test_audio_in_video_not_preceded_by_vision_start_audio_start(scan, prompt):
         "t VS AS V*4 A*4 V*4 A*3 AE VE",  # one audio token too many
     ],
     ids=[
-        "audio_for_video", "video_for_audio", "text",
-        "eos_swapped", "no_audio_end", "no_vision_end", "long_audio",
-    ],  # fmt: skip
+        "audio_for_video",
+        "video_for_audio",
+        "text",
+        "eos_swapped",
+        "no_audio_end",
+        "no_vision_end",
+        "long_audio",
+    ],
 )
 def test_audio_in_video_wrong_token_in_block(scan, prompt):
     """A wrong token inside the interleave or in place of audio_end/vision_end is a ValueError naming token_ids."""
@@ -482,7 +515,16 @@ def test_audio_in_video_bad_ranges(num_tokens, video_range, match):
 def test_audio_in_video_ranges_overlap_other_items():
     """An item inside the two tokens before an interleave (its vision_start, audio_start) is an overlap."""
     kwargs = dict(_AV, audio_feature_lengths=[20, 24])  # a 5-token clip, then the video's track
-    rejects(ValueError, r"video_ranges\[0\]", ranges, omni_toy(), 30, audio_ranges=[[0, 5]], video_ranges=[[6, 14]], **kwargs)
+    rejects(
+        ValueError,
+        r"video_ranges\[0\]",
+        ranges,
+        omni_toy(),
+        30,
+        audio_ranges=[[0, 5]],
+        video_ranges=[[6, 14]],
+        **kwargs,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -499,21 +541,42 @@ BadRange = namedtuple("BadRange", ["offset", "length"])
 @pytest.mark.parametrize(
     ("num_tokens", "kwargs", "exc", "match"),
     [
-        pytest.param(20, dict(image_ranges=[[0, 6], [3, 6]], **_TWO_IMAGES), ValueError, r"image_ranges\[1\]", id="overlap"),
-        pytest.param(20, dict(image_ranges=[[0, 6], [5, 6]], **_TWO_IMAGES), ValueError, r"image_ranges\[1\]", id="overlap_by_one"),
-        pytest.param(20, dict(image_ranges=[[8, 6], [0, 6]], **_TWO_IMAGES), ValueError, r"image_ranges\[1\]", id="out_of_order"),
-        pytest.param(20, dict(image_ranges=[[2, 6], [2, 6]], **_TWO_IMAGES), ValueError, r"image_ranges\[1\]", id="same_range"),
         pytest.param(
-            20, dict(image_ranges=[[0, 6]], video_ranges=[[4, 8]], video_grid_thw=[[2, 4, 4]], **_IMAGE),
-            ValueError, r"video_ranges\[0\]", id="overlap_across_modalities",
+            20, dict(image_ranges=[[0, 6], [3, 6]], **_TWO_IMAGES), ValueError, r"image_ranges\[1\]", id="overlap"
+        ),
+        pytest.param(
+            20,
+            dict(image_ranges=[[0, 6], [5, 6]], **_TWO_IMAGES),
+            ValueError,
+            r"image_ranges\[1\]",
+            id="overlap_by_one",
+        ),
+        pytest.param(
+            20, dict(image_ranges=[[8, 6], [0, 6]], **_TWO_IMAGES), ValueError, r"image_ranges\[1\]", id="out_of_order"
+        ),
+        pytest.param(
+            20, dict(image_ranges=[[2, 6], [2, 6]], **_TWO_IMAGES), ValueError, r"image_ranges\[1\]", id="same_range"
+        ),
+        pytest.param(
+            20,
+            dict(image_ranges=[[0, 6]], video_ranges=[[4, 8]], video_grid_thw=[[2, 4, 4]], **_IMAGE),
+            ValueError,
+            r"video_ranges\[0\]",
+            id="overlap_across_modalities",
         ),
         pytest.param(10, dict(image_ranges=[[5, 6]], **_IMAGE), ValueError, r"image_ranges\[0\]", id="out_of_bounds"),
         pytest.param(6, dict(image_ranges=[[6, 6]], **_IMAGE), ValueError, r"image_ranges\[0\]", id="past_the_end"),
-        pytest.param(20, dict(image_ranges=[[2**63 - 1, 6]], **_IMAGE), ValueError, r"image_ranges\[0\]", id="offset_overflow"),
+        pytest.param(
+            20, dict(image_ranges=[[2**63 - 1, 6]], **_IMAGE), ValueError, r"image_ranges\[0\]", id="offset_overflow"
+        ),
         pytest.param(20, dict(image_ranges=[[2, 5]], **_IMAGE), ValueError, r"image_ranges\[0\]", id="too_short"),
         pytest.param(20, dict(image_ranges=[[2, 7]], **_IMAGE), ValueError, r"image_ranges\[0\]", id="too_long"),
-        pytest.param(20, dict(image_ranges=[[-1, 6]], **_IMAGE), ValueError, r"image_ranges\[0\]", id="negative_offset"),
-        pytest.param(20, dict(image_ranges=[[2, -6]], **_IMAGE), ValueError, r"image_ranges\[0\]", id="negative_length"),
+        pytest.param(
+            20, dict(image_ranges=[[-1, 6]], **_IMAGE), ValueError, r"image_ranges\[0\]", id="negative_offset"
+        ),
+        pytest.param(
+            20, dict(image_ranges=[[2, -6]], **_IMAGE), ValueError, r"image_ranges\[0\]", id="negative_length"
+        ),
         pytest.param(20, dict(image_ranges=[[0, 6], [8, 6]], **_IMAGE), ValueError, "image_ranges", id="more_ranges"),
         pytest.param(20, dict(image_ranges=[[0, 6]], **_TWO_IMAGES), ValueError, "image_ranges", id="fewer_ranges"),
         pytest.param(20, dict(**_IMAGE), ValueError, "image_ranges", id="no_ranges"),
@@ -523,7 +586,9 @@ BadRange = namedtuple("BadRange", ["offset", "length"])
         pytest.param(20, dict(image_ranges=[[0.0, 6.0]], **_IMAGE), TypeError, "image_ranges", id="float"),
         pytest.param(20, dict(image_ranges=[[True, 6]], **_IMAGE), TypeError, "image_ranges", id="bool_in_list"),
         pytest.param(20, dict(image_ranges="0 6", **_IMAGE), TypeError, "image_ranges", id="string"),
-        pytest.param(20, dict(image_ranges=[BadRange("0", None)], **_IMAGE), TypeError, "image_ranges", id="bad_objects"),
+        pytest.param(
+            20, dict(image_ranges=[BadRange("0", None)], **_IMAGE), TypeError, "image_ranges", id="bad_objects"
+        ),
     ],
 )
 def test_bad_ranges(num_tokens, kwargs, exc, match):
@@ -706,8 +771,9 @@ def test_masked_arrays_are_refused_and_other_subclasses_read_as_plain_arrays():
     fast path and the checked one alike, and any other subclass is read as
     the plain array it views."""
     config = qwen2_5_vl()
-    ids = np.array([1, config.vision_start_token_id, config.image_token_id, config.image_token_id,
-                    config.vision_end_token_id, 2])  # fmt: skip
+    ids = np.array(
+        [1, config.vision_start_token_id, config.image_token_id, config.image_token_id, config.vision_end_token_id, 2]
+    )
     expected = prompt_positions(config, ids, image_grid_thw=[[1, 2, 4]])
 
     class Tagged(np.ndarray):

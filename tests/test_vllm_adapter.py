@@ -16,10 +16,10 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import prompts
 
 from mrope_tracker import MRopeConfig, prompt_positions
 from mrope_tracker.vllm import get_mrope_input_positions, layout_from_features
-from strategies import prompts
 
 VECTORS_PATH = os.path.join(os.path.dirname(__file__), "data", "vllm-0.33.0.jsonl")
 
@@ -148,7 +148,9 @@ def assert_vector(vector: dict, result) -> None:
 def test_adapter_equals_token_form(prompt, semantics, data):
     """Features in any order give the positions and delta the token scan gives."""
     config = MRopeConfig.from_hf_config(prompt.config, semantics=semantics)
-    order = data.draw(st.permutations(range(len(prompt.image_ranges) + len(prompt.video_ranges) + len(prompt.audio_ranges))))
+    order = data.draw(
+        st.permutations(range(len(prompt.image_ranges) + len(prompt.video_ranges) + len(prompt.audio_ranges)))
+    )
     features = prompt_features(prompt, lambda n: order)
     positions, delta = get_mrope_input_positions(config, prompt.token_ids.tolist(), features)
     expected, expected_delta = prompt_positions(config, prompt.token_ids, **prompt.kwargs())
@@ -191,7 +193,9 @@ def test_is_embed_as_zero_one_ints():
     assert_vector(GLM_VIDEO, adapter(GLM_VIDEO, features))
 
 
-@pytest.mark.parametrize("vector", [QWEN3_VL_VIDEO, OMNI_AV_TWO, QWEN3_OMNI_AV], ids=["qwen3_vl", "qwen2_5_omni", "qwen3_omni"])
+@pytest.mark.parametrize(
+    "vector", [QWEN3_VL_VIDEO, OMNI_AV_TWO, QWEN3_OMNI_AV], ids=["qwen3_vl", "qwen2_5_omni", "qwen3_omni"]
+)
 def test_features_out_of_order(vector):
     """Reversed feature lists give the same positions (the adapter sorts by offset, as vLLM)."""
     assert_vector(vector, adapter(vector, vector_features(vector)[::-1]))
@@ -207,7 +211,9 @@ def test_timestamps_field_is_ignored():
 
 def test_missing_second_per_grid_ts_is_the_family_default():
     """A Qwen3-Omni video without second_per_grid_ts is read as vLLM's default 2.0 s."""
-    vector = first_vector(lambda v: v["family"] == "qwen3_omni" and v["video_grid_thw"] and 2.0 in v["second_per_grid_ts"])
+    vector = first_vector(
+        lambda v: v["family"] == "qwen3_omni" and v["video_grid_thw"] and 2.0 in v["second_per_grid_ts"]
+    )
     features = vector_features(vector)
     for f in features:
         if f.modality == "video" and float(f.data["second_per_grid_ts"].data) == 2.0:
@@ -277,7 +283,9 @@ def test_audio_in_video_on_a_vision_model_is_refused():
 
 
 def _image(offset=1, length=4, grid=(1, 4, 4), is_embed=None):
-    return FeatureSpec("image", PlaceholderRange(offset, length, is_embed), {"image_grid_thw": FieldElem(torch.tensor(grid))})
+    return FeatureSpec(
+        "image", PlaceholderRange(offset, length, is_embed), {"image_grid_thw": FieldElem(torch.tensor(grid))}
+    )
 
 
 IMAGE_PROMPT = [7, 151652] + [151655] * 4 + [151653, 8]
@@ -305,9 +313,21 @@ def test_well_formed_image_feature():
         (_image(length=0), ValueError, r"mm_features\[0\]\.mm_position\.length"),
         (_image(is_embed=[True] * 3), ValueError, r"is_embed: expected 4 flags"),
         (_image(is_embed=[0.5] * 4), TypeError, r"is_embed: expected bools"),
-        (FeatureSpec("image", PlaceholderRange(2, 4), [1, 4, 4]), TypeError, r"mm_features\[0\]\.data: expected a mapping"),
-        (FeatureSpec("image", PlaceholderRange(2, 4), {}), ValueError, r"data\['image_grid_thw'\]: a image feature needs"),
-        (FeatureSpec("image", PlaceholderRange(2, 4), {"image_grid_thw": [1, 4, 4]}), TypeError, r"field element with \.data"),
+        (
+            FeatureSpec("image", PlaceholderRange(2, 4), [1, 4, 4]),
+            TypeError,
+            r"mm_features\[0\]\.data: expected a mapping",
+        ),
+        (
+            FeatureSpec("image", PlaceholderRange(2, 4), {}),
+            ValueError,
+            r"data\['image_grid_thw'\]: a image feature needs",
+        ),
+        (
+            FeatureSpec("image", PlaceholderRange(2, 4), {"image_grid_thw": [1, 4, 4]}),
+            TypeError,
+            r"field element with \.data",
+        ),
         (_image(grid=(4, 4)), ValueError, r"data\['image_grid_thw'\]: expected 3 ints"),
         (_image(grid=(1.0, 4.0, 4.0)), ValueError, r"data\['image_grid_thw'\]: expected 3 ints"),
     ],

@@ -19,11 +19,11 @@ from collections import Counter
 import attrs
 import numpy as np
 import pytest
+from strategies import audio_tokens, tau_values
+from test_vllm_adapter import VECTORS, adapter, vector_features
 
 from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions
 from mrope_tracker.families import FAMILIES
-from strategies import audio_tokens, tau_values
-from test_vllm_adapter import VECTORS, adapter, vector_features
 
 FAMILY_OF = {
     "qwen2_vl": "qwen2_vl",
@@ -103,7 +103,9 @@ DIVERGENCE_OF_SWITCH = {
 def with_switches(monkeypatch, vector: dict, switches) -> MRopeConfig:
     """The reference config of the vector's family with only `switches` on."""
     family = FAMILIES[FAMILY_OF[vector["family"]]]
-    monkeypatch.setitem(FAMILIES, family.name, attrs.evolve(family, presets={**family.presets, "reference": frozenset(switches)}))
+    monkeypatch.setitem(
+        FAMILIES, family.name, attrs.evolve(family, presets={**family.presets, "reference": frozenset(switches)})
+    )
     return config_of(vector, "reference")
 
 

@@ -39,7 +39,9 @@ class Listener(event.Listener):
 # Runs in a fresh process on an empty cache: the first warmup() forks (where
 # it can), the second finds the cache filled. Every numba compile the parent
 # itself does after the fork is recorded.
-_CHILD = _RECORD_COMPILES + """
+_CHILD = (
+    _RECORD_COMPILES
+    + """
 import mrope_tracker
 from mrope_tracker import warmup
 
@@ -61,6 +63,7 @@ with event.install_listener("numba:compile", Listener()):
 print(json.dumps({"first": list(first), "second": list(second), "compiled": after_first, "again": again,
                   "control": compiled[-1:]}))
 """
+)
 
 
 def _run(code: str, cache_dir, *args: str) -> dict:
@@ -95,7 +98,9 @@ def test_cold_cache_compiles_in_two_processes_and_the_parent_only_loads(cold_cac
 # numba's compiler set-up (kernels/cache_load.py), and what it loaded gives
 # the reference's positions, before and after a compile has made numba set
 # itself up after all.
-_WARM_CHILD = _RECORD_COMPILES + """
+_WARM_CHILD = (
+    _RECORD_COMPILES
+    + """
 import numba
 import numpy as np
 import mrope_tracker
@@ -150,6 +155,7 @@ with event.install_listener("numba:compile", Listener()):
 print(json.dumps({"stages": list(stages), "compiled": compiled, "numba_set_up_by_warmup": set_up,
                   "numba_set_up_by_compile": compiler_set_up_ran(), "before": before, "after": after}))
 """
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")

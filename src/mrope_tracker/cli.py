@@ -33,8 +33,10 @@ def _bench(args) -> int:
         return 2
     results = runner.run(list(dict.fromkeys(suites)), args.quick, _progress_printer())
     m = results["machine"]
-    print(f"\nmrope-tracker bench{' --quick' if args.quick else ''}: {m['cpu']}, {m['cores']} cores, "
-          f"torch {m['torch']}, numba {m['numba']}, {results['elapsed_s']:.0f} s\n")  # fmt: skip
+    print(
+        f"\nmrope-tracker bench{' --quick' if args.quick else ''}: {m['cpu']}, {m['cores']} cores, "
+        f"torch {m['torch']}, numba {m['numba']}, {results['elapsed_s']:.0f} s\n"
+    )
     print(report.markdown(results))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -85,18 +87,22 @@ def main(argv=None) -> int:
         "measured as ratios in one process.",
     )
     bench.add_argument(
-        "--suite", action="append", metavar="NAME",
+        "--suite",
+        action="append",
+        metavar="NAME",
         help="prompt, decode, admission, scheduler, memory, hf or startup (repeat or comma-separate; default: all)",
-    )  # fmt: skip
+    )
     bench.add_argument("--quick", action="store_true", help="smaller workloads and fewer rounds (under a minute)")
     bench.add_argument("--json", metavar="PATH", help="write every result and ratio as JSON")
     bench.add_argument("--plot", metavar="PATH", help="draw a PNG chart (needs matplotlib)")
     bench.set_defaults(handler=_bench)
     warm = sub.add_parser("warmup", help="compile every kernel into numba's cache (e.g. at image build time)")
     warm.add_argument(
-        "--jobs", type=int, metavar="N",
+        "--jobs",
+        type=int,
+        metavar="N",
         help="processes that may compile at once on a cold cache (default: one per core, at most 2; 1: no fork)",
-    )  # fmt: skip
+    )
     warm.set_defaults(handler=_warmup)
     comp = sub.add_parser(
         "compare",
@@ -107,10 +113,11 @@ def main(argv=None) -> int:
     )
     comp.add_argument("config", help="a config.json path, a model folder, or a model type (e.g. qwen2_5_vl)")
     comp.add_argument(
-        "--prompts", metavar="PATH",
+        "--prompts",
+        metavar="PATH",
         help="JSONL, one prompt a line: token_ids and image_grid_thw, video_grid_thw, second_per_grid_ts, "
         "audio_feature_lengths, use_audio_in_video as needed (default: a built-in random sample)",
-    )  # fmt: skip
+    )
     comp.add_argument("--presets", metavar="LIST", help="comma-separated presets (default: all four)")
     comp.add_argument("--num-prompts", type=int, default=200, metavar="N", help="size of the built-in sample (200)")
     comp.add_argument("--seed", type=int, default=0, help="seed of the built-in sample (0)")

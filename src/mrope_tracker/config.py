@@ -200,7 +200,7 @@ class MRopeConfig:
         return int(self.tokens_per_second * self.seconds_per_chunk)
 
     @classmethod
-    def from_hf_config(cls, source: Any, *, semantics: str | None = None) -> "MRopeConfig":
+    def from_hf_config(cls, source: Any, *, semantics: str | None = None) -> MRopeConfig:
         """Build from a ``config.json`` path, a model folder, a dict, or a transformers config object.
 
         `semantics`: "reference" (default), "vllm-0.33", "transformers-4.57" or
@@ -209,7 +209,11 @@ class MRopeConfig:
         ``text_config``; Omni configs are read through ``thinker_config``.
         """
         if isinstance(source, MRopeConfig):
-            return source if semantics is None or semantics == source.semantics else attrs.evolve(source, semantics=semantics)
+            return (
+                source
+                if semantics is None or semantics == source.semantics
+                else attrs.evolve(source, semantics=semantics)
+            )
         semantics = "reference" if semantics is None else semantics
         if semantics not in SEMANTICS:
             raise ValueError(f"semantics: expected one of {', '.join(SEMANTICS)}, got {semantics!r}")
@@ -241,6 +245,8 @@ def _read_json(path) -> dict:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except OSError as exc:
-        raise ValueError(f"config: expected a readable config.json path or model folder, got {path!r} ({exc})") from None
+        raise ValueError(
+            f"config: expected a readable config.json path or model folder, got {path!r} ({exc})"
+        ) from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"config: expected valid JSON in {path!r}, got a parse error ({exc})") from None

@@ -41,7 +41,9 @@ def _merge_hint(found: int, expected: int, merge: int) -> str:
     return ""
 
 
-def layout_error(code, a, b, c, d, config: MRopeConfig, items: Items, ids=None, ranges=None, num_tokens=None) -> Exception:
+def layout_error(
+    code, a, b, c, d, config: MRopeConfig, items: Items, ids=None, ranges=None, num_tokens=None
+) -> Exception:
     """The exception for a builder kernel's error code."""
     mod = MODALITY_NAMES.get(a, "?")
     grids = {C.MOD_IMAGE: items.image_grid, C.MOD_VIDEO: items.video_grid}
@@ -86,7 +88,8 @@ def layout_error(code, a, b, c, d, config: MRopeConfig, items: Items, ids=None, 
     if code == C.ERR_AUDIO_SHORT:
         length = int(items.audio_lengths[a]) if a < items.audio_lengths.shape[0] else "?"
         return ValueError(
-            f"audio_feature_lengths[{a}]: expected enough mel frames for at least one audio token, got {length} ({b} tokens)"
+            f"audio_feature_lengths[{a}]: expected enough mel frames for at least one audio token, got {length} "
+            f"({b} tokens)"
         )
     if code == C.ERR_PLACEHOLDER_SHORT:
         start, _ = _run_bounds(ids, c, placeholder[a])
@@ -134,12 +137,16 @@ def layout_error(code, a, b, c, d, config: MRopeConfig, items: Items, ids=None, 
             f"token_ids: the audio-in-video block of video {a} expects token {c} at token_ids[{b}], got {int(ids[b])}"
         )
     if code == C.ERR_AV_CUT_OFF:
-        return ValueError(f"token_ids: the audio-in-video block of video {a} is cut off by the end of the prompt ({b} tokens missing)")
+        return ValueError(
+            f"token_ids: the audio-in-video block of video {a} is cut off by the end of the prompt ({b} tokens missing)"
+        )
     if code == C.ERR_VIDEO_OPEN:
         where = f"token_ids[{b}]" if b < (ids.shape[0] if ids is not None else 0) else "the end of the prompt"
         if a >= items.video_grid.shape[0]:
-            return ValueError(f"token_ids: a begin/end-of-video bracket at {where} holds no video of video_grid_thw "
-                              f"({items.video_grid.shape[0]} given) or is left open")  # fmt: skip
+            return ValueError(
+                f"token_ids: a begin/end-of-video bracket at {where} holds no video of video_grid_thw "
+                f"({items.video_grid.shape[0]} given) or is left open"
+            )
         return ValueError(
             f"token_ids: video_grid_thw[{a}] = {_grid_text(items.video_grid, a)} expects all its frames inside one "
             f"begin/end-of-video pair, but {where} opens or closes a bracket after {c} frames"
@@ -153,7 +160,9 @@ def layout_error(code, a, b, c, d, config: MRopeConfig, items: Items, ids=None, 
             f"got {tuple(int(v) for v in ranges[a][b])}"
         )
     if code == C.ERR_RANGE_OUT:
-        return ValueError(f"{name}[{b}]: expected a range inside the prompt's {num_tokens} tokens, got one ending at {c}")
+        return ValueError(
+            f"{name}[{b}]: expected a range inside the prompt's {num_tokens} tokens, got one ending at {c}"
+        )
     if code == C.ERR_RANGE_LENGTH:
         what = f"frame {d} of the video" if a == C.MOD_VIDEO and per_frame else "its item"
         return ValueError(f"{name}[{b}]: expected length {c} for {what}, got {int(ranges[a][b][1])}")

@@ -147,7 +147,9 @@ def _numpy(value, name: str) -> np.ndarray:
         try:
             return np.array(value)
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"{name}: expected a rectangular (batch, length) array, got {_describe(value)} ({exc})") from None
+            raise ValueError(
+                f"{name}: expected a rectangular (batch, length) array, got {_describe(value)} ({exc})"
+            ) from None
     raise TypeError(f"{name}: expected a torch tensor, numpy array or list of rows, got {_describe(value)}")
 
 
@@ -334,9 +336,25 @@ def get_rope_index(
     use_av = bool(use_audio_in_video)
     padded_delta = not omni and not v5  # D10: transformers 4.x VL models take the padded length
     row, code, a, b, c, d = batch_kernel(
-        out, deltas, float_out, float_deltas, kept, starts, ids, mask, rule, fill, padded_delta,
-        cfg.kernel_params, images, videos, sp, audio, use_av, WRITE_FLOAT if floats else WRITE_INT,
-    )  # fmt: skip
+        out,
+        deltas,
+        float_out,
+        float_deltas,
+        kept,
+        starts,
+        ids,
+        mask,
+        rule,
+        fill,
+        padded_delta,
+        cfg.kernel_params,
+        images,
+        videos,
+        sp,
+        audio,
+        use_av,
+        WRITE_FLOAT if floats else WRITE_INT,
+    )
     if row < num_rows:
         keep = _keep(mask, rule)
         if code == ERR_FLOAT_LAYOUT:
@@ -412,7 +430,9 @@ def _row_error(cfg, row, code, ids, keep, images, videos, sp, lengths, starts, u
         prompt_positions(cfg, ids[row][keep[row]], use_audio_in_video=use_av, **items)
     except (ValueError, TypeError) as exc:
         raise type(exc)(f"input_ids row {row} (items counted from its first): {exc}") from None
-    raise AssertionError(f"get_rope_index: the batch kernel refused row {row} (code {code}) that prompt_positions accepts")
+    raise AssertionError(
+        f"get_rope_index: the batch kernel refused row {row} (code {code}) that prompt_positions accepts"
+    )
 
 
 def _check_all_used(used, images, videos, audio) -> None:
@@ -446,7 +466,9 @@ def warmup() -> None:
     positions, and Qwen3-Omni's float32 ones."""
     ids = np.array([[7, 151652, 151655, 151655, 151655, 151655, 151653, 8]], np.int64)
     for family, semantics in (("qwen2_vl", "reference"), ("qwen3_omni", "transformers-4.57")):
-        get_rope_index(MRopeConfig(family=family, semantics=semantics), ids, [[1, 4, 4]], attention_mask=np.ones_like(ids))
+        get_rope_index(
+            MRopeConfig(family=family, semantics=semantics), ids, [[1, 4, 4]], attention_mask=np.ones_like(ids)
+        )
 
 
 from .hf_patch import Patch, patch  # noqa: E402  (it calls back into this module)

@@ -204,7 +204,9 @@ def _explain(base: MRopeConfig, a: _Rules, b: _Rules, target, prompt: Prompt) ->
 # --------------------------------------------------------------------------
 
 
-def compare(config_source, prompts: list[Prompt] | None = None, presets=SEMANTICS, *, num_prompts: int = 200, seed: int = 0) -> dict:
+def compare(
+    config_source, prompts: list[Prompt] | None = None, presets=SEMANTICS, *, num_prompts: int = 200, seed: int = 0
+) -> dict:
     """Compare `presets` pairwise on `prompts` (default: `sample_prompts` of
     the family). Returns a dict: family, model_type, number of prompts, their
     source, per preset the prompts it refused (ValueError), and per pair the
@@ -248,14 +250,26 @@ def compare(config_source, prompts: list[Prompt] | None = None, presets=SEMANTIC
             counts[label] = counts.get(label, 0) + 1
             if example is None:
                 example = _example(k, ra, rb, label)
-        pairs.append({
-            "a": a, "b": b, "differ": differ, "total": total, "share": differ / total if total else 0.0,
-            "divergences": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))), "example": example,
-        })  # fmt: skip
+        pairs.append(
+            {
+                "a": a,
+                "b": b,
+                "differ": differ,
+                "total": total,
+                "share": differ / total if total else 0.0,
+                "divergences": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+                "example": example,
+            }
+        )
     return {
-        "family": base.family, "model_type": base.model_type, "prompts": len(prompts), "source": source,
-        "presets": presets, "refused": refused, "pairs": pairs,
-    }  # fmt: skip
+        "family": base.family,
+        "model_type": base.model_type,
+        "prompts": len(prompts),
+        "source": source,
+        "presets": presets,
+        "refused": refused,
+        "pairs": pairs,
+    }
 
 
 def _number(x: float):
@@ -296,7 +310,8 @@ def markdown(result: dict) -> str:
             a, b = (tuple(v) for v in (ex["a"], ex["b"]))
             example = f"prompt {ex['prompt']}, token {ex['token']}: (T, H, W) {a} vs {b} ({ex['divergences']})"
         lines.append(
-            f"| {pair['a']} vs {pair['b']} | {pair['differ']} / {pair['total']} | {100 * pair['share']:.1f}% | {div} | {example} |"
+            f"| {pair['a']} vs {pair['b']} | {pair['differ']} / {pair['total']} | {100 * pair['share']:.1f}% | "
+            f"{div} | {example} |"
         )
     refused = {k: v for k, v in result["refused"].items() if v}
     if refused:

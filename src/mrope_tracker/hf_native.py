@@ -36,10 +36,16 @@ _MODELS = {
     "qwen2_vl": ("qwen2_vl", "Qwen2VLModel", "Qwen2VLConfig", None),
     "qwen2_5_vl": ("qwen2_5_vl", "Qwen2_5_VLModel", "Qwen2_5_VLConfig", None),
     "qwen2_5_omni": (
-        "qwen2_5_omni", "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen2_5OmniThinkerConfig", "thinker_config",
+        "qwen2_5_omni",
+        "Qwen2_5OmniThinkerForConditionalGeneration",
+        "Qwen2_5OmniThinkerConfig",
+        "thinker_config",
     ),
     "qwen2_5_omni_thinker": (
-        "qwen2_5_omni", "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen2_5OmniThinkerConfig", None,
+        "qwen2_5_omni",
+        "Qwen2_5OmniThinkerForConditionalGeneration",
+        "Qwen2_5OmniThinkerConfig",
+        None,
     ),
     "qwen3_vl": ("qwen3_vl", "Qwen3VLModel", "Qwen3VLConfig", None),
     "qwen3_vl_moe": ("qwen3_vl_moe", "Qwen3VLMoeModel", "Qwen3VLMoeConfig", None),
@@ -49,12 +55,18 @@ _MODELS = {
     "glm4v_moe": ("glm4v_moe", "Glm4vMoeModel", "Glm4vMoeConfig", None),
     "glm46v": ("glm46v", "Glm46VModel", "Glm46VConfig", None),
     "qwen3_omni_moe": (
-        "qwen3_omni_moe", "Qwen3OmniMoeThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerConfig", "thinker_config",
+        "qwen3_omni_moe",
+        "Qwen3OmniMoeThinkerForConditionalGeneration",
+        "Qwen3OmniMoeThinkerConfig",
+        "thinker_config",
     ),
     "qwen3_omni_moe_thinker": (
-        "qwen3_omni_moe", "Qwen3OmniMoeThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerConfig", None,
+        "qwen3_omni_moe",
+        "Qwen3OmniMoeThinkerForConditionalGeneration",
+        "Qwen3OmniMoeThinkerConfig",
+        None,
     ),
-}  # fmt: skip
+}
 _HELPERS = ("get_llm_pos_ids_for_vision", "get_chunked_index", "get_vision_position_ids")
 
 
@@ -207,7 +219,9 @@ def prepare(
     if "audio_seqlens" in params:  # the Omni thinkers (both lines)
         audio = _tensor(audio_feature_lengths, np.int64)
         av = bool(use_audio_in_video)
-        return lambda: method(stub, ids, images, videos, mask, use_audio_in_video=av, audio_seqlens=audio, second_per_grids=sp)
+        return lambda: method(
+            stub, ids, images, videos, mask, use_audio_in_video=av, audio_seqlens=audio, second_per_grids=sp
+        )
     kwargs = {"attention_mask": mask}
     if "second_per_grid_ts" in params:
         kwargs["second_per_grid_ts"] = sp

@@ -57,7 +57,7 @@ class Patch:
 
     __call__ = undo
 
-    def __enter__(self) -> "Patch":
+    def __enter__(self) -> Patch:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -118,13 +118,17 @@ def patch(model, *, semantics: str | None = None) -> Patch:
         found_types.append(model_type)
         if model_type not in SUPPORTED_MODEL_TYPES:
             continue
-        cfg = MRopeConfig.from_hf_config(module.config, semantics=hf.default_semantics() if semantics is None else semantics)
+        cfg = MRopeConfig.from_hf_config(
+            module.config, semantics=hf.default_semantics() if semantics is None else semantics
+        )
         previous = module.__dict__.get("get_rope_index", _MISSING)
         module.__dict__["get_rope_index"] = _replacement(cfg, convention, inspect.signature(own))
         entries.append((module, name, previous))
     if not entries:
         what = type(model).__name__
-        seen = f" (modules with a get_rope_index: model types {sorted(set(map(str, found_types)))})" if found_types else ""
+        seen = (
+            f" (modules with a get_rope_index: model types {sorted(set(map(str, found_types)))})" if found_types else ""
+        )
         raise ValueError(
             f"model: expected a transformers model of a supported family ({', '.join(sorted(SUPPORTED_MODEL_TYPES))}) "
             f"with a get_rope_index, got {what}{seen}"

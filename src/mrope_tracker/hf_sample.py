@@ -77,13 +77,17 @@ def read_prompts(path) -> list[Prompt]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"prompts: expected one JSON object per line, got a parse error on line {number} ({exc})") from None
+            raise ValueError(
+                f"prompts: expected one JSON object per line, got a parse error on line {number} ({exc})"
+            ) from None
         if not isinstance(record, dict) or "token_ids" not in record:
             raise ValueError(f"prompts: expected an object with token_ids on line {number}, got {str(record)[:80]}")
         unknown = set(record) - set(_PROMPT_KEYS) - {"use_audio_in_video", "id"}
         if unknown:
-            raise KeyError(f"prompts: unknown keys {sorted(unknown)} on line {number}; expected {sorted(_PROMPT_KEYS)}, "
-                           "use_audio_in_video or id")  # fmt: skip
+            raise KeyError(
+                f"prompts: unknown keys {sorted(unknown)} on line {number}; expected {sorted(_PROMPT_KEYS)}, "
+                "use_audio_in_video or id"
+            )
         fields = {}
         for key, dtype in _PROMPT_KEYS.items():
             if record.get(key) is not None:

@@ -80,7 +80,9 @@ def _to_numpy(value, name: str) -> np.ndarray:
         try:
             return np.array(value)
         except (ValueError, TypeError, OverflowError) as exc:
-            raise ValueError(f"{name}: expected a rectangular array of numbers, got {_describe(value)} ({exc})") from None
+            raise ValueError(
+                f"{name}: expected a rectangular array of numbers, got {_describe(value)} ({exc})"
+            ) from None
     if isinstance(value, torch.Tensor):
         try:
             if value.is_cpu and not value.requires_grad:  # (is_cpu: a tenth of device.type's cost)
@@ -289,7 +291,9 @@ def as_index(value, name: str, minimum: int = 0, maximum: int = _INDEX_LIMIT) ->
     return value
 
 
-def normalize_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video):
+def normalize_items(
+    config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+):
     """(image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video),
     each ready for the kernels, and the audio lengths in mel frames (for
     messages). None is the common case for most arguments, so it is tested
@@ -307,7 +311,8 @@ def normalize_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, 
         av = as_flag(use_audio_in_video, "use_audio_in_video")
         if av and not config.is_omni:
             raise ValueError(
-                f"use_audio_in_video: only the Omni families interleave audio with video; expected False for {config.family}"
+                "use_audio_in_video: only the Omni families interleave audio with video; expected False for "
+                f"{config.family}"
             )
     return (image_grid, video_grid, video_sp, audio_token_counts(config, audio_lengths), av), audio_lengths
 
@@ -329,10 +334,13 @@ class Items:
     @classmethod
     def normalize(
         cls, config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
-    ) -> "Items":
+    ) -> Items:
         """Check and convert the user's arguments (see `normalize_items`)."""
-        return cls(*normalize_items(
-            config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video))  # fmt: skip
+        return cls(
+            *normalize_items(
+                config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+            )
+        )
 
 
 NO_ITEMS = (EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)  # normalized items of a prompt given none

@@ -61,7 +61,9 @@ def build_rows_from_tokens(config: MRopeConfig, ids: np.ndarray, items: Items, r
     if rows is None:
         rows, scales = _new_table(estimate_rows(config, items))
     while True:
-        code, a, b, c, d = build_from_tokens(rows, scales, state, EMPTY_OUT, ids, config.kernel_params, *items.kernel_args)
+        code, a, b, c, d = build_from_tokens(
+            rows, scales, state, EMPTY_OUT, ids, config.kernel_params, *items.kernel_args
+        )
         if code:
             raise layout_error(code, a, b, c, d, config, items, ids=ids)
         if state[S_NUM_ROWS] <= rows.shape[0]:
@@ -76,10 +78,23 @@ def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, r
         rows, scales = _new_table(estimate_rows(config, items, ranges))
     while True:
         code, a, b, c, d = build_from_ranges(
-            rows, scales, state, EMPTY_OUT, num_tokens, config.kernel_params,
-            ranges.image, items.image_grid, ranges.video, items.video_grid, items.video_sp,
-            ranges.audio, items.audio_tokens, ranges.av_runs, ranges.av_bounds, items.use_audio_in_video,
-        )  # fmt: skip
+            rows,
+            scales,
+            state,
+            EMPTY_OUT,
+            num_tokens,
+            config.kernel_params,
+            ranges.image,
+            items.image_grid,
+            ranges.video,
+            items.video_grid,
+            items.video_sp,
+            ranges.audio,
+            items.audio_tokens,
+            ranges.av_runs,
+            ranges.av_bounds,
+            items.use_audio_in_video,
+        )
         if code:
             raise layout_error(code, a, b, c, d, config, items, ranges=ranges.by_modality(), num_tokens=num_tokens)
         if state[S_NUM_ROWS] <= rows.shape[0]:
@@ -98,11 +113,15 @@ def check_ranges_against_tokens(config: MRopeConfig, items: Items, ranges: Range
 
     def check(name, k, offset, length, token, what):
         if offset + length > ids.shape[0]:
-            raise ValueError(f"{name}[{k}]: expected {length} {what} tokens from token_ids[{offset}], "
-                             f"got a prompt of {ids.shape[0]} tokens")  # fmt: skip
+            raise ValueError(
+                f"{name}[{k}]: expected {length} {what} tokens from token_ids[{offset}], "
+                f"got a prompt of {ids.shape[0]} tokens"
+            )
         found = count(offset, length, token)
         if found != length:
-            raise ValueError(f"{name}[{k}]: expected {length} {what} tokens ({token}) from token_ids[{offset}], found {found}")
+            raise ValueError(
+                f"{name}[{k}]: expected {length} {what} tokens ({token}) from token_ids[{offset}], found {found}"
+            )
 
     for k, (offset, length) in enumerate(ranges.image.tolist()):
         check("image_ranges", k, offset, length, config.image_token_id, "image")
@@ -121,7 +140,8 @@ def check_ranges_against_tokens(config: MRopeConfig, items: Items, ranges: Range
         if video != t * (h // m) * (w // m) or video + audio != length:
             raise ValueError(
                 f"video_ranges[{k}]: expected an interleave of {t * (h // m) * (w // m)} video and "
-                f"{length - t * (h // m) * (w // m)} audio tokens from token_ids[{offset}], found {video} video and {audio} audio"
+                f"{length - t * (h // m) * (w // m)} audio tokens from token_ids[{offset}], found {video} video and "
+                f"{audio} audio"
             )
         r0, r1 = int(ranges.av_bounds[k]), int(ranges.av_bounds[k + 1])
         if r1 > r0:  # the layout the interleave convention rebuilt must be the prompt's own
@@ -133,7 +153,8 @@ def check_ranges_against_tokens(config: MRopeConfig, items: Items, ranges: Range
                 q = next(i for i, (a, b) in enumerate(zip(found + [None], expected + [None])) if a != b)
                 raise ValueError(
                     f"video_ranges[{k}]: the interleave convention lays the block out as (kind, count) runs "
-                    f"{expected[q:q + 3]}... from run {q}, but token_ids hold {found[q:q + 3]}... (kind 0 video, 1 audio)"
+                    f"{expected[q : q + 3]}... from run {q}, but token_ids hold {found[q : q + 3]}... (kind 0 "
+                    "video, 1 audio)"
                 )
 
 
@@ -150,7 +171,11 @@ _CHECK_MESSAGES = {
 
 def _checked_table(value, name: str, dtype, width: int) -> np.ndarray:
     if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != 2 or value.shape[1] != width:
-        what = f"array of dtype {value.dtype} and shape {value.shape}" if isinstance(value, np.ndarray) else type(value).__name__
+        what = (
+            f"array of dtype {value.dtype} and shape {value.shape}"
+            if isinstance(value, np.ndarray)
+            else type(value).__name__
+        )
         raise TypeError(f"{name}: expected a {np.dtype(dtype).name} array of shape (num_rows, {width}), got {what}")
     table = np.array(value, dtype=dtype, order="C")  # a private copy: nobody else can change it
     return _read_only_view(table)
@@ -192,13 +217,16 @@ class PromptLayout:
         object.__setattr__(self, "_fill_rows", self.rows.base)
         object.__setattr__(self, "_fill_scales", self.scales.base)
         if self.scales.shape[0] != self.rows.shape[0]:
-            raise ValueError(f"scales: expected one row per layout row ({self.rows.shape[0]}), got {self.scales.shape[0]}")
+            raise ValueError(
+                f"scales: expected one row per layout row ({self.rows.shape[0]}), got {self.scales.shape[0]}"
+            )
         code, row, top = check.check_layout(self.rows, self.scales, self.num_tokens)
         if code:
             raise ValueError(f"rows[{row}]: {_CHECK_MESSAGES[code]}")
         if self.delta != top + 1 - self.num_tokens:
             raise ValueError(
-                f"delta: expected max position + 1 - num_tokens = {top + 1 - self.num_tokens} for these rows, got {self.delta}"
+                f"delta: expected max position + 1 - num_tokens = {top + 1 - self.num_tokens} for these rows, got "
+                f"{self.delta}"
             )
 
     # to_bytes: magic, version, then num_tokens, delta, num_rows (int64), then
@@ -213,7 +241,7 @@ class PromptLayout:
         return header + self.rows.astype("<i8").tobytes() + self.scales.astype("<f4").tobytes()
 
     @classmethod
-    def from_bytes(cls, data) -> "PromptLayout":
+    def from_bytes(cls, data) -> PromptLayout:
         """The layout `to_bytes` wrote. A truncated or foreign buffer is a
         ValueError; the rows are checked like any directly built layout."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -224,11 +252,14 @@ class PromptLayout:
             raise ValueError(f"data: expected a serialised PromptLayout of at least {size} bytes, got {len(data)}")
         magic, version, num_tokens, delta, num_rows = cls._HEADER.unpack_from(data)
         if magic != cls._MAGIC or version != 1:
-            raise ValueError(f"data: expected a PromptLayout buffer (magic {cls._MAGIC!r}, version 1), got {magic!r}, {version}")
+            raise ValueError(
+                f"data: expected a PromptLayout buffer (magic {cls._MAGIC!r}, version 1), got {magic!r}, {version}"
+            )
         row_bytes = 8 * C.NUM_COLS + 4 * C.NUM_SCALE_COLS
         if not 0 < num_rows <= (len(data) - size) // row_bytes or len(data) != size + num_rows * row_bytes:
             raise ValueError(
-                f"data: expected {size} + num_rows x {row_bytes} bytes for the {num_rows} rows it announces, got {len(data)}"
+                f"data: expected {size} + num_rows x {row_bytes} bytes for the {num_rows} rows it announces, got "
+                f"{len(data)}"
             )
         split = size + num_rows * 8 * C.NUM_COLS
         rows = np.frombuffer(data, "<i8", num_rows * C.NUM_COLS, size).reshape(num_rows, C.NUM_COLS).astype(np.int64)
@@ -240,15 +271,19 @@ class PromptLayout:
         return (PromptLayout.from_bytes, (self.to_bytes(),))
 
     @classmethod
-    def _built(cls, rows: np.ndarray, scales: np.ndarray, num_tokens: int, delta: int) -> "PromptLayout":
+    def _built(cls, rows: np.ndarray, scales: np.ndarray, num_tokens: int, delta: int) -> PromptLayout:
         """A layout the builders just produced into fresh tables: it needs
         neither the O(rows) check nor a private copy (both cost more than a
         small build)."""
         layout = object.__new__(cls)
         for name, value in (
-            ("rows", _read_only_view(rows)), ("scales", _read_only_view(scales)), ("num_tokens", num_tokens),
-            ("delta", delta), ("_fill_rows", rows), ("_fill_scales", scales),
-        ):  # fmt: skip
+            ("rows", _read_only_view(rows)),
+            ("scales", _read_only_view(scales)),
+            ("num_tokens", num_tokens),
+            ("delta", delta),
+            ("_fill_rows", rows),
+            ("_fill_scales", scales),
+        ):
             object.__setattr__(layout, name, value)
         return layout
 
@@ -262,22 +297,42 @@ class PromptLayout:
 
     @classmethod
     def from_tokens(
-        cls, config, token_ids, *, image_grid_thw=None, video_grid_thw=None, second_per_grid_ts=None,
-        audio_feature_lengths=None, use_audio_in_video=False,
-    ) -> "PromptLayout":  # fmt: skip
+        cls,
+        config,
+        token_ids,
+        *,
+        image_grid_thw=None,
+        video_grid_thw=None,
+        second_per_grid_ts=None,
+        audio_feature_lengths=None,
+        use_audio_in_video=False,
+    ) -> PromptLayout:
         """Scan the token ids once (same inputs as `prompt_positions`)."""
         config = as_config(config)
         ids = as_token_ids(token_ids)
-        items = Items.normalize(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
+        items = Items.normalize(
+            config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+        )
         rows, scales, n, top = build_rows_from_tokens(config, ids, items)
         return cls._built(rows[:n], scales[:n], ids.shape[0], top + 1 - ids.shape[0])
 
     @classmethod
     def from_ranges(
-        cls, config, num_tokens, *, image_ranges=None, image_grid_thw=None, video_ranges=None,
-        video_grid_thw=None, second_per_grid_ts=None, audio_ranges=None, audio_feature_lengths=None,
-        use_audio_in_video=False, interleave="transformers", token_ids=None,
-    ) -> "PromptLayout":  # fmt: skip
+        cls,
+        config,
+        num_tokens,
+        *,
+        image_ranges=None,
+        image_grid_thw=None,
+        video_ranges=None,
+        video_grid_thw=None,
+        second_per_grid_ts=None,
+        audio_ranges=None,
+        audio_feature_lengths=None,
+        use_audio_in_video=False,
+        interleave="transformers",
+        token_ids=None,
+    ) -> PromptLayout:
         """Build from placeholder ranges, never reading a token: O(items).
 
         Each range is ``(offset, length)`` or ``(offset, length, is_embed)``
@@ -296,7 +351,9 @@ class PromptLayout:
         every range is also verified against the tokens (O(tokens))."""
         config = as_config(config)
         num_tokens = as_index(num_tokens, "num_tokens", minimum=1)
-        items = Items.normalize(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
+        items = Items.normalize(
+            config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+        )
         ranges = Ranges(config, items, image_ranges, video_ranges, audio_ranges, interleave, second_per_grid_ts)
         rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
         if token_ids is not None:
@@ -330,5 +387,7 @@ class PromptLayout:
         start = as_index(start, "start")
         end = self.num_tokens if end is None else as_index(end, "end")
         if not start <= end <= self.num_tokens:
-            raise ValueError(f"end: expected start <= end <= num_tokens ({self.num_tokens}), got start={start}, end={end}")
+            raise ValueError(
+                f"end: expected start <= end <= num_tokens ({self.num_tokens}), got start={start}, end={end}"
+            )
         return start, end

@@ -75,13 +75,23 @@ def prompt_positions(
     # including every error, goes to the checked path.
     ids = token_ids
     if not (
-        type(config) is MRopeConfig and type(ids) is _NDARRAY and ids.dtype is _INT64 and ids.strides == _IDS_STRIDES
-        and audio_feature_lengths is None and use_audio_in_video is False and _fast_kernels_sealed
-    ):  # fmt: skip
+        type(config) is MRopeConfig
+        and type(ids) is _NDARRAY
+        and ids.dtype is _INT64
+        and ids.strides == _IDS_STRIDES
+        and audio_feature_lengths is None
+        and use_audio_in_video is False
+        and _fast_kernels_sealed
+    ):
         return _other_prompt_positions(
-            config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
+            config,
+            token_ids,
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
+            audio_feature_lengths,
             use_audio_in_video,
-        )  # fmt: skip
+        )
     params = config.kernel_params
     out = _empty((3, len(ids)), _INT64)
     try:
@@ -98,7 +108,9 @@ def prompt_positions(
                 delta = _image_entry(out, ids, params, EMPTY_GRID)
             elif grid_type is _TENSOR:  # its plain ints, decoded in the kernel
                 # (a tensor _tensor_list hands back makes marshal raise ValueError: the checked path)
-                delta = _records_entry(out, ids, params, _dumps(_tensor_list(image_grid_thw), 2), _RECORDS_SCRATCH, True)
+                delta = _records_entry(
+                    out, ids, params, _dumps(_tensor_list(image_grid_thw), 2), _RECORDS_SCRATCH, True
+                )
             else:
                 delta = image_prompt_positions(out, ids, params, as_grid(image_grid_thw, "image_grid_thw"))
         elif (
@@ -118,10 +130,13 @@ def prompt_positions(
             if not len(sp) and second_per_grid_ts is not None:
                 delta = GAVE_UP
             elif (
-                video_grid_thw.dtype is _INT64 and image_grid.dtype is _INT64 and sp.dtype is _FLOAT32
-                and video_grid_thw.strides == _GRID_STRIDES and image_grid.strides == _GRID_STRIDES
+                video_grid_thw.dtype is _INT64
+                and image_grid.dtype is _INT64
+                and sp.dtype is _FLOAT32
+                and video_grid_thw.strides == _GRID_STRIDES
+                and image_grid.strides == _GRID_STRIDES
                 and sp.strides == _SP_STRIDES
-            ):  # fmt: skip
+            ):
                 delta = _vision_entry(out, ids, params, image_grid, video_grid_thw, sp)
             else:
                 delta = vision_prompt_positions(out, ids, params, image_grid, video_grid_thw, sp)
@@ -137,10 +152,17 @@ def prompt_positions(
             # tolist() costs half its numpy() view, and the lists then go to
             # the records kernel like any others.
             image_grid, video_grid, sp = (
-                _tensor_list(v) if type(v) is _TENSOR else v for v in (image_grid_thw, video_grid_thw, second_per_grid_ts)
+                _tensor_list(v) if type(v) is _TENSOR else v
+                for v in (image_grid_thw, video_grid_thw, second_per_grid_ts)
             )
-            if type(image_grid) in _SEQUENCES_OR_NONE and type(video_grid) in _SEQUENCES_OR_NONE and type(sp) in _SEQUENCES_OR_NONE:
-                delta = _records_entry(out, ids, params, _dumps((image_grid, video_grid, sp), 2), _RECORDS_SCRATCH, False)
+            if (
+                type(image_grid) in _SEQUENCES_OR_NONE
+                and type(video_grid) in _SEQUENCES_OR_NONE
+                and type(sp) in _SEQUENCES_OR_NONE
+            ):
+                delta = _records_entry(
+                    out, ids, params, _dumps((image_grid, video_grid, sp), 2), _RECORDS_SCRATCH, False
+                )
             else:
                 # Arrays of the compiled types go to the kernel as they are (it
                 # checks their shapes and values); other forms are converted.
@@ -157,9 +179,15 @@ def prompt_positions(
         # `out` is reused: for a long per-frame video (Qwen3-VL, GLM) a
         # second allocation cost more than the fast kernel's attempt.
         return _checked_prompt_positions(
-            config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
-            use_audio_in_video, out,
-        )  # fmt: skip
+            config,
+            token_ids,
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
+            audio_feature_lengths,
+            use_audio_in_video,
+            out,
+        )
     return out, delta
 
 
@@ -175,19 +203,31 @@ def _other_prompt_positions(
     config = as_config(config)
     ids = as_token_ids(token_ids)
     if not (
-        type(config) is MRopeConfig and type(ids) is _NDARRAY and ids.dtype is _INT64 and ids.strides == _IDS_STRIDES
-        and audio_feature_lengths is None and use_audio_in_video is False
-    ):  # fmt: skip
+        type(config) is MRopeConfig
+        and type(ids) is _NDARRAY
+        and ids.dtype is _INT64
+        and ids.strides == _IDS_STRIDES
+        and audio_feature_lengths is None
+        and use_audio_in_video is False
+    ):
         # (audio; a subclass of MRopeConfig; a 1-token array of any stride,
         # which is C-contiguous and as_token_ids keeps)
         return _checked_prompt_positions(
-            config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths,
+            config,
+            ids,
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
+            audio_feature_lengths,
             use_audio_in_video,
-        )  # fmt: skip
+        )
     return prompt_positions(
-        config, ids, image_grid_thw=image_grid_thw, video_grid_thw=video_grid_thw,
+        config,
+        ids,
+        image_grid_thw=image_grid_thw,
+        video_grid_thw=video_grid_thw,
         second_per_grid_ts=second_per_grid_ts,
-    )  # fmt: skip
+    )
 
 
 # Lists and tuples go to the records kernel where marshal writes the records
@@ -220,10 +260,26 @@ def _numpy_reads(dtype) -> bool:
 # The dtypes whose tensors the checked path can read (through numpy()); it
 # refuses the others (bfloat16, the float8 types, ...), and so must this path.
 _NUMPY_DTYPES = frozenset(
-    dtype for name in ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
-                       "float16", "float32", "float64", "complex64", "complex128")
-    for dtype in [getattr(torch, name, None)] if dtype is not None and _numpy_reads(dtype)
-)  # fmt: skip
+    dtype
+    for name in (
+        "bool",
+        "uint8",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    )
+    for dtype in [getattr(torch, name, None)]
+    if dtype is not None and _numpy_reads(dtype)
+)
 
 
 def _tensor_list(value):
@@ -249,7 +305,13 @@ def _grid(value, name: str) -> np.ndarray:
 
 
 def _checked_prompt_positions(
-    config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video,
+    config,
+    token_ids,
+    image_grid_thw,
+    video_grid_thw,
+    second_per_grid_ts,
+    audio_feature_lengths,
+    use_audio_in_video,
     out=None,
 ):
     """Every input form and every prompt, with precise errors: each argument
@@ -293,7 +355,9 @@ def _seal_fast_kernels() -> None:
     ids = np.zeros(1, _INT64)
     image_prompt_positions(out, ids, params, EMPTY_GRID)
     vision_prompt_positions(out, ids, params, EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT)
-    vision_prompt_positions_from_records(out, ids, params, marshal.dumps((None, None, None), 2), _RECORDS_SCRATCH, False)
+    vision_prompt_positions_from_records(
+        out, ids, params, marshal.dumps((None, None, None), 2), _RECORDS_SCRATCH, False
+    )
     for kernel in FAST_KERNELS:
         kernel.disable_compile()
     _records_entry = _compiled_entry(vision_prompt_positions_from_records)
@@ -343,9 +407,17 @@ def next_positions(out, out_offset: int, delta: int, context_len: int, num_new_t
     slice of one; every row is written. The work is one jitted call; the
     checks before it are attribute reads, since engines call this per request.
     """
-    if type(out) is not np.ndarray or out.dtype is not _INT64 or out.ndim != 2 or out.shape[0] < 3 or not out.flags.writeable:
+    if (
+        type(out) is not np.ndarray
+        or out.dtype is not _INT64
+        or out.ndim != 2
+        or out.shape[0] < 3
+        or not out.flags.writeable
+    ):
         out = _as_out(out)  # (any layout is fine: a column slice of a buffer is written through)
-    if not (type(out_offset) is int and type(delta) is int and type(context_len) is int and type(num_new_tokens) is int):
+    if not (
+        type(out_offset) is int and type(delta) is int and type(context_len) is int and type(num_new_tokens) is int
+    ):
         # numpy integers and the like: checked, then as plain ints
         out_offset = as_index(out_offset, "out_offset")
         num_new_tokens = as_index(num_new_tokens, "num_new_tokens")

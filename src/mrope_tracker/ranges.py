@@ -75,7 +75,9 @@ def _split(value, name: str) -> tuple[np.ndarray, list | None]:
                     pairs.append(tuple(item[:2]))
                     masks.append(item[2] if len(item) == 3 else None)
                 else:
-                    raise TypeError(f"{name}[{k}]: expected (offset, length) or (offset, length, is_embed), got {_describe(item)}")
+                    raise TypeError(
+                        f"{name}[{k}]: expected (offset, length) or (offset, length, is_embed), got {_describe(item)}"
+                    )
             rows = as_ranges(pairs, name)
             if all(m is None for m in masks):
                 return rows, None
@@ -93,8 +95,12 @@ def _embedded_run(rows: np.ndarray, masks: list | None, name: str) -> np.ndarray
             continue
         hits = np.flatnonzero(mask)
         if hits.size == 0 or hits[-1] - hits[0] + 1 != hits.size:
-            raise ValueError(f"{name}[{k}] is_embed: expected one contiguous run of embedding tokens, got {hits.size} "
-                             "tokens in several runs" if hits.size else f"{name}[{k}] is_embed: expected embedding tokens, got none")  # fmt: skip
+            raise ValueError(
+                f"{name}[{k}] is_embed: expected one contiguous run of embedding tokens, got {hits.size} "
+                "tokens in several runs"
+                if hits.size
+                else f"{name}[{k}] is_embed: expected embedding tokens, got none"
+            )
         rows[k, 0] += hits[0]
         rows[k, 1] = hits.size
     return rows
@@ -111,8 +117,10 @@ def _frame_ranges(config: MRopeConfig, video_grid: np.ndarray, rows: np.ndarray,
         offset, length = int(rows[n, 0]), int(rows[n, 1])
         mask = None if masks is None else masks[n]
         if t < 1 or hw < 1:
-            raise ValueError(f"video_grid_thw[{n}]: expected positive (t, h, w) of at least one merged patch, got "
-                             f"{tuple(int(v) for v in video_grid[n])}")  # fmt: skip
+            raise ValueError(
+                f"video_grid_thw[{n}]: expected positive (t, h, w) of at least one merged patch, got "
+                f"{tuple(int(v) for v in video_grid[n])}"
+            )
         if mask is None:
             if length != t * hw:
                 raise ValueError(
@@ -150,12 +158,18 @@ def _explicit_runs(value, n: int, num_video: int, num_audio: int) -> list[tuple[
     runs = []
     try:
         for kind, count in value:
-            if kind not in _RUN_KINDS or isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            if (
+                kind not in _RUN_KINDS
+                or isinstance(count, bool)
+                or not isinstance(count, (int, np.integer))
+                or count < 0
+            ):
                 raise ValueError
             runs.append((_RUN_KINDS[kind], int(count)))
     except (TypeError, ValueError):
         raise ValueError(
-            f"interleave[{n}]: expected (kind, count) pairs with kind 'video' or 'audio' and count >= 0, got {_describe(value)}"
+            f"interleave[{n}]: expected (kind, count) pairs with kind 'video' or 'audio' and count >= 0, got "
+            f"{_describe(value)}"
         ) from None
     got_video = sum(c for k, c in runs if k == RUN_VIDEO)
     got_audio = sum(c for k, c in runs if k == RUN_AUDIO)
@@ -172,23 +186,36 @@ class Ranges:
 
     __slots__ = ("image", "video", "audio", "video_items", "av_runs", "av_bounds")
 
-    def __init__(self, config: MRopeConfig, items: Items, image_ranges, video_ranges, audio_ranges,
-                 interleave="transformers", second_per_grid_ts=None):  # fmt: skip
+    def __init__(
+        self,
+        config: MRopeConfig,
+        items: Items,
+        image_ranges,
+        video_ranges,
+        audio_ranges,
+        interleave="transformers",
+        second_per_grid_ts=None,
+    ):
         image, image_masks = _split(image_ranges, "image_ranges")
         video, video_masks = _split(video_ranges, "video_ranges")
         audio, audio_masks = _split(audio_ranges, "audio_ranges")
         num_videos = items.video_grid.shape[0]
         if image.shape[0] != items.image_grid.shape[0]:
             raise ValueError(
-                f"image_ranges: expected one range per image_grid_thw row ({items.image_grid.shape[0]}), got {image.shape[0]}"
+                f"image_ranges: expected one range per image_grid_thw row ({items.image_grid.shape[0]}), got "
+                f"{image.shape[0]}"
             )
         if video.shape[0] != num_videos:
-            raise ValueError(f"video_ranges: expected one range per video_grid_thw row ({num_videos}), got {video.shape[0]}")
+            raise ValueError(
+                f"video_ranges: expected one range per video_grid_thw row ({num_videos}), got {video.shape[0]}"
+            )
         av = items.use_audio_in_video
         tracks = audio.shape[0] + (num_videos if av else 0)
         if tracks != items.audio_tokens.shape[0]:
             what = f"{audio.shape[0]} audio ranges" + (f" + {num_videos} video tracks" if av else "")
-            raise ValueError(f"audio_feature_lengths: expected {tracks} lengths ({what}), got {items.audio_tokens.shape[0]}")
+            raise ValueError(
+                f"audio_feature_lengths: expected {tracks} lengths ({what}), got {items.audio_tokens.shape[0]}"
+            )
         self.image = _embedded_run(image, image_masks, "image_ranges")
         self.audio = _embedded_run(audio, audio_masks, "audio_ranges")
         self.video_items = video  # one row per video, as given
@@ -197,8 +224,10 @@ class Ranges:
         else:
             for k, mask in enumerate(video_masks or ()):
                 if av and mask is not None and not mask.all():
-                    raise ValueError(f"video_ranges[{k}] is_embed: expected an audio-in-video interleave range "
-                                     "whose every token is embedded (video or audio)")  # fmt: skip
+                    raise ValueError(
+                        f"video_ranges[{k}] is_embed: expected an audio-in-video interleave range "
+                        "whose every token is embedded (video or audio)"
+                    )
             self.video = video if av else _embedded_run(video, video_masks, "video_ranges")
         self.av_runs, self.av_bounds = _NO_RUNS, np.zeros(num_videos + 1, np.int64)
         if isinstance(interleave, str) and interleave not in config.spec.interleaves and config.is_omni:
@@ -214,12 +243,19 @@ class Ranges:
         conventions = config.spec.interleaves
         if isinstance(interleave, str):
             if interleave not in conventions:
-                raise ValueError(f"interleave: expected one of {', '.join(conventions)} or explicit runs, got {interleave!r}")
+                raise ValueError(
+                    f"interleave: expected one of {', '.join(conventions)} or explicit runs, got {interleave!r}"
+                )
         elif not isinstance(interleave, Sequence) or len(interleave) != num_videos:
-            raise ValueError(f"interleave: expected a convention name or one run list per video ({num_videos}), "
-                             f"got {_describe(interleave)}")  # fmt: skip
+            raise ValueError(
+                f"interleave: expected a convention name or one run list per video ({num_videos}), "
+                f"got {_describe(interleave)}"
+            )
         # which audio track each video carries: tracks and clips in prompt order
-        order = sorted([(int(o), 1, k) for k, o in enumerate(self.video[:, 0])] + [(int(o), 0, k) for k, o in enumerate(self.audio[:, 0])])  # fmt: skip
+        order = sorted(
+            [(int(o), 1, k) for k, o in enumerate(self.video[:, 0])]
+            + [(int(o), 0, k) for k, o in enumerate(self.audio[:, 0])]
+        )
         track_of, used = {}, 0
         for _, is_video, k in order:
             if is_video:

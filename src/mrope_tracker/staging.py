@@ -37,9 +37,14 @@ class PositionBuffers:
     COPY_MODES = ("rows", "span")
 
     def __init__(
-        self, max_num_tokens: int, device: torch.device, dtype: torch.dtype, staging: bool, num_staging: int,
+        self,
+        max_num_tokens: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        staging: bool,
+        num_staging: int,
         copy_mode: str = "rows",
-    ):  # fmt: skip
+    ):
         if copy_mode not in self.COPY_MODES:
             raise ValueError(f"copy_mode: expected one of {self.COPY_MODES}, got {copy_mode!r}")
         self.copy_mode = copy_mode
@@ -108,7 +113,9 @@ class PositionBuffers:
         if len(cache) >= 256:
             cache.clear()
         host = self._host[k]
-        copies = () if num_tokens == 0 else tuple((self.positions[r, :num_tokens], host[r, :num_tokens]) for r in range(3))
+        copies = (
+            () if num_tokens == 0 else tuple((self.positions[r, :num_tokens], host[r, :num_tokens]) for r in range(3))
+        )
         cache[num_tokens] = copies
         return copies
 

@@ -13,10 +13,9 @@ in one step's argument arrays.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 import marshal
 import operator
+from collections.abc import Hashable
 
 import numpy as np
 import torch
@@ -84,7 +83,9 @@ class PositionTracker:
         try:
             self.device = torch.device(device)
         except (RuntimeError, TypeError) as exc:
-            raise ValueError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r} ({exc})") from None
+            raise ValueError(
+                f"device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r} ({exc})"
+            ) from None
         if self.device.type not in ("cpu", "cuda"):
             raise ValueError(f"device: expected 'cpu' or a CUDA device, got {device!r}")
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -138,9 +139,17 @@ class PositionTracker:
 
     # ------------------------------------------------------------------ admission
     def add_request(
-        self, req_id, token_ids, *, image_grid_thw=None, video_grid_thw=None, second_per_grid_ts=None,
-        audio_feature_lengths=None, use_audio_in_video=False, num_computed_tokens=0,
-    ) -> int:  # fmt: skip
+        self,
+        req_id,
+        token_ids,
+        *,
+        image_grid_thw=None,
+        video_grid_thw=None,
+        second_per_grid_ts=None,
+        audio_feature_lengths=None,
+        use_audio_in_video=False,
+        num_computed_tokens=0,
+    ) -> int:
         """Admit a request from its prompt tokens (one scan); returns its slot.
 
         `num_computed_tokens` > 0 is a prefix-cache hit: those tokens cost
@@ -148,24 +157,49 @@ class PositionTracker:
         self._check_new_id(req_id)
         ids = as_token_ids(token_ids)
         num_computed_tokens = self._check_computed(num_computed_tokens, ids.shape[0], "token_ids")
-        items = Items.normalize(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
-        return self._admit(req_id, ids.shape[0], num_computed_tokens, estimate_rows(self.config, items),
-                           lambda rows, scales: build_rows_from_tokens(self.config, ids, items, rows, scales))  # fmt: skip
+        items = Items.normalize(
+            self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+        )
+        return self._admit(
+            req_id,
+            ids.shape[0],
+            num_computed_tokens,
+            estimate_rows(self.config, items),
+            lambda rows, scales: build_rows_from_tokens(self.config, ids, items, rows, scales),
+        )
 
     def add_request_from_ranges(
-        self, req_id, num_tokens, *, image_ranges=None, image_grid_thw=None, video_ranges=None, video_grid_thw=None,
-        second_per_grid_ts=None, audio_ranges=None, audio_feature_lengths=None, use_audio_in_video=False,
-        interleave="transformers", num_computed_tokens=0,
-    ) -> int:  # fmt: skip
+        self,
+        req_id,
+        num_tokens,
+        *,
+        image_ranges=None,
+        image_grid_thw=None,
+        video_ranges=None,
+        video_grid_thw=None,
+        second_per_grid_ts=None,
+        audio_ranges=None,
+        audio_feature_lengths=None,
+        use_audio_in_video=False,
+        interleave="transformers",
+        num_computed_tokens=0,
+    ) -> int:
         """Admit a request from placeholder ranges without reading its tokens:
         O(items) whatever the prompt length (see `PromptLayout.from_ranges`)."""
         self._check_new_id(req_id)
         num_tokens = as_index(num_tokens, "num_tokens", minimum=1)
         num_computed_tokens = self._check_computed(num_computed_tokens, num_tokens, "num_tokens")
-        items = Items.normalize(self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
+        items = Items.normalize(
+            self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+        )
         ranges = Ranges(self.config, items, image_ranges, video_ranges, audio_ranges, interleave, second_per_grid_ts)
-        return self._admit(req_id, num_tokens, num_computed_tokens, estimate_rows(self.config, items, ranges),
-                           lambda rows, scales: build_rows_from_ranges(self.config, num_tokens, items, ranges, rows, scales))  # fmt: skip
+        return self._admit(
+            req_id,
+            num_tokens,
+            num_computed_tokens,
+            estimate_rows(self.config, items, ranges),
+            lambda rows, scales: build_rows_from_ranges(self.config, num_tokens, items, ranges, rows, scales),
+        )
 
     def add_request_layout(self, req_id, layout: PromptLayout, *, num_computed_tokens=0) -> int:
         """Admit a request whose layout was built elsewhere (e.g. in a tokenizer process)."""
@@ -234,12 +268,15 @@ class PositionTracker:
         if known:
             raise ValueError(f"req_id: expected a new request id, got {req_id!r}, which is already tracked")
         if not self._free_slots:
-            raise ValueError(f"req_id: no free slot for {req_id!r}: all max_num_reqs={self.max_num_reqs} slots are in use")
+            raise ValueError(
+                f"req_id: no free slot for {req_id!r}: all max_num_reqs={self.max_num_reqs} slots are in use"
+            )
 
     def _check_computed(self, num_computed_tokens, num_tokens: int, prompt_arg: str) -> int:
         if self.max_model_len is not None and num_tokens > self.max_model_len:
             raise ValueError(
-                f"{prompt_arg}: expected a prompt of at most max_model_len={self.max_model_len} tokens, got {num_tokens}"
+                f"{prompt_arg}: expected a prompt of at most max_model_len={self.max_model_len} tokens, got "
+                f"{num_tokens}"
             )
         # Past the prompt is a resumed request whose generated tokens are
         # cached too: they sit at index + delta like any decode token.
@@ -335,7 +372,9 @@ class PositionTracker:
         else:
             computed = self._index_array(num_computed_tokens, "num_computed_tokens", self._batch_computed)
             if computed.shape[0] != n:
-                raise ValueError(f"num_computed_tokens: expected one count per request id ({n}), got {computed.shape[0]}")
+                raise ValueError(
+                    f"num_computed_tokens: expected one count per request id ({n}), got {computed.shape[0]}"
+                )
         return self._step(slots, counts, computed, req_ids)
 
     def _map_ids(self, req_ids, n: int) -> np.ndarray:
@@ -430,9 +469,15 @@ class PositionTracker:
                         if num_computed_tokens is not None and len(computed) != len(slots):
                             raise TypeError  # (the checked path below names the argument)
                         total = self._kernel(
-                            buffers.acquire(), slots, num_scheduled_tokens, computed, self.slot_state, self.pool_rows,
-                            self.pool_scales, self._params,
-                        )  # fmt: skip
+                            buffers.acquire(),
+                            slots,
+                            num_scheduled_tokens,
+                            computed,
+                            self.slot_state,
+                            self.pool_rows,
+                            self.pool_scales,
+                            self._params,
+                        )
                     except TypeError:
                         pass  # read-only, strided or not 1-D: the kernel takes no such array; converted below
                     else:
@@ -492,7 +537,8 @@ class PositionTracker:
         done = int(computed[b]) if computed.shape[0] else int(self.slot_state[slots[b], K.F_NUM_COMPUTED])
         if code == K.STEP_ERR_POSITION_LIMIT:
             return ValueError(
-                f"num_scheduled_tokens[{b}]: {who} would reach position {done + count - 1 + int(self.slot_state[slots[b], K.F_DELTA])}, "
+                f"num_scheduled_tokens[{b}]: {who} would reach position "
+                f"{done + count - 1 + int(self.slot_state[slots[b], K.F_DELTA])}, "
                 f"past the largest {self.dtype} value {self._max_position}"
             )
         if code == K.STEP_ERR_MODEL_LEN:

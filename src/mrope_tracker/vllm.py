@@ -79,7 +79,9 @@ class _Feature:
         where = f"mm_features[{index}]"
         for attr in ("modality", "mm_position", "data"):
             if not hasattr(feature, attr):
-                raise TypeError(f"{where}: expected a MultiModalFeatureSpec-like object with .{attr}, got {_describe(feature)}")
+                raise TypeError(
+                    f"{where}: expected a MultiModalFeatureSpec-like object with .{attr}, got {_describe(feature)}"
+                )
         self.modality = feature.modality
         if self.modality not in _MODALITIES:
             raise ValueError(f"{where}.modality: expected one of {_MODALITIES}, got {self.modality!r}")
@@ -87,7 +89,8 @@ class _Feature:
         for attr in ("offset", "length"):
             if not hasattr(position, attr):
                 raise TypeError(
-                    f"{where}.mm_position: expected a PlaceholderRange-like object with .{attr}, got {_describe(position)}"
+                    f"{where}.mm_position: expected a PlaceholderRange-like object with .{attr}, got "
+                    f"{_describe(position)}"
                 )
         self.offset = _as_int(position.offset, f"{where}.mm_position.offset", 0)
         self.length = _as_int(position.length, f"{where}.mm_position.length", 1)
@@ -118,14 +121,18 @@ class _Feature:
             return None
         element = self.data[name]
         if not hasattr(element, "data"):
-            raise TypeError(f"{where}: expected a field element with .data (a tensor or list), got {_describe(element)}")
+            raise TypeError(
+                f"{where}: expected a field element with .data (a tensor or list), got {_describe(element)}"
+            )
         return _plain(element.data)
 
     def grid(self) -> list[int]:
         name = f"{self.modality}_grid_thw"
         grid = self.field(name)
         if grid.shape != (3,) or grid.dtype.kind not in "iu":
-            raise ValueError(f"mm_features[{self.index}].data[{name!r}]: expected 3 ints (t, h, w), got {_describe(grid)}")
+            raise ValueError(
+                f"mm_features[{self.index}].data[{name!r}]: expected 3 ints (t, h, w), got {_describe(grid)}"
+            )
         return [int(x) for x in grid]
 
     def scalar(self, name: str, kinds: str, required: bool = True):
@@ -142,7 +149,9 @@ class _Feature:
 
 def _checked_features(mm_features) -> list[_Feature]:
     if isinstance(mm_features, (str, bytes)) or not isinstance(mm_features, Sequence):
-        raise TypeError(f"mm_features: expected a list of MultiModalFeatureSpec-like objects, got {_describe(mm_features)}")
+        raise TypeError(
+            f"mm_features: expected a list of MultiModalFeatureSpec-like objects, got {_describe(mm_features)}"
+        )
     features = [_Feature(i, f) for i, f in enumerate(mm_features)]
     # vLLM sorts by offset too (stable: an audio track keeps its place after its video)
     return sorted(features, key=lambda f: f.offset)
@@ -156,13 +165,15 @@ def _pair_audio_tracks(config, features: list[_Feature]) -> dict[int, _Feature]:
     family = FAMILIES[config.family]
     if not family.has_audio:
         raise ValueError(
-            f"mm_features[{av_videos[0].index}].data['use_audio_in_video']: only Omni models interleave audio with video; "
+            f"mm_features[{av_videos[0].index}].data['use_audio_in_video']: only Omni models interleave audio with "
+            "video; "
             f"expected False for {config.family}"
         )
     plain = [f for f in features if f.modality == "video" and not f.use_audio_in_video()]
     if plain:
         raise ValueError(
-            f"mm_features[{plain[0].index}].data['use_audio_in_video']: expected True like mm_features[{av_videos[0].index}]; "
+            f"mm_features[{plain[0].index}].data['use_audio_in_video']: expected True like "
+            f"mm_features[{av_videos[0].index}]; "
             "one request interleaves the audio of all its videos or of none"
         )
     audio_at = {}
@@ -175,7 +186,8 @@ def _pair_audio_tracks(config, features: list[_Feature]) -> dict[int, _Feature]:
         candidates = audio_at.get(video.offset, [])
         if not candidates:
             raise ValueError(
-                f"{where}: an audio-in-video video needs an audio feature with the same range (offset {video.offset}); none found"
+                f"{where}: an audio-in-video video needs an audio feature with the same range (offset "
+                f"{video.offset}); none found"
             )
         audio = candidates.pop(0)
         if audio.length != video.length:

@@ -81,25 +81,35 @@ def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float
         stage(f"compile ({num_jobs} processes)", lambda: _compile_in_children(groups))
 
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
-    stage("prompt_positions", lambda: (  # items, text only, images only: three kernels
-        prompt_positions(config, ids, **kwargs),
-        prompt_positions(config, ids[:3]),
-        prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]])),
-        # lists (token ids, grid rows) go through the marshal decoders
-        prompt_positions(config, image_ids.tolist(), image_grid_thw=[[1, 2, 4]]),
-    ))  # fmt: skip
+    stage(
+        "prompt_positions",
+        lambda: (  # items, text only, images only: three kernels
+            prompt_positions(config, ids, **kwargs),
+            prompt_positions(config, ids[:3]),
+            prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]])),
+            # lists (token ids, grid rows) go through the marshal decoders
+            prompt_positions(config, image_ids.tolist(), image_grid_thw=[[1, 2, 4]]),
+        ),
+    )
     stage("layout", lambda: _layouts(config, ids, kwargs, ranges))
     stage("next_positions", _next_positions)
     for dtype in dtypes:
-        stage(f"tracker[{str(dtype).replace('torch.', '')}]", lambda: _tracker_round(config, ids, kwargs, ranges, dtype))
+        stage(
+            f"tracker[{str(dtype).replace('torch.', '')}]",
+            lambda dtype=dtype: _tracker_round(config, ids, kwargs, ranges, dtype),
+        )
     return timings
 
 
 def _tiny_prompt(config: MRopeConfig):
     """t VS AS [V V][A A A A][V V] AE VE t A A t: an interleave, audio and text."""
     v, a = config.video_token_id, config.audio_token_id
-    vs, ve, as_, ae = (config.vision_start_token_id, config.vision_end_token_id,
-                       config.audio_start_token_id, config.audio_end_token_id)  # fmt: skip
+    vs, ve, as_, ae = (
+        config.vision_start_token_id,
+        config.vision_end_token_id,
+        config.audio_start_token_id,
+        config.audio_end_token_id,
+    )
     ids = np.array([1, vs, as_, v, v, a, a, a, a, v, v, ae, ve, 2, a, a, 3], dtype=np.int64)
     kwargs = dict(
         video_grid_thw=np.array([[2, 2, 4]]),
@@ -123,8 +133,12 @@ def _range_layouts(config, ids, kwargs, ranges) -> None:
 
 def _per_frame_video() -> None:
     """A per-frame video whose frames the is_embed mask locates (kernels/frames.py)."""
-    PromptLayout.from_ranges(MRopeConfig(family="qwen3_vl"), 8, video_ranges=[(1, 6, np.array([0, 1, 0, 0, 1, 0], bool))],
-                             video_grid_thw=[[2, 2, 2]])  # fmt: skip
+    PromptLayout.from_ranges(
+        MRopeConfig(family="qwen3_vl"),
+        8,
+        video_ranges=[(1, 6, np.array([0, 1, 0, 0, 1, 0], bool))],
+        video_grid_thw=[[2, 2, 2]],
+    )
 
 
 def _next_positions() -> None:

@@ -13,7 +13,9 @@ FAMILIES: dict[str, Family] = {
 }
 
 MODEL_TYPES: dict[str, tuple[str, str]] = {
-    model_type: (family.name, nested) for family in FAMILIES.values() for model_type, nested in family.model_types.items()
+    model_type: (family.name, nested)
+    for family in FAMILIES.values()
+    for model_type, nested in family.model_types.items()
 }
 
 SEMANTICS = ("reference", "vllm-0.33", "transformers-4.57", "transformers-5")

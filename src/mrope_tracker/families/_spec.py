@@ -23,15 +23,18 @@ import attrs
 import numpy as np
 
 # What a semantics preset can switch, per family (docs/semantics.md, "Presets"):
-PRESET_SWITCHES = frozenset({
-    "tau_f64",  # temporal products in float64 from the float32 sp (vLLM 0.33, D3)
-    "tau_rate_first",  # f * float32(sp * r): transformers 5's order of the float32 products
-    "int_sp",  # second_per_grid_ts truncated to an integer first (transformers 4.57, D2)
-    "next_hw",  # after a vision block, text resumes at s + max(h', w') (transformers 5, D1)
-    "av_shift",  # Qwen2.5-Omni audio-in-video positions one token early (vLLM 0.33, D5)
-    "av_eos_block",  # audio-in-video eos after the whole block's maximum (vLLM 0.33, D8)
-    "av_merge_tau",  # Qwen3-Omni audio-in-video positions merged on truncated tau, whatever the layout (vLLM 0.33, D8)
-})  # fmt: skip
+PRESET_SWITCHES = frozenset(
+    {
+        "tau_f64",  # temporal products in float64 from the float32 sp (vLLM 0.33, D3)
+        "tau_rate_first",  # f * float32(sp * r): transformers 5's order of the float32 products
+        "int_sp",  # second_per_grid_ts truncated to an integer first (transformers 4.57, D2)
+        "next_hw",  # after a vision block, text resumes at s + max(h', w') (transformers 5, D1)
+        "av_shift",  # Qwen2.5-Omni audio-in-video positions one token early (vLLM 0.33, D5)
+        "av_eos_block",  # audio-in-video eos after the whole block's maximum (vLLM 0.33, D8)
+        # Qwen3-Omni audio-in-video positions merged on truncated tau, whatever the layout (vLLM 0.33, D8)
+        "av_merge_tau",
+    }
+)
 
 # An interleave is a run-length list of (kind, count): kind 0 video, 1 audio.
 RUN_VIDEO = 0

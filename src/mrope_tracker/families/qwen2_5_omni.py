@@ -61,7 +61,13 @@ def _convention(fn):
 FAMILY = Family(
     name="qwen2_5_omni",
     model_types={"qwen2_5_omni": "thinker_config", "qwen2_5_omni_thinker": ""},
-    defaults={**QWEN_VISION_IDS, **OMNI_AUDIO_IDS, "spatial_merge_size": 2, "tokens_per_second": 25.0, "seconds_per_chunk": 2.0},
+    defaults={
+        **QWEN_VISION_IDS,
+        **OMNI_AUDIO_IDS,
+        "spatial_merge_size": 2,
+        "tokens_per_second": 25.0,
+        "seconds_per_chunk": 2.0,
+    },
     read_config=read_config,
     scaled_time=True,
     audio_tokens=audio_tokens,

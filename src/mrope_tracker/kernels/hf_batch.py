@@ -83,9 +83,25 @@ WRITE_NONE, WRITE_INT, WRITE_FLOAT = 0, 1, 2  # what batch_kernel writes
 
 @jit
 def batch_kernel(
-    out, deltas, float_out, float_deltas, kept, starts, ids, mask, keep_rule, fill, padded_delta,
-    params, image_grid, video_grid, video_sp, audio_tokens, use_av, write,
-):  # fmt: skip
+    out,
+    deltas,
+    float_out,
+    float_deltas,
+    kept,
+    starts,
+    ids,
+    mask,
+    keep_rule,
+    fill,
+    padded_delta,
+    params,
+    image_grid,
+    video_grid,
+    video_sp,
+    audio_tokens,
+    use_av,
+    write,
+):
     """Positions of every row of a padded batch, in one call.
 
     Row b's kept tokens (by `keep_rule` on ``mask[b]``) are positioned by the
@@ -123,9 +139,18 @@ def batch_kernel(
         direct = write == WRITE_INT and hi - lo == n
         row_out = out[:, b, lo:hi] if direct else buf[: 3 * m].reshape((3, m))
         code, a, bb, c, d = build_from_tokens(
-            no_rows, no_scales, state, row_out, row, params, image_grid[p_image:], video_grid[p_video:],
-            video_sp[p_video:], audio_tokens[p_audio:], use_av,
-        )  # fmt: skip
+            no_rows,
+            no_scales,
+            state,
+            row_out,
+            row,
+            params,
+            image_grid[p_image:],
+            video_grid[p_video:],
+            video_sp[p_video:],
+            audio_tokens[p_audio:],
+            use_av,
+        )
         delta = state[S_MAX] + 1 - n
         # Items left over are the next rows' items, not an error here.
         if code != C.OK and code != C.ERR_MISSING_ITEMS:
@@ -144,9 +169,15 @@ def batch_kernel(
         elif write == WRITE_FLOAT:
             float_row_out = float_buf[: 3 * n].reshape((3, n))
             top = float_row(
-                float_row_out, row, params, image_grid[i0:p_image], video_grid[v0:p_video], video_sp[v0:p_video],
-                audio_tokens[a0:p_audio], use_av,
-            )  # fmt: skip
+                float_row_out,
+                row,
+                params,
+                image_grid[i0:p_image],
+                video_grid[v0:p_video],
+                video_sp[v0:p_video],
+                audio_tokens[a0:p_audio],
+                use_av,
+            )
             if top < 0:
                 return b, ERR_FLOAT_LAYOUT, 0, 0, 0, 0
             float_deltas[b] = (top + _F32_ONE) - np.float32(n)

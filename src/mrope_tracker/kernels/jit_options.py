@@ -41,7 +41,12 @@ try:
 except (ImportError, AttributeError):  # pragma: no cover (a numba whose internals moved)
     _INNER_PIPELINE = {}
 inner = numba.njit(
-    cache=True, nogil=True, boundscheck=False, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True,
+    cache=True,
+    nogil=True,
+    boundscheck=False,
+    _nrt=False,
+    no_cpython_wrapper=True,
+    no_cfunc_wrapper=True,
     **_INNER_PIPELINE,
 )
 # `tiny` helpers (a few lines each) are inlined into their callers' numba IR

@@ -76,12 +76,16 @@ def _scan_interleave(rows, scales, state, out, ids, pos, emit, s, t, h, w, mode,
         if tok == video_id:
             end = _run_end(ids, pos, min(num_tokens, pos + num_video - k_video + 1), video_id)
             if emit and k_video + end - pos <= num_video:
-                last_top = av_run(rows, scales, state, out, pos, np.int64(0), k_video, end - pos, s, t, h, w, mode, sp, r)
+                last_top = av_run(
+                    rows, scales, state, out, pos, np.int64(0), k_video, end - pos, s, t, h, w, mode, sp, r
+                )
             k_video += end - pos
         elif tok == audio_id:
             end = _run_end(ids, pos, min(num_tokens, pos + num_audio - k_audio + 1), audio_id)
             if emit and k_audio + end - pos <= num_audio:
-                last_top = av_run(rows, scales, state, out, pos, np.int64(1), k_audio, end - pos, s, t, h, w, mode, sp, r)
+                last_top = av_run(
+                    rows, scales, state, out, pos, np.int64(1), k_audio, end - pos, s, t, h, w, mode, sp, r
+                )
             k_audio += end - pos
         else:
             break
@@ -92,7 +96,9 @@ def _scan_interleave(rows, scales, state, out, ids, pos, emit, s, t, h, w, mode,
 
 
 @helper
-def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video):  # fmt: skip
+def build_from_tokens(
+    rows, scales, state, out, ids, params, image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video
+):
     """Scan `ids` once and emit the layout. Returns (code, a, b, c, d)."""
     num_tokens = ids.shape[0]
     reset(state, image_grid.shape[0], video_grid.shape[0], audio_tokens.shape[0])
@@ -168,7 +174,9 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
                 return C.ERR_CUT_OFF, m, n, missing, 0
             flush_text(rows, scales, state, out, i)
             if m == C.MOD_IMAGE:  # images are never time-scaled
-                emit_grid(rows, scales, state, out, i, t, h, w, np.int64(C.TAU_FRAME), np.float32(1), np.float32(1), next_rule)
+                emit_grid(
+                    rows, scales, state, out, i, t, h, w, np.int64(C.TAU_FRAME), np.float32(1), np.float32(1), next_rule
+                )
             else:
                 emit_grid(rows, scales, state, out, i, t, h, w, mode, video_sp_of(video_sp, n), r, next_rule)
             state[S_COUNT + m] = n + 1
@@ -207,7 +215,23 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
             s = 0 if shift else av_open(rows, scales, state, out, i, pair)  # shifted: runs emitted below
             by_identity = not (shift or merge_tau)  # else the positions come from the counts alone
             k_video, k_audio, pos, last_top = _scan_interleave(
-                rows, scales, state, out, ids, i + 2, by_identity, s, t, h, w, mode, sp, r, num_audio, video_id, audio_id
+                rows,
+                scales,
+                state,
+                out,
+                ids,
+                i + 2,
+                by_identity,
+                s,
+                t,
+                h,
+                w,
+                mode,
+                sp,
+                r,
+                num_audio,
+                video_id,
+                audio_id,
             )
             if k_video != size or k_audio != num_audio:
                 return C.ERR_AV_COUNT, n, k_video, k_audio, num_audio
@@ -238,10 +262,23 @@ def build_from_tokens(rows, scales, state, out, ids, params, image_grid, video_g
 
 @helper
 def build_from_ranges(
-    rows, scales, state, out, num_tokens, params,
-    image_ranges, image_grid, video_ranges, video_grid, video_sp,
-    audio_ranges, audio_tokens, av_runs, av_bounds, use_audio_in_video,
-):  # fmt: skip
+    rows,
+    scales,
+    state,
+    out,
+    num_tokens,
+    params,
+    image_ranges,
+    image_grid,
+    video_ranges,
+    video_grid,
+    video_sp,
+    audio_ranges,
+    audio_tokens,
+    av_runs,
+    av_bounds,
+    use_audio_in_video,
+):
     """Emit the layout from each item's (offset, length) without reading tokens.
 
     Offsets are the first placeholder token of an item; for a per-frame video,
@@ -337,7 +374,9 @@ def build_from_ranges(
                     tok = av_tau_merge(rows, scales, state, out, offset, s, t, h, w, mode, sp, r, num_audio)
                     last_top = s  # unused: the eos follows the whole block
                 else:
-                    last_top, tok = av_emit_runs(rows, scales, state, out, offset, av_runs, r0, r1, s, t, h, w, mode, sp, r)
+                    last_top, tok = av_emit_runs(
+                        rows, scales, state, out, offset, av_runs, r0, r1, s, t, h, w, mode, sp, r
+                    )
                 top = av_block_top(s, t, h, w, num_audio, mode, sp, r)
                 av_close(rows, scales, state, out, tok, (top if eos_rule else last_top) + 1, pair, top)
             audio_used += 1
@@ -349,7 +388,20 @@ def build_from_ranges(
                 return C.ERR_RANGE_LENGTH, m, k, size, 0
             flush_text(rows, scales, state, out, offset)
             if m == C.MOD_IMAGE:
-                emit_grid(rows, scales, state, out, offset, t, h, w, np.int64(C.TAU_FRAME), np.float32(1), np.float32(1), next_rule)
+                emit_grid(
+                    rows,
+                    scales,
+                    state,
+                    out,
+                    offset,
+                    t,
+                    h,
+                    w,
+                    np.int64(C.TAU_FRAME),
+                    np.float32(1),
+                    np.float32(1),
+                    next_rule,
+                )
             else:
                 emit_grid(rows, scales, state, out, offset, t, h, w, mode, video_sp_of(video_sp, n), r, next_rule)
             state[S_COUNT + m] = n + 1

@@ -100,7 +100,9 @@ def push_row(rows, scales, state, out, tok_start, tok_len, kind, base, grid_offs
 @tiny
 def _push_linear(rows, scales, state, out, tok_start, tok_len, base):
     z = np.int64(0)
-    push_row(rows, scales, state, out, tok_start, tok_len, np.int64(C.KIND_LINEAR), base, z, z, z, z, z, _F32_ZERO, _F32_ZERO)
+    push_row(
+        rows, scales, state, out, tok_start, tok_len, np.int64(C.KIND_LINEAR), base, z, z, z, z, z, _F32_ZERO, _F32_ZERO
+    )
 
 
 @tiny
@@ -123,14 +125,14 @@ def flush_text(rows, scales, state, out, upto):
     state[S_TEXT_START] = upto
 
 
-
-
 @inner
 def emit_grid(rows, scales, state, out, tok_start, t, h, w, mode, sp, r, next_rule):
     """A whole (t', h', w') block at the current base. The next base is one
     past the block's largest position (R-max), or s + max(h', w') (R-hw)."""
     s = state[S_BASE]
-    push_row(rows, scales, state, out, tok_start, t * h * w, np.int64(C.KIND_GRID), s, np.int64(0), t, h, w, mode, sp, r)
+    push_row(
+        rows, scales, state, out, tok_start, t * h * w, np.int64(C.KIND_GRID), s, np.int64(0), t, h, w, mode, sp, r
+    )
     top, state[S_BASE] = block_end(s, t, h, w, mode, sp, r, next_rule)
     state[S_MAX] = max(state[S_MAX], top)
     state[S_TEXT_START] = tok_start + t * h * w
@@ -140,7 +142,20 @@ def emit_grid(rows, scales, state, out, tok_start, t, h, w, mode, sp, r, next_ru
 def emit_frame(rows, scales, state, out, tok_start, h, w):
     """One video frame of a per-frame family: its own tau = 0 block."""
     one = np.int64(1)
-    emit_grid(rows, scales, state, out, tok_start, one, h, w, np.int64(C.TAU_FRAME), np.float32(1), np.float32(1), np.int64(C.NEXT_MAX))
+    emit_grid(
+        rows,
+        scales,
+        state,
+        out,
+        tok_start,
+        one,
+        h,
+        w,
+        np.int64(C.TAU_FRAME),
+        np.float32(1),
+        np.float32(1),
+        np.int64(C.NEXT_MAX),
+    )
 
 
 # --- audio in video -----------------------------------------------------------
@@ -366,8 +381,6 @@ def grid_tokens(grids, n, merge, limit):
     if t > limit or h > limit or w > limit or h * w > limit or t * h * w > limit:
         return t, h, w, limit + 1
     return t, h, w, t * h * w
-
-
 
 
 @inner

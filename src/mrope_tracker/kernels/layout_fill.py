@@ -38,10 +38,19 @@ def fill_positions(out, out_col, rows, scales, row_begin, row_end, start, end):
         stop = min(end, row_start + rows[r, C.COL_TOK_LEN])
         count = stop - token
         write_segment(
-            out, col, token - row_start, count, rows[r, C.COL_KIND], rows[r, C.COL_BASE],
-            rows[r, C.COL_GRID_OFFSET], rows[r, C.COL_H], rows[r, C.COL_W], rows[r, C.COL_SCALED],
-            scales[r, C.SCALE_SP], scales[r, C.SCALE_R],
-        )  # fmt: skip
+            out,
+            col,
+            token - row_start,
+            count,
+            rows[r, C.COL_KIND],
+            rows[r, C.COL_BASE],
+            rows[r, C.COL_GRID_OFFSET],
+            rows[r, C.COL_H],
+            rows[r, C.COL_W],
+            rows[r, C.COL_SCALED],
+            scales[r, C.SCALE_SP],
+            scales[r, C.SCALE_R],
+        )
         col += count
         token = stop
         r += 1

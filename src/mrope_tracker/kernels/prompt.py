@@ -2,7 +2,8 @@
 
 Most prompts hold text, images and whole-block videos only. For them,
 `_vision_walk` (behind three entry points, by what the prompt is given)
-walks the tokens with its state in registers and returns just the delta: no state array, no layout table, no tuple to box.
+walks the tokens with its state in registers and returns just the delta:
+no state array, no layout table, no tuple to box.
 It measured 0.40 us against the general builder's 0.86 us for one image,
 1.5 us against 2.8 us for ten (one 366-token and one 3,300-token prompt,
 output preallocated, 2-core EPYC). Anything else it gives up on, returning
@@ -44,9 +45,12 @@ def _vision_walk(out, ids, params, image_grid, video_grid, video_sp):
     num_sp = video_sp.shape[0]
     default_sp = params[C.P_SP_DEFAULT]
     if (
-        num_tokens == 0 or out.shape[1] != num_tokens or image_grid.shape[1] != 3 or video_grid.shape[1] != 3
+        num_tokens == 0
+        or out.shape[1] != num_tokens
+        or image_grid.shape[1] != 3
+        or video_grid.shape[1] != 3
         or (num_sp != 0 and (num_sp != num_videos or default_sp < 0))
-    ):  # fmt: skip
+    ):
         return GAVE_UP
     truncate_sp = params[C.P_SP_TRUNC] != 0
     default_sp32 = np.float32(default_sp if default_sp >= 0 else 1)

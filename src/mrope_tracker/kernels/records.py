@@ -5,9 +5,10 @@ into numpy costs a Python-level look at every element when bools must be
 refused (numpy silently takes True as 1). marshal writes each element's
 exact type in one C pass instead: format 2 writes a list or tuple as a type
 byte and a 4-byte count, each int that fits in 32 bits as the byte "i"
-and 4 little-endian bytes, and each float as "g" and its 8 IEEE 754 bytes. Anything else (a bool, a float, a bigger int, a
-nested sequence of another length) is another record, and the decoders stop
-there so the caller can take its checked path with precise messages.
+and 4 little-endian bytes, and each float as "g" and its 8 IEEE 754
+bytes. Anything else (a bool, a float, a bigger int, a nested sequence of
+another length) is another record, and the decoders stop there so the
+caller can take its checked path with precise messages.
 """
 
 import marshal
@@ -48,9 +49,11 @@ def read_int_records(data, out):
         if data[p] != _RECORD_INT:
             return k
         out[k] = (
-            np.int64(data[p + 1]) | (np.int64(data[p + 2]) << 8) | (np.int64(data[p + 3]) << 16)
+            np.int64(data[p + 1])
+            | (np.int64(data[p + 2]) << 8)
+            | (np.int64(data[p + 3]) << 16)
             | (np.int64(np.int8(data[p + 4])) << 24)
-        )  # fmt: skip
+        )
         p += 5
     return -1
 
@@ -58,7 +61,9 @@ def read_int_records(data, out):
 @tiny
 def read_u32(data, p):
     """The little-endian 4-byte count (or int) at data[p:p + 4]."""
-    return np.int64(data[p]) | (np.int64(data[p + 1]) << 8) | (np.int64(data[p + 2]) << 16) | (np.int64(data[p + 3]) << 24)
+    return (
+        np.int64(data[p]) | (np.int64(data[p + 1]) << 8) | (np.int64(data[p + 2]) << 16) | (np.int64(data[p + 3]) << 24)
+    )
 
 
 @inner

@@ -154,11 +154,19 @@ def prepare_step(out, slots, num_scheduled, num_computed, slot_state, pool_rows,
             if in_prompt > 0:
                 row_start = slot_state[slot, F_ROW_START]
                 fill_positions(
-                    out, col, pool_rows, pool_scales, row_start, row_start + slot_state[slot, F_ROW_COUNT],
-                    start, start + in_prompt,
-                )  # fmt: skip
+                    out,
+                    col,
+                    pool_rows,
+                    pool_scales,
+                    row_start,
+                    row_start + slot_state[slot, F_ROW_COUNT],
+                    start,
+                    start + in_prompt,
+                )
             if count > in_prompt:
-                write_next_positions(out, col + in_prompt, slot_state[slot, F_DELTA], start + in_prompt, count - in_prompt)
+                write_next_positions(
+                    out, col + in_prompt, slot_state[slot, F_DELTA], start + in_prompt, count - in_prompt
+                )
         col += count
         slot_state[slot, F_NUM_COMPUTED] = start + count
     return total

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from . import _float, _integer
-from ._inputs import audio_count, audio_lengths, as_tensor, describe, grids, read_config, video_scales
+from ._inputs import as_tensor, audio_count, audio_lengths, describe, grids, read_config, video_scales
 from ._scan import scan
 
 __all__ = ["audio_token_count", "next_positions", "prompt_positions"]
@@ -114,8 +114,9 @@ def prompt_positions(
     if use_audio_in_video and not rules.omni:
         raise ValueError(f"use_audio_in_video: expected False for {rules.family} (no audio), got True")
     if float_positions and rules.family != "qwen3_omni":
-        raise ValueError(f"float_positions: expected False for {rules.family} (only qwen3_omni has float "
-                         f"positions), got True")
+        raise ValueError(
+            f"float_positions: expected False for {rules.family} (only qwen3_omni has float positions), got True"
+        )
 
     images = grids("image_grid_thw", image_grid_thw, rules.merge, image=True)
     videos = grids("video_grid_thw", video_grid_thw, rules.merge, image=False)

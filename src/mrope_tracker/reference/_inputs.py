@@ -143,9 +143,7 @@ def read_config(config) -> Rules:
 
 def _has_bool(seq) -> bool:
     """True when a (nested) list/tuple holds a bool; numpy would silently make it 0/1."""
-    return any(
-        isinstance(x, (bool, np.bool_)) or (isinstance(x, (list, tuple)) and _has_bool(x)) for x in seq
-    )
+    return any(isinstance(x, (bool, np.bool_)) or (isinstance(x, (list, tuple)) and _has_bool(x)) for x in seq)
 
 
 def as_tensor(name: str, value, kind: str, ndim: int) -> torch.Tensor:
@@ -234,8 +232,10 @@ def video_scales(rules: Rules, value, videos: list) -> list[torch.Tensor | None]
     for k, (t, _, _) in enumerate(videos):
         last = torch.tensor(t - 1) * sp[k] * rules.r  # the float32 ops of the temporal index
         if float(last) >= 2**31:
-            raise ValueError(f"{name}[{k}]: expected (t - 1) * sp * tokens_per_second below 2**31, "
-                             f"got {float(last)} (sp {float(sp[k])} too large)")
+            raise ValueError(
+                f"{name}[{k}]: expected (t - 1) * sp * tokens_per_second below 2**31, "
+                f"got {float(last)} (sp {float(sp[k])} too large)"
+            )
     return [sp[k] for k in range(len(videos))]
 
 
@@ -270,7 +270,6 @@ def audio_lengths(rules: Rules, value) -> list[int]:
     for k, frames in enumerate(as_tensor(name, value, "int", 1).tolist()):
         n = audio_count(frames, rules.n_window) if frames > 0 else 0
         if n < 1:
-            raise ValueError(f"{name}[{k}]: expected enough mel frames for one audio token, got {frames} "
-                             f"({n} tokens)")
+            raise ValueError(f"{name}[{k}]: expected enough mel frames for one audio token, got {frames} ({n} tokens)")
         counts.append(n)
     return counts

@@ -90,8 +90,9 @@ def check_run(ids: torch.Tensor, start: int, n: int, token: int, what: str) -> N
             f"instead of {token} (placeholder count does not match the grid)"
         )
     if start + n > length:
-        raise ValueError(f"{what}: expected {n} placeholder tokens from index {start}, got the prompt cut off "
-                         f"after {length - start}")
+        raise ValueError(
+            f"{what}: expected {n} placeholder tokens from index {start}, got the prompt cut off after {length - start}"
+        )
 
 
 def _inside_brackets(ids: torch.Tensor, open_id: int, close_id: int) -> torch.Tensor:
@@ -111,15 +112,19 @@ class _Supply:
 
     def take(self, at: int):
         if self.used == len(self.values):
-            raise ValueError(f"{self.arg}: expected an item for the {self.kind} placeholder at token {at}, "
-                             f"got only {len(self.values)} (more {self.kind} items in the prompt than given)")
+            raise ValueError(
+                f"{self.arg}: expected an item for the {self.kind} placeholder at token {at}, "
+                f"got only {len(self.values)} (more {self.kind} items in the prompt than given)"
+            )
         self.used += 1
         return self.used - 1, self.values[self.used - 1]
 
     def check_used_up(self) -> None:
         if self.used != len(self.values):
-            raise ValueError(f"{self.arg}: expected {len(self.values)} {self.kind} items in the prompt, "
-                             f"got {self.used} (fewer items than given)")
+            raise ValueError(
+                f"{self.arg}: expected {len(self.values)} {self.kind} items in the prompt, "
+                f"got {self.used} (fewer items than given)"
+            )
 
 
 def _audio_in_video(rules: Rules, ids: torch.Tensor, o: int, k: int, grid, sp, n_a: int) -> AudioInVideo:
@@ -143,13 +148,16 @@ def _audio_in_video(rules: Rules, ids: torch.Tensor, o: int, k: int, grid, sp, n
     closing = ids[end : end + 2].tolist()
     if closing != [rules.audio_end, rules.vision_end]:
         cut = " (block cut off)" if end + 2 > length else ""
-        raise ValueError(f"{what}: expected audio_end, vision_end ({rules.audio_end}, {rules.vision_end}) after "
-                         f"the interleave at index {end}, got token ids {closing}{cut}")
+        raise ValueError(
+            f"{what}: expected audio_end, vision_end ({rules.audio_end}, {rules.vision_end}) after "
+            f"the interleave at index {end}, got token ids {closing}{cut}"
+        )
     return AudioInVideo(start=o, t=t, h=h, w=w, sp=sp, num_audio=n_a, is_video=is_video)
 
 
-def scan(rules: Rules, ids: torch.Tensor, images: list, videos: list, sps: list, audios: list,
-         use_audio_in_video: bool) -> list[Item]:
+def scan(
+    rules: Rules, ids: torch.Tensor, images: list, videos: list, sps: list, audios: list, use_audio_in_video: bool
+) -> list[Item]:
     """The prompt's items in token order (see the module docstring)."""
     image_supply = _Supply("image_grid_thw", "image", images)
     video_supply = _Supply("video_grid_thw", "video", videos)
@@ -174,11 +182,15 @@ def scan(rules: Rules, ids: torch.Tensor, images: list, videos: list, sps: list,
         if use_audio_in_video and token in (rules.video, rules.audio) and (token == rules.video or after_brackets):
             k, grid = video_supply.take(o)
             if not after_brackets:
-                raise ValueError(f"video_grid_thw[{k}] (audio in video): expected vision_start, audio_start before "
-                                 f"the first video token at index {o}, got token ids {ids[max(o - 2, 0):o].tolist()}")
+                raise ValueError(
+                    f"video_grid_thw[{k}] (audio in video): expected vision_start, audio_start before "
+                    f"the first video token at index {o}, got token ids {ids[max(o - 2, 0) : o].tolist()}"
+                )
             if audio_supply.used == len(audios):
-                raise ValueError(f"audio_feature_lengths: expected an audio track for video {k} (block at index "
-                                 f"{o}), got only {len(audios)} lengths")
+                raise ValueError(
+                    f"audio_feature_lengths: expected an audio track for video {k} (block at index "
+                    f"{o}), got only {len(audios)} lengths"
+                )
             _, n_a = audio_supply.take(o)
             item = _audio_in_video(rules, ids, o, k, grid, sps[k], n_a)
             st = item.end + 2  # audio_end, vision_end
@@ -218,8 +230,9 @@ def scan(rules: Rules, ids: torch.Tensor, images: list, videos: list, sps: list,
         items.append(item)
 
     if frame_video is not None and frames_read < videos[frame_video][0]:
-        raise ValueError(f"video_grid_thw[{frame_video}]: expected {videos[frame_video][0]} frames in the prompt, "
-                         f"got {frames_read}")
+        raise ValueError(
+            f"video_grid_thw[{frame_video}]: expected {videos[frame_video][0]} frames in the prompt, got {frames_read}"
+        )
     for supply in (image_supply, video_supply, audio_supply):
         supply.check_used_up()
     return items
