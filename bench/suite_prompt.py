@@ -261,24 +261,26 @@ BREAKDOWN_CASES = ("1 image", "10 images", "1 video of 200 frames")
 
 
 def _our_kernel_call(config, ids, kwargs):
-    """`prompt_positions`' fast kernel called alone on a preallocated output,
-    with grids as numpy arrays; None if the package's internals changed."""
+    """`prompt_positions`' kernel called alone on a preallocated output,
+    with its items as the canonical arrays; None if the package's internals
+    changed."""
     try:
-        from mrope_tracker.inputs import as_second_per_grid_ts
-        from mrope_tracker.kernels.prompt import GAVE_UP, image_prompt_positions, vision_prompt_positions
+        from mrope_tracker.inputs import normalize_items
+        from mrope_tracker.kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
 
         out = np.empty((3, ids.shape[0]), np.int64)
         params = config.kernel_params
-        image_grid = kwargs.get("image_grid_thw")
-        if set(kwargs) == {"image_grid_thw"}:
-            call = lambda: image_prompt_positions(out, ids, params, image_grid)  # noqa: E731
-        else:
-            video_grid = kwargs["video_grid_thw"]
-            no_grid = np.zeros((0, 3), np.int64)
-            image_grid = no_grid if image_grid is None else image_grid
-            sp = as_second_per_grid_ts(kwargs.get("second_per_grid_ts"), video_grid.shape[0], config)
-            call = lambda: vision_prompt_positions(out, ids, params, image_grid, video_grid, sp)  # noqa: E731
-        if call() == GAVE_UP:
+        scratch = np.empty(SCRATCH_SIZE, np.int64)
+        items, _ = normalize_items(
+            config,
+            kwargs.get("image_grid_thw"),
+            kwargs.get("video_grid_thw"),
+            kwargs.get("second_per_grid_ts"),
+            None,
+            False,
+        )
+        call = lambda: prompt_from_arrays(out, ids, params, *items, scratch)  # noqa: E731
+        if call() == FAILED:
             return None
         return call
     except (ImportError, AttributeError, KeyError, TypeError, ValueError):

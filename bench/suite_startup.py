@@ -11,10 +11,7 @@ Each of the default and the filled-cache runs is repeated three times
 (once with --quick) and reported as the median, with the range.
 
 The import of `mrope_tracker` (which imports torch and numba) is timed
-apart. Each run also says whether numba's compiler set-up (importing its
-typing and lowering registries, 0.2-0.3 s) ran in the process: a compile
-needs it; loading our cached kernels does not (kernels/cache_load.py).
-Absolute times are the point here; they depend on the machine, which the
+apart. Absolute times are the point here; they depend on the machine, which the
 report names.
 """
 
@@ -33,9 +30,7 @@ import mrope_tracker
 imported = time.perf_counter()
 stages = mrope_tracker.warmup(jobs=None if sys.argv[1] == "auto" else int(sys.argv[1]))
 done = time.perf_counter()
-from mrope_tracker.kernels.cache_load import compiler_set_up_ran
-print(json.dumps({"import_s": imported - start, "warmup_s": done - imported, "stages": stages,
-                  "numba_compiler_set_up": compiler_set_up_ran()}))
+print(json.dumps({"import_s": imported - start, "warmup_s": done - imported, "stages": stages}))
 """
 
 
@@ -78,8 +73,8 @@ def tables(result: dict) -> str:
         f"On {result.get('cores', '?')} usable cores. numba's compiler set-up (its typing and lowering registries) "
         "runs in a process that compiles; loading our cached kernels skips it.",
         "",
-        "| numba cache | import mrope_tracker (s) | warmup() (s) | numba's compiler set-up | stages (s) |",
-        "|---|---|---|---|---|",
+        "| numba cache | import mrope_tracker (s) | warmup() (s) | stages (s) |",
+        "|---|---|---|---|",
     ]
     runs = result["runs"]
     of = f", median of {runs}" if runs > 1 else ""
@@ -95,8 +90,5 @@ def tables(result: dict) -> str:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items())
         times = r.get("all_warmup_s", [])
         spread = f" ({times[0]:.2f}–{times[-1]:.2f})" if len(times) > 1 else ""
-        lines.append(
-            f"| {label} | {r['import_s']:.2f} | **{r['warmup_s']:.2f}**{spread} | "
-            f"{'ran' if r.get('numba_compiler_set_up') else 'skipped'} | {stages} |"
-        )
+        lines.append(f"| {label} | {r['import_s']:.2f} | **{r['warmup_s']:.2f}**{spread} | {stages} |")
     return "\n".join(lines)

@@ -1,13 +1,14 @@
-"""`prompt_positions`' fast kernels against its checked path.
+"""`prompt_positions` against its checked path, in every input form.
 
-`prompt_positions` sends text, images and whole-block videos to small
-kernels (`mrope_tracker.kernels.prompt`), with grids and second_per_grid_ts
-given as lists decoded from their marshal bytes inside the kernel; anything
-those kernels do not take, every error included, goes to the checked path
-(argument conversion, then the general builder). These tests hold the two
-to the same results: equal positions on every valid prompt, under every
-semantics preset and input form, and the checked path's exact error on
-every bad one. test_prompt_positions.py checks both against the reference.
+`prompt_positions` brings its arguments to the kernels' canonical form
+(int64 arrays of one layout; grids and times given as lists go as their
+marshal bytes, decoded inside the kernel) and makes one kernel call
+(`mrope_tracker.kernels.prompt`); an error found there is explained by the
+checked path (every argument checked and converted, then the builder
+again). These tests hold the two to the same results: equal positions on
+every valid prompt, under every semantics preset and input form, and the
+checked path's exact error on every bad one. test_prompt_positions.py
+checks both against the reference.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from strategies import prompts
 from mrope_tracker import MRopeConfig, prompt_positions, reference
 from mrope_tracker import positions as positions_module
 from mrope_tracker.families import SEMANTICS
-from mrope_tracker.kernels.prompt import RECORDS_SCRATCH_SIZE
+from mrope_tracker.kernels.prompt import SCRATCH_SIZE, prompt_from_arrays, prompt_from_records
 
 
 def _checked(config, token_ids, **kwargs):
     """The checked path alone: what the fast kernels must agree with."""
-    return positions_module._checked_prompt_positions(
+    return positions_module.checked_prompt_positions(
         config,
         token_ids,
         kwargs.get("image_grid_thw"),
@@ -231,7 +232,7 @@ def test_family_without_time_scale_refuses_second_per_grid_ts(sp):
 
 def test_more_items_than_the_scratch_holds():
     """A prompt with more items than the records kernel's scratch takes the checked path."""
-    num_images = RECORDS_SCRATCH_SIZE // 3 + 1
+    num_images = SCRATCH_SIZE // 3 + 1
     ids = [1] + [IMG] * num_images + [2]
     grids = [[1, 2, 2]] * num_images
     positions, delta = _assert_same(QWEN2_5, ids, image_grid_thw=grids)
@@ -264,22 +265,26 @@ def test_threads_share_the_records_scratch():
     assert not failures
 
 
-def test_fast_kernels_never_compile_in_service():
-    """After the first call the fast kernels are sealed: an array they were
-    not compiled for goes to the checked path instead of a new compilation."""
+def test_kernels_compile_one_signature_each():
+    """Arrays of any other dtype or layout are converted to the canonical
+    form, never compiled for: each kernel keeps exactly one signature."""
     prompt_positions(QWEN2_5, IMAGE_IDS, image_grid_thw=[[1, 2, 4]])
-    before = {kernel: len(kernel.signatures) for kernel in positions_module.FAST_KERNELS}
+    prompt_positions(QWEN2_5, np.array(IMAGE_IDS), image_grid_thw=np.array([[1, 2, 4]]))
     odd_ids = np.repeat(np.array(IMAGE_IDS), 2)[::2]
     odd_grid = np.asfortranarray(np.array([[1, 2, 4]], np.int64))
+    read_only = np.array(IMAGE_IDS)
+    read_only.flags.writeable = False
     _assert_same(QWEN2_5, odd_ids, image_grid_thw=odd_grid)
+    _assert_same(QWEN2_5, read_only, image_grid_thw=odd_grid.astype(np.int32))
     _assert_same(QWEN2_5, VIDEO_IDS, video_grid_thw=odd_grid * [2, 1, 1], second_per_grid_ts=np.ones(1))
-    assert {kernel: len(kernel.signatures) for kernel in positions_module.FAST_KERNELS} == before
+    _assert_same(QWEN2_5, VIDEO_IDS, video_grid_thw=[[2, 2, 4]], second_per_grid_ts=(1,))
+    assert len(prompt_from_arrays.signatures) == 1
+    assert len(prompt_from_records.signatures) == 1
 
 
 def _array_layouts(values, dtype) -> dict[str, np.ndarray]:
-    """An array of `values` as `dtype`, C-contiguous, and in the layouts the
-    fast kernels' compiled functions were not compiled for (or that they read
-    anyway: read-only, misaligned). The grid tests give it two rows of
+    """An array of `values` as `dtype`, C-contiguous, and in the layouts
+    the kernels were not compiled for (read-only, misaligned, strided, ...). The grid tests give it two rows of
     different shapes, so that a layout read as C-contiguous gives other
     positions, or none."""
     base = np.array(values, dtype)
@@ -305,9 +310,7 @@ def _array_layouts(values, dtype) -> dict[str, np.ndarray]:
 
 
 def _ids_layouts(ids: list[int]) -> dict[str, np.ndarray]:
-    """int64 token ids in every layout of _array_layouts (the compiled
-    function reads read-only and misaligned ids, and no other layout but
-    "contiguous"), and a few more."""
+    """int64 token ids in every layout of _array_layouts, and a few more."""
     base = np.array(ids, np.int64)
     return {
         **_array_layouts(ids, np.int64),
@@ -328,12 +331,9 @@ def _ids_layouts(ids: list[int]) -> dict[str, np.ndarray]:
     ids=("images only", "video"),
 )
 def test_records_kernel_reads_only_its_compiled_layout(prompt, layout):
-    """Grids as lists go to the records kernel's compiled function past
-    numba's dispatcher, which would read any ids as 1-D, C-contiguous and
-    aligned: every other layout must come out as the checked path says."""
+    """Grids as lists go to the records kernel with the ids in its one
+    layout: ids in every other layout come out as the checked path says."""
     ids, kwargs = prompt
-    prompt_positions(QWEN2_5, ids, **kwargs)  # seals the fast kernels
-    assert positions_module._records_entry is not positions_module.vision_prompt_positions_from_records
     _assert_same(QWEN2_5, _ids_layouts(ids)[layout], **kwargs)
 
 
@@ -345,12 +345,10 @@ TWO_VIDEO_IDS = [1, VS, VID, VID, VID, VID, VE, VS, VID, VID, VID, VID, VE, 2]
 
 @pytest.mark.parametrize("layout", list(_array_layouts(TWO_IMAGES, np.int64)))
 def test_image_grid_arrays_in_every_layout(layout):
-    """A grid given as an array goes to the image kernel's compiled function
-    when its type, dtype and strides are exactly those it was compiled for,
-    to its dispatcher otherwise: both must give what the checked path says."""
+    """A grid given as an array passes to the kernel when its type, dtype
+    and strides are exactly the canonical ones, and is converted otherwise:
+    both give what the checked path says."""
     grid = _array_layouts(TWO_IMAGES, np.int64)[layout]
-    prompt_positions(QWEN2_5, IMAGE_IDS, image_grid_thw=[[1, 2, 4]])  # seals the fast kernels
-    assert positions_module._image_entry is not positions_module.image_prompt_positions
     for ids in (TWO_IMAGE_IDS, np.array(TWO_IMAGE_IDS), _ids_layouts(TWO_IMAGE_IDS)["read_only"]):
         _assert_same(QWEN2_5, ids, image_grid_thw=grid)
 
@@ -361,8 +359,6 @@ def test_video_arrays_in_every_layout(layout, sp_layout):
     """The same for videos' grids and second_per_grid_ts, with images beside them."""
     video_grid = _array_layouts(TWO_VIDEOS, np.int64)[layout]
     sp = None if sp_layout is None else _array_layouts([0.5, 2.0], np.float32)[sp_layout]
-    prompt_positions(QWEN2_5, IMAGE_IDS, image_grid_thw=[[1, 2, 4]])  # seals the fast kernels
-    assert positions_module._vision_entry is not positions_module.vision_prompt_positions
     ids = TWO_IMAGE_IDS[:-1] + TWO_VIDEO_IDS[1:]
     for image_grid in (np.array(TWO_IMAGES), _array_layouts(TWO_IMAGES, np.int64)[layout]):
         _assert_same(QWEN2_5, ids, image_grid_thw=image_grid, video_grid_thw=video_grid, second_per_grid_ts=sp)

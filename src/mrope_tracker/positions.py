@@ -1,7 +1,8 @@
 """Public one-shot entry points: a prompt's positions, and decode positions.
 
-`prompt_positions` is the fast path of the position rules (docs/semantics.md): one
-numba call scans the tokens, builds the layout and writes the (3, L) output.
+`prompt_positions` is the fast path of the position rules (docs/semantics.md):
+Python brings every argument to the kernels' canonical form once, then one
+numba call scans the tokens and writes the (3, L) output (kernels/prompt.py).
 `next_positions` is the in-place decode rule (index + delta), the seed PR's
 `get_next_input_positions`.
 """
@@ -30,18 +31,30 @@ from .kernels import layout_codes as C
 from .kernels.layout_build import build_from_tokens
 from .kernels.layout_emit import NUM_STATE, S_MAX
 from .kernels.next_positions import next_positions_kernel
-from .kernels.prompt import (
-    GAVE_UP,
-    RECORDS_SCRATCH_SIZE,
-    image_prompt_positions,
-    vision_prompt_positions,
-    vision_prompt_positions_from_records,
-)
+from .kernels.prompt import FAILED, SCRATCH_SIZE, UNREADABLE, prompt_from_arrays, prompt_from_records
 from .kernels.records import MARSHAL_INTS
 
 __all__ = ["prompt_positions", "next_positions"]
 
 _INT64 = np.dtype(np.int64)
+_FLOAT32 = np.dtype(np.float32)
+_NDARRAY = np.ndarray
+_TENSOR = torch.Tensor
+_empty = np.empty
+_dumps = marshal.dumps
+# Strides this exact imply the dimensions and C order of the kernels' one
+# compiled layout (1-D ids, (n, 3) grids, 1-D times), in one test.
+_IDS_STRIDES = (_INT64.itemsize,)
+_GRID_STRIDES = (3 * _INT64.itemsize, _INT64.itemsize)
+_TIMES_STRIDES = (_FLOAT32.itemsize,)
+# Lists and tuples of items go to the records kernel where marshal writes
+# the records it decodes (every CPython we know of); elsewhere they are
+# converted like any other form.
+_SEQUENCES = (list, tuple) if MARSHAL_INTS else ()
+_SEQUENCES_OR_NONE = (*_SEQUENCES, type(None))
+# The builder's state and the records kernel's decoded items. Shared by
+# every call: both kernels keep the GIL for their whole run.
+_SCRATCH = np.empty(SCRATCH_SIZE, np.int64)
 
 
 def prompt_positions(
@@ -63,190 +76,89 @@ def prompt_positions(
     `token_ids` is 1-D and integer (list, numpy array or torch tensor), with
     each multimodal item expanded to its placeholder tokens. Grids are
     (n, 3) ``(t, h, w)`` before spatial merging, one row per item in prompt
-    order. `second_per_grid_ts` holds one value per video (default 1.0).
-    `audio_feature_lengths` holds the mel-frame count of every audio track in
-    prompt order: audio clips, and with `use_audio_in_video` the tracks of
-    the videos too. Bad input raises ValueError or TypeError.
+    order. `second_per_grid_ts` holds one value per video (default: the
+    family's). `audio_feature_lengths` holds the mel-frame count of every
+    audio track in prompt order: audio clips, and with `use_audio_in_video`
+    the tracks of the videos too. Bad input raises ValueError or TypeError.
     """
-    # On the hot path of an engine's admission: the common prompts (text,
-    # images, whole-block videos) with int64 token ids take one fast kernel
-    # after a few type tests, most often its compiled function past numba's
-    # dispatcher (see _entries). Everything the fast kernels do not handle,
-    # including every error, goes to the checked path.
-    ids = token_ids
-    if not (
-        type(config) is MRopeConfig
-        and type(ids) is _NDARRAY
-        and ids.dtype is _INT64
-        and ids.strides == _IDS_STRIDES
-        and audio_feature_lengths is None
-        and use_audio_in_video is False
-        and _fast_kernels_sealed
-    ):
-        return _other_prompt_positions(
-            config,
-            token_ids,
-            image_grid_thw,
-            video_grid_thw,
-            second_per_grid_ts,
-            audio_feature_lengths,
-            use_audio_in_video,
-        )
+    if type(config) is not MRopeConfig:
+        config = as_config(config)
+    ids = token_ids if _is_canonical(token_ids, _INT64, _IDS_STRIDES) else as_token_ids(token_ids)
+    num_tokens = len(ids)
+    if not num_tokens:
+        as_token_ids(ids)  # raises: a prompt has at least one token
     params = config.kernel_params
-    out = _empty((3, len(ids)), _INT64)
-    try:
-        if video_grid_thw is None and second_per_grid_ts is None:
-            grid_type = type(image_grid_thw)
-            if grid_type is _NDARRAY and image_grid_thw.dtype is _INT64:
-                if image_grid_thw.strides == _GRID_STRIDES:
-                    delta = _image_entry(out, ids, params, image_grid_thw)
-                else:  # the sealed dispatcher reads what it can, refuses the rest (TypeError)
-                    delta = image_prompt_positions(out, ids, params, image_grid_thw)
-            elif grid_type in _SEQUENCES:  # decoded in the kernel
-                delta = _records_entry(out, ids, params, _dumps(image_grid_thw, 2), _RECORDS_SCRATCH, True)
-            elif image_grid_thw is None:
-                delta = _image_entry(out, ids, params, EMPTY_GRID)
-            elif grid_type is _TENSOR:  # its plain ints, decoded in the kernel
-                # (a tensor _tensor_list hands back makes marshal raise ValueError: the checked path)
-                delta = _records_entry(
-                    out, ids, params, _dumps(_tensor_list(image_grid_thw), 2), _RECORDS_SCRATCH, True
-                )
-            else:
-                delta = image_prompt_positions(out, ids, params, as_grid(image_grid_thw, "image_grid_thw"))
+    out = _empty((3, num_tokens), _INT64)
+    delta = UNREADABLE
+    if audio_feature_lengths is None and use_audio_in_video is False:
+        images, videos, times = image_grid_thw, video_grid_thw, second_per_grid_ts
+        if type(images) is _TENSOR or type(videos) is _TENSOR or type(times) is _TENSOR:
+            images, videos, times = (_tensor_list(v) if type(v) is _TENSOR else v for v in (images, videos, times))
+        if videos is None and times is None and type(images) in _SEQUENCES:
+            delta = prompt_from_records(out, ids, params, _dumps(images, 2), True, _SCRATCH)
         elif (
-            type(video_grid_thw) is _NDARRAY
-            and type(image_grid_thw) in _ARRAY_OR_NONE
-            and type(second_per_grid_ts) in _ARRAY_OR_NONE
+            type(images) in _SEQUENCES_OR_NONE
+            and type(videos) in _SEQUENCES_OR_NONE
+            and type(times) in (_SEQUENCES_OR_NONE)
         ):
-            # Arrays go to the kernel as they are: its compiled function
-            # when they have the compiled dtypes and strides, its sealed
-            # dispatcher otherwise (which refuses what it cannot read:
-            # TypeError); the walk checks shapes and values. An empty
-            # second_per_grid_ts would read as
-            # "the default" there, so it takes the checked path, which
-            # explains it.
-            image_grid = EMPTY_GRID if image_grid_thw is None else image_grid_thw
-            sp = EMPTY_FLOAT if second_per_grid_ts is None else second_per_grid_ts
-            if not len(sp) and second_per_grid_ts is not None:
-                delta = GAVE_UP
-            elif (
-                video_grid_thw.dtype is _INT64
-                and image_grid.dtype is _INT64
-                and sp.dtype is _FLOAT32
-                and video_grid_thw.strides == _GRID_STRIDES
-                and image_grid.strides == _GRID_STRIDES
-                and sp.strides == _SP_STRIDES
-            ):
-                delta = _vision_entry(out, ids, params, image_grid, video_grid_thw, sp)
+            try:
+                records = _dumps((images, videos, times), 2)
+            except ValueError:  # objects marshal cannot write (numpy scalars, ...): converted below
+                pass
             else:
-                delta = vision_prompt_positions(out, ids, params, image_grid, video_grid_thw, sp)
-        elif (
-            type(video_grid_thw) in _SEQUENCES_OR_NONE
-            and type(image_grid_thw) in _SEQUENCES_OR_NONE
-            and type(second_per_grid_ts) in _SEQUENCES_OR_NONE
-        ):
-            records = _dumps((image_grid_thw, video_grid_thw, second_per_grid_ts), 2)
-            delta = _records_entry(out, ids, params, records, _RECORDS_SCRATCH, False)
-        else:
-            # Small tensors (grids, times) as their Python values: torch's
-            # tolist() costs half its numpy() view, and the lists then go to
-            # the records kernel like any others.
-            image_grid, video_grid, sp = (
-                _tensor_list(v) if type(v) is _TENSOR else v
-                for v in (image_grid_thw, video_grid_thw, second_per_grid_ts)
-            )
-            if (
-                type(image_grid) in _SEQUENCES_OR_NONE
-                and type(video_grid) in _SEQUENCES_OR_NONE
-                and type(sp) in _SEQUENCES_OR_NONE
-            ):
-                delta = _records_entry(
-                    out, ids, params, _dumps((image_grid, video_grid, sp), 2), _RECORDS_SCRATCH, False
-                )
-            else:
-                # Arrays of the compiled types go to the kernel as they are (it
-                # checks their shapes and values); other forms are converted.
-                image_grid = _grid(image_grid, "image_grid_thw")
-                video_grid = _grid(video_grid, "video_grid_thw")
-                if sp is None:
-                    sp = EMPTY_FLOAT  # the kernel takes the family's default
-                elif type(sp) is not _NDARRAY or not len(sp):
-                    sp = as_second_per_grid_ts(sp, video_grid.shape[0], config)
-                delta = vision_prompt_positions(out, ids, params, image_grid, video_grid, sp)
-    except (TypeError, ValueError):  # the checked path explains it, or takes what the kernel cannot
-        delta = GAVE_UP
-    if delta == GAVE_UP:
-        # `out` is reused: for a long per-frame video (Qwen3-VL, GLM) a
-        # second allocation cost more than the fast kernel's attempt.
-        return _checked_prompt_positions(
-            config,
-            token_ids,
-            image_grid_thw,
-            video_grid_thw,
-            second_per_grid_ts,
-            audio_feature_lengths,
-            use_audio_in_video,
-            out,
+                delta = prompt_from_records(out, ids, params, records, False, _SCRATCH)
+    if delta == UNREADABLE:
+        items = _canonical_items(
+            config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+        )
+        delta = prompt_from_arrays(out, ids, params, *items, _SCRATCH)
+    if delta == FAILED:  # the long way raises the error, or gives what the kernel refused
+        return checked_prompt_positions(
+            config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
     return out, delta
 
 
-def _other_prompt_positions(
-    config, token_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
-):
-    """`prompt_positions` for what its first test sends away: the first call
-    (which seals the fast kernels), a config given as a dict or a
-    transformers config, token ids other than an int64 array of strides
-    (8,) (lists, other dtypes and layouts), audio."""
-    if not _fast_kernels_sealed:
-        _seal_fast_kernels()
-    config = as_config(config)
-    ids = as_token_ids(token_ids)
+def _is_canonical(value, dtype, strides) -> bool:
+    """Whether `value` is a numpy array the kernels take as is: exactly
+    `dtype`, exactly the strides of their C-ordered layout, writable and
+    aligned (numba compiles a specialisation of its own for each of those,
+    so any other array is converted rather than compiled for)."""
+    if type(value) is not _NDARRAY or value.dtype is not dtype or value.strides != strides:
+        return False
+    flags = value.flags
+    return flags.writeable and flags.aligned
+
+
+def _canonical_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, av):
+    """The kernels' arguments for a prompt's items: canonical arrays pass
+    straight through, every other form is checked and converted."""
+    if audio_feature_lengths is not None or av is not False:
+        return normalize_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, av)[0]
+    images = image_grid_thw
+    if images is None:
+        images = EMPTY_GRID
+    elif not _is_canonical(images, _INT64, _GRID_STRIDES):
+        images = as_grid(images, "image_grid_thw")
+    videos = video_grid_thw
+    if videos is None:
+        if second_per_grid_ts is None:
+            return images, EMPTY_GRID, EMPTY_FLOAT, _NO_AUDIO, False
+        videos = EMPTY_GRID
+    elif not _is_canonical(videos, _INT64, _GRID_STRIDES):
+        videos = as_grid(videos, "video_grid_thw")
+    times = second_per_grid_ts
     if not (
-        type(config) is MRopeConfig
-        and type(ids) is _NDARRAY
-        and ids.dtype is _INT64
-        and ids.strides == _IDS_STRIDES
-        and audio_feature_lengths is None
-        and use_audio_in_video is False
+        _is_canonical(times, _FLOAT32, _TIMES_STRIDES)
+        and len(times) == len(videos)
+        and config.kernel_params[C.P_SP_DEFAULT] >= 0
+        and config.kernel_params[C.P_SP_TRUNC] == 0
     ):
-        # (audio; a subclass of MRopeConfig; a 1-token array of any stride,
-        # which is C-contiguous and as_token_ids keeps)
-        return _checked_prompt_positions(
-            config,
-            ids,
-            image_grid_thw,
-            video_grid_thw,
-            second_per_grid_ts,
-            audio_feature_lengths,
-            use_audio_in_video,
-        )
-    return prompt_positions(
-        config,
-        ids,
-        image_grid_thw=image_grid_thw,
-        video_grid_thw=video_grid_thw,
-        second_per_grid_ts=second_per_grid_ts,
-    )
+        times = as_second_per_grid_ts(times, len(videos), config)
+    return images, videos, times, _NO_AUDIO, False
 
 
-# Lists and tuples go to the records kernel where marshal writes the records
-# it decodes (every CPython we know of); elsewhere to the converting path.
-_SEQUENCES = (list, tuple) if MARSHAL_INTS else ()
-_SEQUENCES_OR_NONE = (list, tuple, type(None)) if MARSHAL_INTS else ()
-_ARRAY_OR_NONE = (np.ndarray, type(None))
-_RECORDS_SCRATCH = np.empty(RECORDS_SCRATCH_SIZE, np.int64)
-_NDARRAY = np.ndarray
-_TENSOR = torch.Tensor
-_FLOAT32 = np.dtype(np.float32)
-_empty = np.empty
-_dumps = marshal.dumps
-# The strides of the one layout each fast kernel was compiled for (1-D and
-# (n, 3) C-contiguous): strides this exact imply the dimensions and the
-# layout, in one test.
-_IDS_STRIDES = (_INT64.itemsize,)
-_GRID_STRIDES = (3 * _INT64.itemsize, _INT64.itemsize)
-_SP_STRIDES = (_FLOAT32.itemsize,)
+_NO_AUDIO = np.zeros(0, np.int64)
 
 
 def _numpy_reads(dtype) -> bool:
@@ -257,8 +169,9 @@ def _numpy_reads(dtype) -> bool:
     return True
 
 
-# The dtypes whose tensors the checked path can read (through numpy()); it
-# refuses the others (bfloat16, the float8 types, ...), and so must this path.
+# The dtypes whose tensors the converting path can read (through numpy());
+# it refuses the others (bfloat16, the float8 types, ...), and so must the
+# records path.
 _NUMPY_DTYPES = frozenset(
     dtype
     for name in (
@@ -283,10 +196,12 @@ _NUMPY_DTYPES = frozenset(
 
 
 def _tensor_list(value):
-    """A tensor's values as nested lists of Python numbers, or the tensor
-    itself wherever the checked conversion must judge it: a dtype numpy
-    cannot read, a negative-bit view (numpy() refuses both), an empty tensor
-    (whose shape the list would lose), a meta tensor."""
+    """A small tensor's values as nested lists of Python numbers (torch's
+    tolist() costs less than its numpy() view, and the records kernel
+    decodes lists), or the tensor itself wherever the converting path must
+    judge it: a dtype numpy cannot read, a negative-bit view (numpy()
+    refuses both), an empty tensor (whose shape the list would lose), a meta
+    tensor."""
     if value.dtype not in _NUMPY_DTYPES or value.is_neg():
         return value
     try:
@@ -296,37 +211,18 @@ def _tensor_list(value):
     return values if values else value
 
 
-def _grid(value, name: str) -> np.ndarray:
-    if value is None:
-        return EMPTY_GRID
-    if type(value) is np.ndarray and value.dtype is _INT64 and value.ndim == 2:
-        return value  # the kernel's dispatcher and its shape check take it from here
-    return as_grid(value, name)
-
-
-def _checked_prompt_positions(
-    config,
-    token_ids,
-    image_grid_thw,
-    video_grid_thw,
-    second_per_grid_ts,
-    audio_feature_lengths,
-    use_audio_in_video,
-    out=None,
-):
-    """Every input form and every prompt, with precise errors: each argument
-    is checked and converted, then the general builder runs. `out`, if it
-    has the prompt's shape, receives the positions (the builder writes every
-    column)."""
-    ids = as_token_ids(token_ids)
+def checked_prompt_positions(
+    config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+) -> tuple[np.ndarray, int]:
+    """`prompt_positions` the long way, for the errors it explains: every
+    argument checked and converted, then the builder on a state of its own,
+    and its error code turned into a message naming the argument."""
+    ids = as_token_ids(ids)
     items, audio_lengths = normalize_items(
         config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
     )
-    if out is None or out.shape[1] != ids.shape[0]:
-        out = np.empty((3, ids.shape[0]), _INT64)
+    out = np.empty((3, ids.shape[0]), _INT64)
     state = np.empty(NUM_STATE, _INT64)
-    # The layout table's builder, called with no room for rows: it writes
-    # the positions into `out` as it goes and keeps only the running state.
     code, a, b, c, d = build_from_tokens(_NO_ROWS, _NO_SCALES, state, out, ids, config.kernel_params, *items)
     if code:
         raise layout_error(code, a, b, c, d, config, Items(items, audio_lengths), ids=ids)
@@ -335,66 +231,6 @@ def _checked_prompt_positions(
 
 _NO_ROWS = np.zeros((0, C.NUM_COLS), np.int64)
 _NO_SCALES = np.zeros((0, C.NUM_SCALE_COLS), np.float32)
-
-
-_fast_kernels_sealed = False
-FAST_KERNELS = (image_prompt_positions, vision_prompt_positions, vision_prompt_positions_from_records)
-
-
-def _seal_fast_kernels() -> None:
-    """Compile (or load from the cache) the fast kernels for exactly the
-    argument types `prompt_positions` hands them, then stop their
-    dispatchers from compiling any other: an unusual array (a strided view,
-    a float64 second_per_grid_ts) then raises TypeError, which sends the call
-    to the checked path, instead of a new specialisation compiling for
-    seconds in the middle of serving. Then take each kernel's compiled
-    function (see _entries)."""
-    global _fast_kernels_sealed, _records_entry, _image_entry, _vision_entry
-    params = MRopeConfig(family="qwen2_vl").kernel_params
-    out = np.empty((3, 1), _INT64)
-    ids = np.zeros(1, _INT64)
-    image_prompt_positions(out, ids, params, EMPTY_GRID)
-    vision_prompt_positions(out, ids, params, EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT)
-    vision_prompt_positions_from_records(
-        out, ids, params, marshal.dumps((None, None, None), 2), _RECORDS_SCRATCH, False
-    )
-    for kernel in FAST_KERNELS:
-        kernel.disable_compile()
-    _records_entry = _compiled_entry(vision_prompt_positions_from_records)
-    _image_entry = _compiled_entry(image_prompt_positions)
-    _vision_entry = _compiled_entry(vision_prompt_positions)
-    _fast_kernels_sealed = True
-
-
-# _entries: the fast kernels' compiled functions, called without numba's
-# dispatcher. Typing and matching the arguments is a good part of a short
-# prompt's call: 0.4 us of 1.1 us for the records kernel (a bytes argument,
-# six in all), 0.11 us of 0.46 us for one image given as an array (output
-# preallocated; 2-core EPYC). The compiled function trusts its arguments'
-# types: it reads any array as the dtype, dimensions and layout it was
-# compiled for, without checking (numba's unboxing does not even compare
-# the number of dimensions). So `prompt_positions` calls one only when it
-# made or tested every argument itself: out, the bytes, the scratch and
-# the flag are its own, params belong to an exact MRopeConfig, and each
-# array passed has the exact type and dtype and the exact strides of the
-# compiled layout (strides that imply the dimensions and C-contiguity).
-# Read-only and misaligned arrays are fine: the kernels only read their
-# inputs, and numba's own dispatch types a misaligned array like any other
-# (numba 0.68). Until sealing, and if numba ever stops exposing them, these
-# are the dispatchers themselves, which check every argument.
-_records_entry = vision_prompt_positions_from_records
-_image_entry = image_prompt_positions
-_vision_entry = vision_prompt_positions
-
-
-def _compiled_entry(kernel):
-    """The CPython entry of `kernel`'s only compiled signature, or `kernel`."""
-    try:
-        (signature,) = kernel.signatures
-        entry = kernel.overloads[signature].entry_point
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return kernel
-    return entry if callable(entry) else kernel
 
 
 def next_positions(out, out_offset: int, delta: int, context_len: int, num_new_tokens: int) -> None:

@@ -20,6 +20,7 @@ whatever is still missing itself.
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import sys
 import threading
@@ -28,11 +29,12 @@ import warnings
 
 import numpy as np
 import torch
+from numba.core import config as numba_config
 
 from .config import MRopeConfig
-from .inputs import as_grid
+from .inputs import as_grid, as_token_ids
 from .layout import PromptLayout
-from .positions import FAST_KERNELS, _seal_fast_kernels, next_positions, prompt_positions
+from .positions import next_positions, prompt_positions
 from .tracker import PositionTracker
 
 __all__ = ["warmup"]
@@ -83,7 +85,7 @@ def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
     stage(
         "prompt_positions",
-        lambda: (  # items, text only, images only: three kernels
+        lambda: (  # items as arrays, text only, images as arrays and as lists: the kernels' two entries
             prompt_positions(config, ids, **kwargs),
             prompt_positions(config, ids[:3]),
             prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]])),
@@ -166,17 +168,20 @@ def _tracker_round(config, ids, kwargs, ranges, dtype) -> None:
 
 def _general_builders(config, ids, kwargs, ranges) -> None:
     """Group 1: the builders from tokens and from ranges, which share their
-    emitters (not through prompt_positions, whose first call compiles the
-    fast walk, nor through `positions()`, the other group's fill). This is
-    the longer group, so the entry points the builders do not call (the
-    frame locator and the list decoder a per-frame video's ranges take) are
-    the other group's."""
+    emitters, and the prompt entries, which call the builder from tokens
+    (not through `positions()`, the other group's fill). This is the longer
+    group, so the entry points the builders do not call (the frame locator
+    and the list decoder a per-frame video's ranges take) are the other
+    group's."""
     PromptLayout.from_tokens(config, ids, **kwargs)
     PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
+    image_ids = [1, config.image_token_id, config.image_token_id, 2]
+    prompt_positions(config, np.array(image_ids), image_grid_thw=np.array([[1, 2, 4]]))
+    prompt_positions(config, np.array(image_ids), image_grid_thw=[[1, 2, 4]])
 
 
 def _fast_paths(config, dtypes) -> None:
-    """Group 2: the fast prompt walk, the list decoders, the frame locator,
+    """Group 2: the list decoders, the frame locator,
     the decode kernel, and from their signatures (no tracker, so no torch in
     the child) the step kernel, the pool compaction and the fill of a
     layout's rows."""
@@ -187,9 +192,8 @@ def _fast_paths(config, dtypes) -> None:
     from .kernels.pool import compact_pool
     from .kernels.tracker_step import prepare_step, step_signatures
 
-    _seal_fast_kernels()
-    prompt_positions(config, [1, config.image_token_id, config.image_token_id, 2], image_grid_thw=[[1, 2, 4]])
     as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of grids and ranges
+    as_token_ids([1, 2])  # the list decoder of token ids
     locate_frames(np.array([0, 1, 1, 0], np.uint8), 1, 2, np.empty(1, np.int64))  # a per-frame video's frames
     _next_positions()
     prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
@@ -216,23 +220,29 @@ def _num_jobs(jobs: int | None) -> int:
 
 
 def _cache_is_cold() -> bool:
-    """Whether numba's cache lacks code for this machine for any of the main
-    entry points: the fast kernels, both builders, the step kernel (the best
+    """Whether numba's cache lacks an index file for any of the main entry
+    points: both prompt entries, both builders, the step kernel (the best
     sign of a first start; a cache lacking only lesser kernels is completed
-    in process). Reads numba's cache index through its private
-    attributes: if they change, the answer is "warm" and nothing is forked,
-    which is always correct, only slower on a cold cache."""
-    from .kernels.layout_build import build_from_ranges, build_from_tokens
-    from .kernels.tracker_step import prepare_step
+    in process). numba names its index files ``<module>.<function>-<line>.
+    py<version>.nbi``, in the module's __pycache__ or under NUMBA_CACHE_DIR.
+    An index written on another machine or numba counts as warm: nothing is
+    forked then, which is always correct, only slower."""
+    from .kernels import layout_build, prompt, tracker_step
 
-    try:
-        for dispatcher in (*FAST_KERNELS, build_from_tokens, build_from_ranges, prepare_step):
-            magic = dispatcher.targetctx.codegen().magic_tuple()
-            index = dispatcher._cache._cache_file._load_index()
-            if not any(key[1] == magic for key in index):
+    suffix = f"py{sys.version_info[0]}{sys.version_info[1]}.nbi"
+    for module, names in (
+        (prompt, ("prompt_from_arrays", "prompt_from_records")),
+        (layout_build, ("build_from_tokens", "build_from_ranges")),
+        (tracker_step, ("prepare_step",)),
+    ):
+        stem = module.__name__.rsplit(".", 1)[-1]
+        if numba_config.CACHE_DIR:  # one sub-folder per source folder, named by numba
+            folder, find = pathlib.Path(numba_config.CACHE_DIR), pathlib.Path.rglob
+        else:
+            folder, find = pathlib.Path(module.__file__).resolve().parent / "__pycache__", pathlib.Path.glob
+        for name in names:
+            if not any(find(folder, f"{stem}.{name}-*.{suffix}")):
                 return True
-    except Exception:  # noqa: BLE001 (numba internals moved: compile in process)
-        return False
     return False
 
 
@@ -257,10 +267,6 @@ def _compile_in_children(groups) -> None:
     parent), the parent reaps it and compiles what is still missing itself."""
     from numba.core.compiler_lock import global_compiler_lock
 
-    try:  # numba's one-time set-up of its CPU target (~0.3 s of imports), done once for the children
-        FAST_KERNELS[0].targetctx.refresh()
-    except Exception:  # noqa: BLE001 (numba internals moved: each child does it)
-        pass
     children = []
     try:
         for group in groups:

@@ -8,56 +8,46 @@
 - boundscheck=False: inputs are validated by the Python wrappers before any
   kernel runs (see ..inputs).
 
-`jit` is for entry points that allocate (and so need numba's runtime, the
-NRT). `helper` is for functions that never allocate, mostly called by other
-kernels (a few, the builders and fills, are also called from Python):
-compiled without the NRT, they do no reference counting on the arrays they
-receive.
-With it, a call passing arrays costs ~50 ns of atomic refcount updates
-(measured: 20 calls passing 4 arrays, 1250 ns; without NRT, 296 ns, the same
-as inlined), which is more than most helpers' work; without it LLVM inlines
-them at link time. (numba's own inline="always" removes the cost too, but
-made the cold compile 5x slower.)
+The decorators, by who calls the function:
+- `jit`: entry points that allocate, and so need numba's runtime (the NRT).
+- `helper`: functions that never allocate, called from Python and from
+  other kernels. They are compiled without the NRT: with it, every call
+  that passes arrays updates their reference counts atomically, which costs
+  more than most helpers' work; without it LLVM inlines them at link time.
+- `inner`: helpers only other kernels call. numba skips the CPython and
+  cfunc wrappers it would otherwise build for each, a part of a cold
+  compile that nothing would use.
+- `tiny`: helpers of a few lines, inlined into their callers' numba IR and
+  never compiled on their own. A separately compiled function is optimised
+  and code-generated again inside every caller's module, which made a dozen
+  two-line helpers cost more than the builders; inlining the larger helpers
+  too made the cold compile several times slower for no gain.
+- `helper_with_gil`: the short entry points of `prompt_positions`. A call is
+  over in microseconds, and releasing and retaking the GIL would be a good
+  part of it; the GIL they keep is also what makes sharing the caller's
+  module-level scratch buffer safe.
 
-The entry points (`jit`, `helper`, `helper_with_gil`) load from the cache
-without numba's compiler set-up (see cache_load): a warm start then costs
-what loading our own machine code costs.
+`_nrt=False` is the one option here with a leading underscore: numba has
+accepted it since long before the oldest version we support, and CI runs
+the suite on the oldest and the newest numba we declare. If a numba ever
+refuses it, the kernels compile with the NRT: slower calls, same results.
 """
 
 import numba
 
-from .cache_load import with_lean_cache_loads
 
-jit = with_lean_cache_loads(numba.njit(cache=True, nogil=True, boundscheck=False))
-helper = with_lean_cache_loads(numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False))
-# `inner` helpers are only ever called from other kernels: numba skips the
-# CPython and cfunc wrappers it would otherwise build for each one, and our
-# pipeline skips their machine code (see link_only), which are a good part
-# of a cold compile. If numba's internals have moved, numba's own pipeline.
-try:
-    from .link_only import LinkOnlyCompiler
+def _without_nrt() -> dict:
+    try:
+        numba.njit(_nrt=False)(lambda: None)
+    except (KeyError, TypeError, ValueError):  # an option this numba no longer knows
+        return {}
+    return {"_nrt": False}
 
-    _INNER_PIPELINE = {"pipeline_class": LinkOnlyCompiler}
-except (ImportError, AttributeError):  # pragma: no cover (a numba whose internals moved)
-    _INNER_PIPELINE = {}
-inner = numba.njit(
-    cache=True,
-    nogil=True,
-    boundscheck=False,
-    _nrt=False,
-    no_cpython_wrapper=True,
-    no_cfunc_wrapper=True,
-    **_INNER_PIPELINE,
-)
-# `tiny` helpers (a few lines each) are inlined into their callers' numba IR
-# and never compiled on their own: a separately compiled function is
-# optimised and code-generated again inside every caller's module, which made
-# a dozen two-line helpers cost more than the builders (measured: 18% less CPU
-# for the first prompt_positions; inlining the larger helpers too gained
-# nothing, and all of them made the cold compile 5x slower).
-# For the short entry points of `prompt_positions`: releasing and retaking
-# the GIL costs ~35 ns a call (measured, empty kernel: 0.146 vs 0.111 us),
-# a good part of a short prompt's call; and for its list decoder, the GIL it
-# keeps is what makes sharing its module-level scratch buffer safe.
-helper_with_gil = with_lean_cache_loads(numba.njit(cache=True, nogil=False, boundscheck=False, _nrt=False))
-tiny = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False, inline="always")
+
+_NO_NRT = _without_nrt()
+
+jit = numba.njit(cache=True, nogil=True, boundscheck=False)
+helper = numba.njit(cache=True, nogil=True, boundscheck=False, **_NO_NRT)
+inner = numba.njit(cache=True, nogil=True, boundscheck=False, no_cpython_wrapper=True, no_cfunc_wrapper=True, **_NO_NRT)
+tiny = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always", **_NO_NRT)
+helper_with_gil = numba.njit(cache=True, nogil=False, boundscheck=False, **_NO_NRT)
