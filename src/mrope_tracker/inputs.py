@@ -1,10 +1,11 @@
-"""The public boundary: normalise user inputs for the kernels and turn kernel
-error codes into messages.
+"""The public boundary: check user inputs and convert them for the kernels.
 
-Every array handed to a kernel leaves here C-contiguous, writable and of the
-exact dtype its kernel was compiled for (int64, or float32 for
+Every array handed to a kernel leaves here C-contiguous, writable, aligned
+and of the exact dtype its kernel was compiled for (int64, or float32 for
 `second_per_grid_ts`), so numba never compiles a second specialisation at run
-time. Messages name the argument, what was expected and what came.
+time. A bad input raises TypeError or ValueError with a message naming the
+argument, what was expected and what came (errors.py turns the kernels'
+error codes into such messages).
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ def _to_numpy(value, name: str) -> np.ndarray:
 
 
 def _as_int64(arr: np.ndarray) -> np.ndarray:
-    """C-contiguous, writable, native int64 (a copy only when needed)."""
-    if arr.dtype is _INT64 and arr.flags.c_contiguous and arr.flags.writeable:
+    """C-contiguous, writable, aligned, native int64 (a copy only when needed)."""
+    if arr.dtype is _INT64 and arr.flags.c_contiguous and arr.flags.writeable and arr.flags.aligned:
         return arr
     return arr.astype(np.int64, order="C")
 
@@ -151,14 +152,15 @@ def as_int_array(value, name: str, ndim: int, shape_hint: str) -> np.ndarray:
 def ready(arr, dtype: np.dtype, ndim: int, width: int = 0) -> bool:
     """Whether a kernel can take `arr` as is: a numpy array of exactly `dtype`
     (native order), `ndim` dimensions (and `width` columns when given),
-    C-contiguous and writable. Anything else is converted (or refused), so
-    numba never compiles a new specialisation in the middle of serving."""
+    C-contiguous, writable and aligned. Anything else is converted (or
+    refused), so numba never compiles a new specialisation in the middle of
+    serving."""
     if type(arr) is not np.ndarray or arr.dtype is not dtype or arr.ndim != ndim:
         return False
     if width and arr.shape[1] != width:
         return False
     flags = arr.flags
-    return flags.c_contiguous and flags.writeable
+    return flags.c_contiguous and flags.writeable and flags.aligned
 
 
 def as_token_ids(token_ids) -> np.ndarray:
@@ -239,7 +241,7 @@ def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.nda
         raise ValueError(f"second_per_grid_ts: expected shape (num_videos,), got {_describe(value)}")
     if arr.shape[0] != num_videos:
         raise ValueError(f"second_per_grid_ts: expected one value per video ({num_videos}), got {arr.shape[0]}")
-    if arr.dtype is not _FLOAT32 or not arr.flags.c_contiguous or not arr.flags.writeable:
+    if not ready(arr, _FLOAT32, 1):
         arr = arr.astype(np.float32, order="C")
     if "int_sp" in config.switches:  # transformers 4.57 casts it to the int64 frame index dtype (D2)
         arr = np.trunc(arr)
