@@ -55,6 +55,7 @@ _SEQUENCES_OR_NONE = (*_SEQUENCES, type(None))
 # The builder's state and the records kernel's decoded items. Shared by
 # every call: both kernels keep the GIL for their whole run.
 _SCRATCH = np.empty(SCRATCH_SIZE, np.int64)
+_NO_IMAGES = marshal.dumps([], 2)  # the records of a text prompt
 
 
 def prompt_positions(
@@ -81,22 +82,58 @@ def prompt_positions(
     audio track in prompt order: audio clips, and with `use_audio_in_video`
     the tracks of the videos too. Bad input raises ValueError or TypeError.
     """
+    # The commonest calls first, each test as cheap as Python allows: a
+    # call is a few microseconds, and these tests are a good part of it.
     if type(config) is not MRopeConfig:
         config = as_config(config)
-    ids = token_ids if _is_canonical(token_ids, _INT64, _IDS_STRIDES) else as_token_ids(token_ids)
-    num_tokens = len(ids)
-    if not num_tokens:
-        as_token_ids(ids)  # raises: a prompt has at least one token
+    ids = token_ids
+    if type(ids) is not _NDARRAY or ids.dtype is not _INT64 or ids.strides != _IDS_STRIDES or not _usable(ids):
+        ids = as_token_ids(token_ids)
     params = config.kernel_params
-    out = _empty((3, num_tokens), _INT64)
-    delta = UNREADABLE
+    out = _empty((3, len(ids)), _INT64)
+    images = image_grid_thw
+    if video_grid_thw is None and second_per_grid_ts is None and audio_feature_lengths is None:
+        if use_audio_in_video is not False:
+            delta = _other_forms(out, ids, config, images, None, None, None, use_audio_in_video)
+        elif images is None:
+            delta = prompt_from_records(out, ids, params, _NO_IMAGES, True, _SCRATCH)
+        elif (
+            type(images) is _NDARRAY and images.dtype is _INT64 and images.strides == _GRID_STRIDES and _usable(images)
+        ):
+            delta = prompt_from_arrays(out, ids, params, images, EMPTY_GRID, EMPTY_FLOAT, _NO_AUDIO, False, _SCRATCH)
+        elif type(images) in _SEQUENCES:
+            delta = prompt_from_records(out, ids, params, _dumps(images, 2), True, _SCRATCH)
+        else:
+            delta = UNREADABLE
+        if delta == UNREADABLE:  # (records the kernel does not decode, or another form)
+            delta = _other_forms(out, ids, config, images, None, None, None, False)
+    else:
+        delta = _other_forms(
+            out, ids, config, images, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+        )
+    if delta == FAILED:  # the long way raises the error (or gives what the kernel refused)
+        return checked_prompt_positions(
+            config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+        )
+    return out, delta
+
+
+def _usable(array) -> bool:
+    """Writable and aligned: numba compiles a specialisation of its own for
+    read-only arrays, and (before 0.68) for misaligned ones."""
+    flags = array.flags
+    return flags.writeable and flags.aligned
+
+
+def _other_forms(out, ids, config, images, videos, times, audio_feature_lengths, use_audio_in_video) -> int:
+    """The kernel call for every other form of the items: tensors as their
+    values, lists and tuples as their marshal records, arrays as canonical
+    arrays (converted where they are not)."""
+    params = config.kernel_params
     if audio_feature_lengths is None and use_audio_in_video is False:
-        images, videos, times = image_grid_thw, video_grid_thw, second_per_grid_ts
         if type(images) is _TENSOR or type(videos) is _TENSOR or type(times) is _TENSOR:
             images, videos, times = (_tensor_list(v) if type(v) is _TENSOR else v for v in (images, videos, times))
-        if videos is None and times is None and type(images) in _SEQUENCES:
-            delta = prompt_from_records(out, ids, params, _dumps(images, 2), True, _SCRATCH)
-        elif (
+        if (
             type(images) in _SEQUENCES_OR_NONE
             and type(videos) in _SEQUENCES_OR_NONE
             and type(times) in (_SEQUENCES_OR_NONE)
@@ -107,27 +144,17 @@ def prompt_positions(
                 pass
             else:
                 delta = prompt_from_records(out, ids, params, records, False, _SCRATCH)
-    if delta == UNREADABLE:
-        items = _canonical_items(
-            config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
-        )
-        delta = prompt_from_arrays(out, ids, params, *items, _SCRATCH)
-    if delta == FAILED:  # the long way raises the error, or gives what the kernel refused
-        return checked_prompt_positions(
-            config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
-        )
-    return out, delta
+                if delta != UNREADABLE:
+                    return delta
+    items = _canonical_items(config, images, videos, times, audio_feature_lengths, use_audio_in_video)
+    return prompt_from_arrays(out, ids, params, *items, _SCRATCH)
 
 
 def _is_canonical(value, dtype, strides) -> bool:
     """Whether `value` is a numpy array the kernels take as is: exactly
-    `dtype`, exactly the strides of their C-ordered layout, writable and
-    aligned (numba compiles a specialisation of its own for each of those,
-    so any other array is converted rather than compiled for)."""
-    if type(value) is not _NDARRAY or value.dtype is not dtype or value.strides != strides:
-        return False
-    flags = value.flags
-    return flags.writeable and flags.aligned
+    `dtype`, exactly the strides of their C-ordered layout (strides this
+    exact imply the dimensions too), writable and aligned."""
+    return type(value) is _NDARRAY and value.dtype is dtype and value.strides == strides and _usable(value)
 
 
 def _canonical_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, av):

@@ -42,7 +42,10 @@ SCRATCH_SIZE = 4096
 
 @inner
 def _write_positions(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video, state):
-    """Run the builder with a zero-row table: positions only. Returns the delta or FAILED."""
+    """Run the builder with a zero-row table: positions only. Returns the
+    delta, or FAILED (an empty prompt among the errors)."""
+    if ids.shape[0] == 0:
+        return FAILED
     rows = state[:0].reshape((0, C.NUM_COLS))
     scales = params.view(np.float32)[:0].reshape((0, C.NUM_SCALE_COLS))
     code = build_from_tokens(
