@@ -39,10 +39,10 @@ from family_prompts import (  # noqa: E402
     video_rates,
 )
 from hf_oracle import hf_positions, hf_processor_interleave, hf_rope_index  # noqa: E402
+from strategies import examples  # noqa: E402
 
 # transformers' scans are slow Python: half the profile's examples.
-_EXAMPLES = max(10, settings.default.max_examples // 2)
-few_examples = settings(max_examples=_EXAMPLES)
+few_examples = settings(max_examples=examples(150, minimum=10))
 
 
 # --------------------------------------------------------------------------
