@@ -21,6 +21,8 @@ from mrope_tracker import PromptLayout, reference
 from mrope_tracker.kernels import tracker_step as K
 from mrope_tracker.tracker import PositionTracker
 
+pytestmark = pytest.mark.slow  # each machine runs its examples(...) count of 60-step runs
+
 MAX_NUM_REQS = 4
 MAX_NUM_BATCHED_TOKENS = 64
 LAYOUT_ROWS = 2

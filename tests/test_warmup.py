@@ -82,6 +82,7 @@ def cold_cache(tmp_path_factory):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+@pytest.mark.slow
 def test_cold_cache_compiles_in_two_processes_and_the_parent_only_loads(cold_cache):
     """A cold warmup(jobs=2) compiles in two children; the parent then
     compiles nothing itself (the children covered every kernel its stages
@@ -159,6 +160,7 @@ print(json.dumps({"stages": list(stages), "compiled": compiled, "numba_set_up_by
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+@pytest.mark.slow
 def test_warm_start_loads_without_numba_compiler_set_up(cold_cache):
     cache_dir, _ = cold_cache
     result = _run(_WARM_CHILD, cache_dir)
@@ -171,6 +173,7 @@ def test_warm_start_loads_without_numba_compiler_set_up(cold_cache):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+@pytest.mark.slow
 def test_callers_compile_against_helpers_cached_as_bitcode(cold_cache, tmp_path):
     """The helpers only kernels call (`inner`) are cached as optimised IR,
     never as machine code (kernels/link_only.py). With the entry points'
@@ -216,6 +219,7 @@ def test_warm_process_neither_forks_nor_compiles():
     assert compiles.names == []
 
 
+@pytest.mark.slow
 def test_a_failing_or_stuck_child_costs_only_time(monkeypatch):
     """A child that raises, or one still running at the deadline (ended),
     leaves the parent to compile in place: _compile_in_children returns."""
@@ -236,6 +240,7 @@ print("returned")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+@pytest.mark.slow
 def test_children_reaped_elsewhere():
     done = subprocess.run([sys.executable, "-c", _SIGCHLD_IGNORED], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "returned" in done.stdout, done.stderr
