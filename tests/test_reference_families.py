@@ -17,6 +17,7 @@ import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from spec_cases import tokens
 
 from mrope_tracker.reference import audio_token_count, next_positions, prompt_positions
 
@@ -70,33 +71,6 @@ def omni_toy(**kw):
         seconds_per_chunk=2,
     )
     return SimpleNamespace(**{**values, **kw})
-
-
-_SYMBOLS = {
-    "VS": "vision_start_token_id",
-    "VE": "vision_end_token_id",
-    "AS": "audio_start_token_id",
-    "AE": "audio_end_token_id",
-    "BV": "video_start_token_id",
-    "EV": "video_end_token_id",
-    "I": "image_token_id",
-    "V": "video_token_id",
-    "A": "audio_token_id",
-}
-
-
-def tokens(config, prompt: str) -> list[int]:
-    """Token ids of a symbolic prompt: ``t`` text (own id each), ``X*n`` n times X."""
-    out, text_id = [], 1000
-    for word in prompt.split():
-        symbol, _, count = word.partition("*")
-        for _ in range(int(count) if count else 1):
-            if symbol in ("t", "ts"):
-                out.append(text_id)
-                text_id += 1
-            else:
-                out.append(getattr(config, _SYMBOLS[symbol]))
-    return out
 
 
 def rows(positions: torch.Tensor) -> list[list]:
