@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 
 pytest.importorskip("transformers")
 
-from family_prompts import CONFIG_NAMES, FAMILIES, TEXT_IDS, family_prompts, interleave_matches_model, load_config  # noqa: E402
+from family_prompts import (  # noqa: E402
+    CONFIG_NAMES,
+    FAMILIES,
+    TEXT_IDS,
+    family_prompts,
+    interleave_matches_model,
+    load_config,
+)
 from strategies import examples  # noqa: E402
 
 from mrope_tracker import MRopeConfig, hf, hf_native, prompt_positions  # noqa: E402
