@@ -3,7 +3,12 @@
 Profiles: "dev" (default, quick), "ci" (more examples; .ci/run selects it
 with HYPOTHESIS_PROFILE=ci), "stress" (5,000 examples a test, for a long
 hunt on one module). None has a deadline: the first example of a
-run may include numba loading compiled kernels from its cache.
+run may include numba loading compiled kernels from its cache. A test that
+sets its own count takes it from `strategies.examples`, scaled by the profile.
+
+Tests marked `slow` (the subprocess warm-ups, the state machines) are left
+out of a plain run (pyproject's addopts: -m "not slow"); `python -m pytest
+-m slow` runs only them and `python -m pytest -m ""` runs everything.
 """
 
 import os

@@ -60,6 +60,7 @@ __all__ = [
     "CONFIG_NAMES",
     "FAMILIES",
     "INTERLEAVES",
+    "MODEL_TYPES",
     "RANGE_INTERLEAVE_NAMES",
     "TEXT_IDS",
     "AVBlock",
@@ -88,6 +89,22 @@ CONFIG_NAMES = {
     "qwen3_vl": ("qwen3_vl",),
     "glm4v": ("glm4v", "glm4v_moe"),
     "qwen3_omni": ("qwen3_omni_moe",),
+}
+# model_type (a config's, or its thinker's) -> the family that positions it; the one copy in tests/
+MODEL_TYPES = {
+    "qwen2_vl": "qwen2_vl",
+    "qwen2_5_vl": "qwen2_5_vl",
+    "qwen2_5_omni": "qwen2_5_omni",
+    "qwen2_5_omni_thinker": "qwen2_5_omni",
+    "qwen3_vl": "qwen3_vl",
+    "qwen3_vl_moe": "qwen3_vl",
+    "qwen3_5": "qwen3_vl",
+    "qwen3_5_moe": "qwen3_vl",
+    "glm4v": "glm4v",
+    "glm4v_moe": "glm4v",
+    "glm46v": "glm4v",
+    "qwen3_omni_moe": "qwen3_omni",
+    "qwen3_omni_moe_thinker": "qwen3_omni",
 }
 # family -> audio-in-video layout conventions it can be generated with
 INTERLEAVES = {"qwen2_5_omni": ("transformers", "model", "vllm"), "qwen3_omni": ("transformers",)}

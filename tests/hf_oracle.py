@@ -34,23 +34,9 @@ import types
 import numpy as np
 import torch
 from family_prompts import CONFIG_NAMES, load_config
+from family_prompts import MODEL_TYPES as _MODEL_TYPES  # model_type -> family
 
 __all__ = ["hf_positions", "hf_processor_interleave", "hf_rope_index", "oracle_family"]
-
-# model_type -> (family, module under transformers.models, model class, config class, nested key)
-# model_type -> the family transformers runs for it (the model classes: mrope_tracker.hf_native)
-_MODEL_TYPES = {
-    "qwen2_vl": "qwen2_vl",
-    "qwen2_5_vl": "qwen2_5_vl",
-    "qwen2_5_omni": "qwen2_5_omni",
-    "qwen2_5_omni_thinker": "qwen2_5_omni",
-    "qwen3_vl": "qwen3_vl",
-    "qwen3_vl_moe": "qwen3_vl",
-    "glm4v": "glm4v",
-    "glm4v_moe": "glm4v",
-    "qwen3_omni_moe": "qwen3_omni",
-    "qwen3_omni_moe_thinker": "qwen3_omni",
-}
 
 # The Omni processors' default second_per_grid_ts (temporal_patch_size 2 / default fps).
 _PROCESSOR_SECOND_PER_GRID = {"qwen2_5_omni": 1.0, "qwen3_omni": 2.0}

@@ -9,6 +9,7 @@ is in each case's comment) before any implementation was run on them.
 Prompts are written with readable symbols: ``t`` is a text token (each gets its
 own id), ``VS``/``VE`` vision start/end, ``AS``/``AE`` audio start/end, ``I``,
 ``V``, ``A`` image/video/audio placeholders, and ``X*n`` repeats a symbol n times.
+`tokens` reads this notation for every test that writes prompts in it.
 """
 
 from __future__ import annotations
@@ -45,27 +46,36 @@ def omni_toy() -> MRopeConfig:
 
 # --- prompts -------------------------------------------------------------------
 
+# symbol -> the config attribute holding its id (BV/EV: GLM's begin/end of video)
 _SYMBOLS = {
     "VS": "vision_start_token_id",
     "VE": "vision_end_token_id",
     "AS": "audio_start_token_id",
     "AE": "audio_end_token_id",
+    "BV": "video_start_token_id",
+    "EV": "video_end_token_id",
     "I": "image_token_id",
     "V": "video_token_id",
     "A": "audio_token_id",
 }
+_TEXT = ("t", "ts")  # text, and timestamp text (Qwen3-VL, GLM): each its own id
 
 
-def tokens(config: MRopeConfig, prompt: str) -> list[int]:
-    """Token ids of a symbolic prompt such as ``"t VS I*6 VE t"``."""
+def tokens(config, prompt: str) -> list[int]:
+    """Token ids of a symbolic prompt such as ``"t VS I*6 VE t"``: ``t``/``ts`` text
+    (each its own id from 1000 on), ``X*n`` n times X. `config` is an object with the
+    id attributes named in `_SYMBOLS` (MRopeConfig, a namespace), or a dict from
+    symbol to id (e.g. `family_prompts.special_ids`)."""
     out: list[int] = []
     text_id = 1000
     for word in prompt.split():
         symbol, _, count = word.partition("*")
         for _ in range(int(count) if count else 1):
-            if symbol == "t":
+            if symbol in _TEXT:
                 out.append(text_id)
                 text_id += 1
+            elif isinstance(config, dict):
+                out.append(config[symbol])
             else:
                 out.append(getattr(config, _SYMBOLS[symbol]))
     return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from mrope_tracker import MRopeConfig
@@ -21,6 +22,13 @@ from mrope_tracker import MRopeConfig
 # = temporal_patch_size / fps with temporal_patch_size 2.
 FPS_VALUES = (0.1, 0.3, 0.5, 0.6, 0.7, 1.0, 1.2, 1.3, 2.0, 2.3, 2.4, 2.6, 2.7, 3.0, 3.1, 4.0, 4.8, 6.0, 12.0)
 TEXT_IDS = np.arange(100, 140)
+
+
+def examples(ci_count: int, minimum: int = 1) -> int:
+    """A test's own example count, scaled by the active hypothesis profile
+    (tests/conftest.py): `ci_count` under "ci", the same fraction of the
+    profile's count under the others ("dev" a fifth, "stress" more), at least `minimum`."""
+    return max(minimum, ci_count * settings.default.max_examples // settings.get_profile("ci").max_examples)
 
 
 @st.composite

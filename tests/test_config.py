@@ -10,6 +10,7 @@ import types
 
 import attrs
 import pytest
+from family_prompts import MODEL_TYPES
 
 from mrope_tracker import SUPPORTED_MODEL_TYPES, MRopeConfig
 
@@ -127,21 +128,7 @@ def test_full_and_thinker_omni_configs_agree():
 
 def test_supported_model_types():
     """Every supported model type maps to its family."""
-    assert SUPPORTED_MODEL_TYPES == {
-        "qwen2_vl": "qwen2_vl",
-        "qwen2_5_vl": "qwen2_5_vl",
-        "qwen2_5_omni": "qwen2_5_omni",
-        "qwen2_5_omni_thinker": "qwen2_5_omni",
-        "qwen3_vl": "qwen3_vl",
-        "qwen3_vl_moe": "qwen3_vl",
-        "qwen3_5": "qwen3_vl",
-        "qwen3_5_moe": "qwen3_vl",
-        "glm4v": "glm4v",
-        "glm4v_moe": "glm4v",
-        "glm46v": "glm4v",
-        "qwen3_omni_moe": "qwen3_omni",
-        "qwen3_omni_moe_thinker": "qwen3_omni",
-    }
+    assert SUPPORTED_MODEL_TYPES == MODEL_TYPES
 
 
 # --------------------------------------------------------------------------

@@ -21,7 +21,15 @@ from hypothesis import strategies as st
 
 pytest.importorskip("transformers")
 
-from family_prompts import CONFIG_NAMES, FAMILIES, TEXT_IDS, family_prompts, interleave_matches_model, load_config  # noqa: E402
+from family_prompts import (  # noqa: E402
+    CONFIG_NAMES,
+    FAMILIES,
+    TEXT_IDS,
+    family_prompts,
+    interleave_matches_model,
+    load_config,
+)
+from strategies import examples  # noqa: E402
 
 from mrope_tracker import MRopeConfig, hf, hf_native, prompt_positions  # noqa: E402
 
@@ -31,7 +39,7 @@ PAD_ID = 0  # not a special token of any family
 
 # transformers' Python loops are slow: fewer examples than the profile's.
 batches = settings(
-    max_examples=max(8, settings.default.max_examples // 4),
+    max_examples=examples(75, minimum=8),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
 )

@@ -10,6 +10,7 @@ import pytest
 from family_prompts import family_prompts
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions, reference
 from mrope_tracker.families.interleave import compact, hf_walker_runs, vllm_chunk_runs
@@ -43,7 +44,7 @@ def _range_kwargs_float64_sp(prompt) -> dict:
 
 
 @pytest.mark.parametrize(("family", "convention"), CONVENTIONS, ids=[f"{f}-{c}" for f, c in CONVENTIONS])
-@settings(max_examples=40)
+@settings(max_examples=examples(200, minimum=40))
 @given(data=st.data())
 def test_every_convention_follows_identity(family, convention, data):
     """Whatever convention laid a block out, the token form equals the reference, the
@@ -64,7 +65,7 @@ def test_every_convention_follows_identity(family, convention, data):
 
 
 @pytest.mark.parametrize(("family", "convention"), CONVENTIONS, ids=[f"{f}-{c}" for f, c in CONVENTIONS])
-@settings(max_examples=10)
+@settings(max_examples=examples(50, minimum=10))
 @given(data=st.data())
 def test_long_videos_in_random_chunks(family, convention, data):
     """Long videos (up to 300 temporal patches) fed to a tracker in chunks that split

@@ -191,6 +191,7 @@ BAD_IMAGE_GRIDS = [
 
 @pytest.mark.parametrize("grid", BAD_IMAGE_GRIDS, ids=repr)
 def test_image_grid_lists(grid):
+    """Each odd or bad image_grid_thw list (list or array tokens) gives the checked path's positions or its error."""
     _assert_same(QWEN2_5, IMAGE_IDS, image_grid_thw=grid)
     _assert_same(QWEN2_5, np.array(IMAGE_IDS), image_grid_thw=grid)
 
@@ -216,6 +217,7 @@ BAD_SP = [
 @pytest.mark.parametrize("sp", BAD_SP, ids=repr)
 @pytest.mark.parametrize("semantics", SEMANTICS)
 def test_second_per_grid_ts_lists(sp, semantics):
+    """Each odd or bad second_per_grid_ts list, under every preset, gives the checked path's positions or its error."""
     config = attrs.evolve(QWEN2_5, semantics=semantics)
     _assert_same(config, VIDEO_IDS, video_grid_thw=[[2, 2, 4]], second_per_grid_ts=sp)
     _assert_same(config, VIDEO_IDS, video_grid_thw=np.array([[2, 2, 4]]), second_per_grid_ts=sp)

@@ -15,8 +15,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from family_prompts import qwen3_omni_merge
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from spec_cases import tokens
 
 from mrope_tracker.reference import audio_token_count, next_positions, prompt_positions
 
@@ -70,33 +72,6 @@ def omni_toy(**kw):
         seconds_per_chunk=2,
     )
     return SimpleNamespace(**{**values, **kw})
-
-
-_SYMBOLS = {
-    "VS": "vision_start_token_id",
-    "VE": "vision_end_token_id",
-    "AS": "audio_start_token_id",
-    "AE": "audio_end_token_id",
-    "BV": "video_start_token_id",
-    "EV": "video_end_token_id",
-    "I": "image_token_id",
-    "V": "video_token_id",
-    "A": "audio_token_id",
-}
-
-
-def tokens(config, prompt: str) -> list[int]:
-    """Token ids of a symbolic prompt: ``t`` text (own id each), ``X*n`` n times X."""
-    out, text_id = [], 1000
-    for word in prompt.split():
-        symbol, _, count = word.partition("*")
-        for _ in range(int(count) if count else 1):
-            if symbol in ("t", "ts"):
-                out.append(text_id)
-                text_id += 1
-            else:
-                out.append(getattr(config, _SYMBOLS[symbol]))
-    return out
 
 
 def rows(positions: torch.Tensor) -> list[list]:
@@ -432,19 +407,6 @@ def test_identity_rule_matches_plain_video(data, family):
     assert delta == int(positions.max()) + 1 - len(ids)
 
 
-def _merge(video_times, n_audio):
-    """The Qwen3-Omni processor's interleave: a video token first when its time is <= the audio index."""
-    kinds, v, a = [], 0, 0
-    while v < len(video_times) and a < n_audio:
-        if video_times[v] <= a:
-            kinds.append("V")
-            v += 1
-        else:
-            kinds.append("A")
-            a += 1
-    return kinds + ["V"] * (len(video_times) - v) + ["A"] * (n_audio - a)
-
-
 @given(
     seed=st.integers(0, 2**32 - 1),
     sp=st.sampled_from((1.0, 2.0, 3.0, 0.5)),
@@ -471,7 +433,7 @@ def test_qwen3_omni_float_equals_integer_when_times_are_integers(seed, sp, pps, 
             if use_aiv:
                 audio.append(rng.randint(1, 250))
                 times = np.repeat(np.arange(t) * sp * pps, hw)
-                words += ["VS", "AS", *_merge(times, audio_token_count(audio[-1], n_window=50)), "AE", "VE"]
+                words += ["VS", "AS", *qwen3_omni_merge(times, audio_token_count(audio[-1], n_window=50)), "AE", "VE"]
             else:
                 words += ["VS", f"V*{t * hw}", "VE"]
         words += ["t"] * rng.randint(0, 2)

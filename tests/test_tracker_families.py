@@ -9,6 +9,7 @@ import numpy as np
 from family_prompts import family_prompts
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import examples
 
 from mrope_tracker import MRopeConfig, PositionTracker, reference
 
@@ -25,7 +26,7 @@ def _expected(config, prompt, start: int, stop: int) -> np.ndarray:
     return out
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(200, minimum=40))
 @given(family=st.sampled_from(FAMILIES), data=st.data())
 def test_cache_hits_chunks_and_rollback(family, data):
     """A request admitted at a random cache hit, advanced in random chunks (prepare_slots with int32

@@ -15,11 +15,13 @@ import torch
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from strategies import configs, prompts
+from strategies import configs, examples, prompts
 
 from mrope_tracker import PromptLayout, reference
 from mrope_tracker.kernels import tracker_step as K
 from mrope_tracker.tracker import PositionTracker
+
+pytestmark = pytest.mark.slow  # each machine runs its examples(...) count of 60-step runs
 
 MAX_NUM_REQS = 4
 MAX_NUM_BATCHED_TOKENS = 64
@@ -349,7 +351,9 @@ def prompt_add(tracker, rid, prompt, form, cached) -> int:
     return tracker.add_request_layout(rid, layout, num_computed_tokens=cached)
 
 
-TrackerMachine.TestCase.settings = settings(TrackerMachine.TestCase.settings, max_examples=200, stateful_step_count=60)
+TrackerMachine.TestCase.settings = settings(
+    TrackerMachine.TestCase.settings, max_examples=examples(200), stateful_step_count=60
+)
 test_tracker_state_machine = TrackerMachine.TestCase
 
 
@@ -577,6 +581,6 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 
 SchedulerMachine.TestCase.settings = settings(
-    SchedulerMachine.TestCase.settings, max_examples=150, stateful_step_count=60
+    SchedulerMachine.TestCase.settings, max_examples=examples(150), stateful_step_count=60
 )
 test_scheduler_state_machine = SchedulerMachine.TestCase

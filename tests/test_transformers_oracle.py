@@ -39,30 +39,16 @@ from family_prompts import (  # noqa: E402
     video_rates,
 )
 from hf_oracle import hf_positions, hf_processor_interleave, hf_rope_index  # noqa: E402
+from spec_cases import tokens  # noqa: E402
+from strategies import examples  # noqa: E402
 
 # transformers' scans are slow Python: half the profile's examples.
-_EXAMPLES = max(10, settings.default.max_examples // 2)
-few_examples = settings(max_examples=_EXAMPLES)
+few_examples = settings(max_examples=examples(150, minimum=10))
 
 
 # --------------------------------------------------------------------------
 # The oracle on the worked examples of docs/semantics.md
 # --------------------------------------------------------------------------
-
-
-def _symbolic(family: str, config: dict, prompt: str) -> list[int]:
-    """Token ids of e.g. "t VS I*6 VE t": each ``t`` its own text id, ``X*n`` repeats."""
-    ids = special_ids(family, config)
-    out, text = [], 1000
-    for word in prompt.split():
-        symbol, _, count = word.partition("*")
-        for _ in range(int(count) if count else 1):
-            if symbol == "t":
-                out.append(text)
-                text += 1
-            else:
-                out.append(ids[symbol])
-    return out
 
 
 def _omni_toy() -> dict:
@@ -246,7 +232,7 @@ def test_oracle_matches_spec_examples(case):
     """transformers' get_rope_index, as the oracle runs it, gives the documented worked-example positions."""
     _, family, config, prompt, kwargs, delta, points, rows = case
     config = load_config(config) if isinstance(config, str) else config
-    ids = _symbolic(family, config, prompt)
+    ids = tokens(special_ids(family, config), prompt)
     positions, got_delta = hf_positions(config, ids, **kwargs)
     assert positions.shape == (3, len(ids))
     assert got_delta == delta
@@ -259,7 +245,7 @@ def test_oracle_matches_spec_examples(case):
 def test_oracle_qwen3_omni_fractional_time():
     """Qwen3-Omni at fps 3 (sp = 2/3): fractional float32 positions and delta (worked example T10)."""
     config = load_config("qwen3_omni_moe")
-    ids = _symbolic("qwen3_omni", config, "t VS AS V V A*9 V V A*4 V V AE VE t")
+    ids = tokens(special_ids("qwen3_omni", config), "t VS AS V V A*9 V V A*4 V V AE VE t")
     positions, delta = hf_positions(
         config,
         ids,
@@ -279,7 +265,8 @@ def test_oracle_batch_padding_conventions():
     """Batched, left-padded rows: positions per row as alone; pads and delta as the oracle documents (D10)."""
     for family in ("qwen2_vl", "qwen2_5_omni", "qwen3_omni"):
         config = load_config("qwen3_omni_moe" if family == "qwen3_omni" else family)
-        ids_a, ids_b = _symbolic(family, config, "t VS I*6 VE t"), _symbolic(family, config, "t t t VS I*6 VE")
+        symbols = special_ids(family, config)
+        ids_a, ids_b = tokens(symbols, "t VS I*6 VE t"), tokens(symbols, "t t t VS I*6 VE")
         width = max(len(ids_a), len(ids_b)) + 2
         batch = [[0] * (width - len(x)) + x for x in (ids_a, ids_b)]
         mask = [[0] * (width - len(x)) + [1] * len(x) for x in (ids_a, ids_b)]

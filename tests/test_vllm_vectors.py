@@ -19,27 +19,25 @@ from collections import Counter
 import attrs
 import numpy as np
 import pytest
+from family_prompts import MODEL_TYPES
 from strategies import audio_tokens, tau_values
 from test_vllm_adapter import VECTORS, adapter, vector_features
 
 from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions
 from mrope_tracker.families import FAMILIES
 
-FAMILY_OF = {
-    "qwen2_vl": "qwen2_vl",
-    "qwen2_5_vl": "qwen2_5_vl",
-    "qwen2_5_omni": "qwen2_5_omni",
-    "qwen3_vl": "qwen3_vl",
-    "glm4_1v": "glm4v",
-    "qwen3_omni": "qwen3_omni",
-}
 IDS = [f"{i:03d}-{v['family']}" for i, v in enumerate(VECTORS)]
 ALL = pytest.mark.parametrize("index", range(len(VECTORS)), ids=IDS)
 
 
+def family_of(vector: dict) -> str:
+    """A recorded vector's family: its config's model_type in the tests' model-type map."""
+    return MODEL_TYPES[vector["config"]["model_type"]]
+
+
 def config_of(vector: dict, semantics: str) -> MRopeConfig:
     config = MRopeConfig.from_hf_config(vector["config"], semantics=semantics)
-    assert config.family == FAMILY_OF[vector["family"]]
+    assert config.family == family_of(vector)
     return config
 
 
@@ -58,8 +56,10 @@ def matches(vector: dict, result) -> bool:
 
 
 def test_vectors_cover_every_family():
-    """The recorded file holds 40 prompts of each of the six families."""
-    assert Counter(v["family"] for v in VECTORS) == {family: 40 for family in FAMILY_OF}
+    """The recorded file holds 40 prompts of each of the six families, each family under one name of its own."""
+    assert Counter(family_of(v) for v in VECTORS) == {family: 40 for family in set(MODEL_TYPES.values())}
+    names = {(v["family"], family_of(v)) for v in VECTORS}
+    assert len(names) == len({name for name, _ in names}) == len({family for _, family in names})
 
 
 @ALL
@@ -102,7 +102,7 @@ DIVERGENCE_OF_SWITCH = {
 
 def with_switches(monkeypatch, vector: dict, switches) -> MRopeConfig:
     """The reference config of the vector's family with only `switches` on."""
-    family = FAMILIES[FAMILY_OF[vector["family"]]]
+    family = FAMILIES[family_of(vector)]
     monkeypatch.setitem(
         FAMILIES, family.name, attrs.evolve(family, presets={**family.presets, "reference": frozenset(switches)})
     )
@@ -110,7 +110,7 @@ def with_switches(monkeypatch, vector: dict, switches) -> MRopeConfig:
 
 
 def smallest_explaining_switches(monkeypatch, vector: dict) -> frozenset | None:
-    preset = sorted(FAMILIES[FAMILY_OF[vector["family"]]].presets.get("vllm-0.33", ()))
+    preset = sorted(FAMILIES[family_of(vector)].presets.get("vllm-0.33", ()))
     for size in range(1, len(preset) + 1):
         for switches in itertools.combinations(preset, size):
             with monkeypatch.context() as m:

@@ -81,6 +81,7 @@ def cold_cache(tmp_path_factory):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+@pytest.mark.slow
 def test_cold_cache_compiles_in_two_processes_and_the_parent_only_loads(cold_cache):
     """A cold warmup(jobs=2) compiles in two children; the parent then
     compiles nothing itself (the children covered every kernel its stages
@@ -154,6 +155,7 @@ print(json.dumps({"stages": list(stages), "compiled": compiled, "before": before
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+@pytest.mark.slow
 def test_warm_start_loads_everything_and_compiles_nothing(cold_cache):
     """On the cache a cold start filled, a fresh process forks nothing,
     compiles nothing of ours, and what it loaded gives the reference's positions."""
@@ -187,6 +189,7 @@ def test_warm_process_neither_forks_nor_compiles():
     assert compiles.names == []
 
 
+@pytest.mark.slow
 def test_a_failing_or_stuck_child_costs_only_time(monkeypatch):
     """A child that raises, or one still running at the deadline (ended),
     leaves the parent to compile in place: _compile_in_children returns."""
@@ -207,6 +210,7 @@ print("returned")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+@pytest.mark.slow
 def test_children_reaped_elsewhere():
     done = subprocess.run([sys.executable, "-c", _SIGCHLD_IGNORED], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "returned" in done.stdout, done.stderr
