@@ -38,7 +38,7 @@ from family_prompts import CONFIG_NAMES, load_config
 __all__ = ["hf_positions", "hf_processor_interleave", "hf_rope_index", "oracle_family"]
 
 # model_type -> (family, module under transformers.models, model class, config class, nested key)
-# model_type -> the family transformers runs for it (the model classes: mrope_tracker.hf_native)
+# model_type -> the family transformers runs for it (the model classes: mrope_tracker.hf.native)
 _MODEL_TYPES = {
     "qwen2_vl": "qwen2_vl",
     "qwen2_5_vl": "qwen2_5_vl",
@@ -76,8 +76,8 @@ def oracle_family(config) -> str:
 
 def _stand_in(config_json: str):
     """(family, the model class, an object that has what get_rope_index reads):
-    the package's own stand-in for transformers' models (mrope_tracker.hf_native)."""
-    from mrope_tracker import hf_native
+    the package's own stand-in for transformers' models (mrope_tracker.hf.native)."""
+    from mrope_tracker.hf import native as hf_native
 
     family = _MODEL_TYPES[json.loads(config_json)["model_type"]]
     model_cls, stub = hf_native._stand_in(config_json)

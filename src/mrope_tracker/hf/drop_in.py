@@ -1,4 +1,4 @@
-"""Training parity: a drop-in for transformers' ``get_rope_index``, and `patch`.
+"""Training parity: a drop-in for transformers' ``get_rope_index``.
 
 `get_rope_index` returns what the installed transformers' own
 ``get_rope_index`` returns for a padded batch: the same ``(3, B, L)``
@@ -26,24 +26,19 @@ no grids at all   ``attention_mask`` cumsum   VL: the per-row path (text);
 Qwen3-Omni positions are float32 (its video times are not truncated), and
 so are its deltas. The Omni thinkers of both lines need ``attention_mask``;
 here None means every token is kept.
-
-`patch(model)` puts this function in place of a loaded model's own
-``get_rope_index`` (on the module that owns it) and returns a handle that
-undoes it.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 
 import attrs
 import numpy as np
 import torch
 
-from .config import MRopeConfig
-from .families import SEMANTICS
-from .inputs import (
+from ..config import MRopeConfig
+from ..families import SEMANTICS
+from ..inputs import (
     EMPTY_FLOAT,
     EMPTY_GRID,
     EMPTY_INT,
@@ -53,7 +48,7 @@ from .inputs import (
     audio_token_counts,
     plain_ndarray,
 )
-from .kernels.hf_batch import (
+from ..kernels.hf_batch import (
     ERR_EMPTY_ROW,
     ERR_FLOAT_LAYOUT,
     KEEP_ALL,
@@ -63,66 +58,15 @@ from .kernels.hf_batch import (
     WRITE_INT,
     batch_kernel,
 )
-from .positions import prompt_positions
+from ..positions import prompt_positions
+from .versions import CONVENTIONS, default_convention, default_semantics
 
-__all__ = [
-    "CONVENTIONS",
-    "Patch",
-    "default_semantics",
-    "get_rope_index",
-    "installed_transformers",
-    "mm_token_type_ids",
-    "patch",
-    "warmup",
-]
+__all__ = ["get_rope_index", "mm_token_type_ids", "warmup"]
 
-CONVENTIONS = ("transformers-4", "transformers-5")
 _OMNI = ("qwen2_5_omni", "qwen3_omni")
 _NO_OUT = np.zeros((3, 0, 0), np.int64)  # "write no positions" for the batch kernel
 _NO_FLOAT_OUT = np.zeros((3, 0, 0), np.float32)
 _CPU = torch.device("cpu")
-
-
-# --------------------------------------------------------------------------
-# Which transformers line
-# --------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def installed_transformers() -> str | None:
-    """The installed transformers version, or None (read from the package
-    metadata: importing transformers itself takes seconds)."""
-    try:
-        return importlib.metadata.version("transformers")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _major(version: str | None) -> int | None:
-    if version is None:
-        return None
-    head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def default_semantics() -> str:
-    """The preset of the installed transformers: "transformers-5" for 5.x,
-    "transformers-4.57" for 4.x (verified on 4.57.6), "reference" when
-    transformers is not installed."""
-    major = _major(installed_transformers())
-    if major is None:
-        return "reference"
-    return "transformers-5" if major >= 5 else "transformers-4.57"
-
-
-def _default_convention(semantics: str) -> str:
-    """The batch convention of a transformers preset, else of the installed line."""
-    if semantics == "transformers-5":
-        return "transformers-5"
-    if semantics == "transformers-4.57":
-        return "transformers-4"
-    major = _major(installed_transformers())
-    return "transformers-5" if major is not None and major >= 5 else "transformers-4"
 
 
 # --------------------------------------------------------------------------
@@ -290,7 +234,7 @@ def get_rope_index(
     """
     cfg = _config(config, semantics)
     if convention is None:
-        convention = _default_convention(cfg.semantics)
+        convention = default_convention(cfg.semantics)
     elif convention not in CONVENTIONS:
         raise ValueError(f"convention: expected one of {', '.join(CONVENTIONS)}, got {convention!r}")
     del video_timestamps  # time is text for Qwen3-VL and GLM
@@ -451,7 +395,7 @@ def _check_all_used(used, images, videos, audio) -> None:
 def _float_error(cfg, row, ids, keep, images, videos, sp, lengths, starts, use_av) -> None:
     """Raise why the float32 path could not follow a row (the torch
     reference's message: a missing bracket, usually)."""
-    from . import reference
+    from .. import reference
 
     items = _row_items(starts, row, images, videos, sp, lengths, end=True)
     try:
@@ -469,6 +413,3 @@ def warmup() -> None:
         get_rope_index(
             MRopeConfig(family=family, semantics=semantics), ids, [[1, 4, 4]], attention_mask=np.ones_like(ids)
         )
-
-
-from .hf_patch import Patch, patch  # noqa: E402  (it calls back into this module)

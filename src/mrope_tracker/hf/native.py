@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .config import MRopeConfig
+from ..config import MRopeConfig
 
 __all__ = ["available", "config_dict", "prepare", "rope_index", "supported_model_types"]
 
@@ -229,7 +229,7 @@ def prepare(
         raise ValueError(f"second_per_grid_ts: {config.get('model_type')} takes none, got {second_per_grid_ts!r}")
     if "mm_token_type_ids" in params:  # transformers 5
         if mm_token_type_ids is None:
-            from .hf import mm_token_type_ids as make_types
+            from .drop_in import mm_token_type_ids as make_types
 
             mm_token_type_ids = make_types(config, ids)
         kwargs["mm_token_type_ids"] = _tensor(mm_token_type_ids, np.int64)

@@ -10,11 +10,11 @@ differing switches that, turned over from the first preset's rules alone,
 reproduces the second preset's positions exactly; each switch is one named
 divergence (D1, D2, ...).
 
-Prompts come from a JSONL file (`hf_sample.read_prompts`) or from
-`hf_sample.sample_prompts`, a seeded random sample of realistic prompts.
+Prompts come from a JSONL file (`mrope_tracker.hf.sample.read_prompts`) or from
+`mrope_tracker.hf.sample.sample_prompts`, a seeded random sample of realistic prompts.
 
 Prompts are single unpadded sequences: the batch conventions of a padded
-batch (D10) are `mrope_tracker.hf`'s business, not a position rule.
+batch (D10) are the drop-in's business (`mrope_tracker.hf.get_rope_index`), not a position rule.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ import os
 import attrs
 import numpy as np
 
-from . import reference
-from .config import SUPPORTED_MODEL_TYPES, MRopeConfig
-from .families import FAMILIES, SEMANTICS
-from .hf_sample import Prompt, read_prompts, sample_prompts
-from .positions import prompt_positions
+from .. import reference
+from ..config import SUPPORTED_MODEL_TYPES, MRopeConfig
+from ..families import FAMILIES, SEMANTICS
+from ..positions import prompt_positions
+from .sample import Prompt, read_prompts, sample_prompts
 
 __all__ = ["Prompt", "compare", "load_config", "markdown", "read_prompts", "sample_prompts"]
 
