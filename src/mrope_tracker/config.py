@@ -19,8 +19,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from .families import FAMILIES, MODEL_TYPES, SEMANTICS, Family
-from .families._spec import get
+from .families import FAMILIES, MODEL_TYPES, SEMANTICS, Family, get
 from .kernels import layout_codes as codes
 
 __all__ = ["MRopeConfig", "SUPPORTED_MODEL_TYPES", "SEMANTICS"]

@@ -40,6 +40,12 @@ PRESET_SWITCHES = frozenset(
 RUN_VIDEO = 0
 RUN_AUDIO = 1
 
+# The semantics presets (docs/semantics.md); "reference" is the default.
+SEMANTICS = ("reference", "vllm-0.33", "transformers-4.57", "transformers-5")
+
+# How transformers packs a padded batch: one convention per transformers line (mrope_tracker.hf).
+CONVENTIONS = ("transformers-4", "transformers-5")
+
 
 def get(obj: Any, key: str, default: Any = None) -> Any:
     """`key` of a dict or an attribute-style config object (None-safe)."""
@@ -59,6 +65,32 @@ def first(objs, keys: tuple[str, ...], default: Any = None) -> Any:
             if value is not None:
                 return value
     return default
+
+
+def plain_number(value):
+    """`value` as a published config.json writes it: whole numbers as ints."""
+    return int(value) if value is not None and float(value).is_integer() else value
+
+
+@attrs.frozen(kw_only=True)
+class BatchRules:
+    """How one transformers line's ``get_rope_index`` packs a padded batch of
+    a family, which `mrope_tracker.hf.get_rope_index` reproduces."""
+
+    # the kept tokens: "one" (attention_mask == 1) or "nonzero" (attention_mask != 0)
+    keep: str
+    # the position written at every token that is not kept
+    pad: int
+    # delta = max + 1 - the padded row length (D10), instead of - the row's kept tokens
+    padded_delta: bool
+    # a batch with no grids at all: "rows" (the per-row path, as with grids),
+    # "cumsum" (positions from the attention mask's cumsum; no mask: every
+    # token kept) or "cumsum_or_arange" (the same, but with no mask an arange
+    # and zero deltas in input_ids' dtype)
+    text_only: str
+    # mm_token_type_ids, when given, must be the processor's types of the ids
+    # (the model groups tokens by them); else they are ignored
+    type_ids: bool
 
 
 @attrs.frozen
@@ -89,6 +121,19 @@ class Family:
     # semantics preset -> the switches it turns on for this family (see
     # PRESET_SWITCHES); "reference" turns on none
     presets: Mapping[str, frozenset] = attrs.field(factory=dict)
+    # transformers' own get_rope_index for the family, per batch convention
+    # (CONVENTIONS); a convention it lacks is refused by mrope_tracker.hf
+    transformers_batch: Mapping[str, BatchRules] = attrs.field(factory=dict)
+    # transformers returns positions and deltas as float32, whole or not (Qwen3-Omni)
+    float_positions: bool = False
+    # the presets under which the video times stay unrounded float32 (D8)
+    float_times: frozenset = frozenset()
+    # model_type -> (module under transformers.models, the class owning
+    # get_rope_index, its config class): where transformers implements it
+    transformers_classes: Mapping[str, tuple[str, str, str]] = attrs.field(factory=dict)
+    # an MRopeConfig -> its values as a published config.json holds them (for
+    # running transformers' own code on it), or None
+    config_dict: Callable[[Any], dict] | None = None
 
     @property
     def has_audio(self) -> bool:

@@ -47,7 +47,6 @@ DIVERGENCES = {
     "n_window": "D8",  # transformers 5 reads Qwen3-Omni's audio window from the config
     "tau_rate_first": "transformers 5 product order",  # Qwen2.5-VL frame f times float32(sp * r)
 }
-_TRANSFORMERS = ("transformers-4.57", "transformers-5")
 _FIELDS = ("tokens_per_second", "n_window")
 
 
@@ -58,7 +57,7 @@ _FIELDS = ("tokens_per_second", "n_window")
 
 def load_config(source, semantics: str = "reference") -> MRopeConfig:
     """A config.json path, a model folder, or a model type (its family's
-    defaults: published ids, transformers' config-class scales)."""
+    defaults, `Family.defaults`)."""
     if isinstance(source, str) and not os.path.exists(source):
         if source in SUPPORTED_MODEL_TYPES:
             return MRopeConfig(family=SUPPORTED_MODEL_TYPES[source], model_type=source, semantics=semantics)
@@ -80,7 +79,7 @@ class _Rules:
 
     switches: frozenset
     fields: tuple  # ((name, value), ...) for _FIELDS
-    float_times: bool  # Qwen3-Omni float32 times (transformers)
+    float_times: bool  # video times kept as unrounded float32 (`Family.float_times`: Qwen3-Omni, transformers)
 
     def items(self) -> frozenset:
         out = set(self.switches)
@@ -94,7 +93,7 @@ def _rules_of(config: MRopeConfig) -> _Rules:
     return _Rules(
         switches=config.switches,
         fields=tuple((name, getattr(config, name)) for name in _FIELDS if getattr(config, name) is not None),
-        float_times=config.family == "qwen3_omni" and config.semantics in _TRANSFORMERS,
+        float_times=config.semantics in config.spec.float_times,
     )
 
 
