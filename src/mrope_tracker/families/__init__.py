@@ -17,6 +17,9 @@ MODEL_TYPES: dict[str, tuple[str, str]] = {
     for family in FAMILIES.values()
     for model_type, nested in family.model_types.items()
 }
+if len(MODEL_TYPES) != sum(len(family.model_types) for family in FAMILIES.values()):
+    _served = {name: sorted(family.model_types) for name, family in FAMILIES.items()}
+    raise ValueError(f"FAMILIES: expected each model_type in one family only, got {_served}")
 
 __all__ = [
     "BatchRules",
