@@ -273,6 +273,12 @@ class Family:
     # an MRopeConfig -> its values as a published config.json holds them (for
     # running transformers' own code on it), or None
     config_dict: Callable[[Any], dict] | None = attrs.field(default=None, validator=_callable_or_none)
+    # MRopeConfig field -> what to add to the warning `MRopeConfig.from_hf_config`
+    # gives when a config leaves the field out (where configs keep it, what
+    # the published checkpoints set when that differs from the default)
+    fallback_notes: Mapping[str, str] = attrs.field(
+        factory=dict, validator=_mapping(_str, _str, what="MRopeConfig field -> note")
+    )
 
     def __attrs_post_init__(self) -> None:
         if not self.name:
@@ -286,6 +292,12 @@ class Family:
             )
         if self.audio_tokens is None and (self.av_pair is not None or self.interleaves):
             raise ValueError(f"{where}: av_pair, interleaves: expected None and {{}} for a family without audio_tokens")
+        unknown = sorted(set(self.fallback_notes) - set(self.defaults))
+        if unknown:
+            raise ValueError(
+                f"{where}: fallback_notes: expected keys from defaults ({', '.join(self.defaults)}), "
+                f"got {', '.join(unknown)}"
+            )
         if self.float_times and not self.float_positions:
             raise ValueError(f"{where}: float_times: expected an empty set unless float_positions is True")
 

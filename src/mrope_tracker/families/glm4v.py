@@ -63,4 +63,8 @@ FAMILY = Family(
         "glm46v": ("glm46v", "Glm46VModel", "Glm46VConfig"),
     },
     config_dict=config_dict,
+    fallback_notes={
+        "image_token_id": "GLM-4.5V and GLM-4.6V publish 151363",
+        "video_token_id": "GLM-4.5V and GLM-4.6V publish 151364",
+    },
 )

@@ -42,7 +42,9 @@ def read_omni_audio(scopes) -> dict:
 
 def read_config(scopes, semantics="reference") -> dict:
     kwargs = {**read_qwen_vision(scopes), **read_omni_audio(scopes)}
-    if semantics == "vllm-0.33":  # vLLM scales Omni time by the vision config's rate
+    if semantics == "vllm-0.33":
+        # vLLM scales Omni time by the vision config's rate, which published
+        # configs leave out: 25 is vLLM's own default then, not a fallback of ours
         kwargs["tokens_per_second"] = get(first(scopes, ("vision_config",)), "tokens_per_second", 25)
     else:
         kwargs["tokens_per_second"] = first(scopes, ("position_id_per_seconds",))
@@ -110,4 +112,8 @@ FAMILY = Family(
         for model_type in ("qwen2_5_omni", "qwen2_5_omni_thinker")
     },
     config_dict=config_dict,
+    fallback_notes={
+        "tokens_per_second": "read from the thinker's position_id_per_seconds; the published checkpoints set 25",
+        "seconds_per_chunk": "read from the thinker's seconds_per_chunk; the published checkpoints set 2",
+    },
 )

@@ -38,4 +38,7 @@ FAMILY = Family(
     transformers_batch=TRANSFORMERS_VL_BATCH,
     transformers_classes={"qwen2_5_vl": ("qwen2_5_vl", "Qwen2_5_VLModel", "Qwen2_5_VLConfig")},
     config_dict=config_dict,
+    fallback_notes={
+        "tokens_per_second": "read from vision_config.tokens_per_second; the published Qwen2.5-VL checkpoints set 2"
+    },
 )

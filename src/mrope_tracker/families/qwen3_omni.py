@@ -85,4 +85,10 @@ FAMILY = Family(
         for model_type in ("qwen3_omni_moe", "qwen3_omni_moe_thinker")
     },
     config_dict=config_dict,
+    fallback_notes={
+        "tokens_per_second": "read from the thinker's position_id_per_seconds; the published checkpoint sets 13, "
+        "transformers' config class 25",
+        "n_window": "read from the thinker's audio_config.n_window under transformers-5; the published checkpoint "
+        "sets 50",
+    },
 )
