@@ -55,3 +55,61 @@ def test_a_misspelt_batch_rule_fails_naming_the_field():
         BatchRules(**{**rules, "text_only": "row"})
     with pytest.raises(TypeError, match=r"pad: expected an int, got bool True"):
         BatchRules(**{**rules, "pad": True})
+
+
+def test_no_private_name_crosses_modules_in_hf_and_families():
+    """The transformers-facing subpackage and the family modules import only public names of each other
+    (a module-private `_spec` is imported by its own package's modules only)."""
+    import ast
+    import pathlib
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    root = pathlib.Path(__file__).resolve().parent.parent / "src" / "mrope_tracker"
+    for path in sorted([*root.glob("hf/*.py"), *root.glob("families/*.py")]):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    assert not private(alias.name), f"{path.name} imports {alias.name} from {node.module}"
+                    modules.add(alias.asname or alias.name)
+                inside = path.parent.name == "families" and node.level == 1
+                assert inside or not private((node.module or "").split(".")[-1]), f"{path.name}: {node.module}"
+            elif isinstance(node, ast.Import):
+                modules.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+                assert not private(node.attr), f"{path.name}: {node.value.id}.{node.attr}"
+
+
+def test_hf_submodules_import_without_a_cycle():
+    """hf's modules depend on each other one way only (the package's __init__ only gathers them)."""
+    import ast
+    import pathlib
+
+    folder = pathlib.Path(__file__).resolve().parent.parent / "src" / "mrope_tracker" / "hf"
+    graph = {}
+    for path in folder.glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        graph[path.stem] = {
+            node.module.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+        }
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple) -> None:
+        assert module not in path, f"import cycle: {' -> '.join((*path, module))}"
+        if module in done or module not in graph:
+            return
+        for target in graph[module]:
+            visit(target, (*path, module))
+        done.add(module)
+
+    for module in graph:
+        visit(module, ())
+    assert {"drop_in", "patching", "versions", "native", "compare", "sample"} <= set(graph)

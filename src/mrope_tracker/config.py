@@ -4,7 +4,8 @@
 (a path, a model folder, a dict or a transformers config object) by
 `MRopeConfig.from_hf_config`. What is particular to a model family (where
 its ids sit, its defaults, its switches) lives in `mrope_tracker.families`;
-this module only validates and packs it. It also owns the packed scalar
+this module only validates and packs it, and warns when a config leaves a
+value that changes positions to the family's default. It also owns the packed scalar
 array that the numba kernels read, so the hot path never touches Python
 attributes.
 """

@@ -275,7 +275,7 @@ def get_rope_index(
     lengths = EMPTY_INT if audio_feature_lengths is None else as_audio_lengths(audio_feature_lengths, cfg)
     audio = audio_token_counts(cfg, lengths)
     num_rows, width = ids.shape
-    # Qwen3-Omni under a transformers preset: float32 times (the others truncate them, D8)
+    # times transformers keeps unrounded under this preset (Qwen3-Omni; the others truncate them, D8)
     floats = cfg.semantics in cfg.spec.float_times
     out = _NO_OUT if floats else np.empty((3, num_rows, width), np.int64)
     float_out = np.empty((3, num_rows, width), np.float32) if floats else _NO_FLOAT_OUT

@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 
+from ..families import CONVENTIONS  # how a padded batch is packed, one per transformers line
+
 __all__ = [
     "CONVENTIONS",
     "default_convention",
@@ -14,9 +16,6 @@ __all__ = [
     "installed_transformers",
     "transformers_major",
 ]
-
-# How a padded batch is packed: the two transformers lines (see mrope_tracker.hf.drop_in)
-CONVENTIONS = ("transformers-4", "transformers-5")
 
 
 @functools.lru_cache(maxsize=1)
