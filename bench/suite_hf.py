@@ -2,12 +2,12 @@
 transformers' own ``get_rope_index``, in the same process.
 
 Per family, a left-padded batch of 8 prompts from the `compare` sample
-(`hf_sample.sample_prompts`: a system prompt, images, videos at common frame
+(`mrope_tracker.hf.sample.sample_prompts`: a system prompt, images, videos at common frame
 rates, audio clips; text between), as a training step hands them to the
 model: (8, L) int64 ids, an attention mask, the batch's grids concatenated.
 The Omni families get two batches, one without and one with audio inside
 the videos. transformers runs its method unbound on a stand-in that holds
-its real config class (`mrope_tracker.hf_native`), so no weight is loaded;
+its real config class (`mrope_tracker.hf.native`), so no weight is loaded;
 its tensors are built once, outside the timed call. Ours is called with a
 ready `MRopeConfig`, as `hf.patch` calls it. Both outputs are checked equal
 (values, dtypes, shapes) before anything is timed; torch runs on one thread,
@@ -22,7 +22,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mrope_tracker import MRopeConfig, hf, hf_native, hf_sample
+from mrope_tracker import MRopeConfig, hf
+from mrope_tracker.hf import native as hf_native
+from mrope_tracker.hf import sample as hf_sample
 
 from .timing import measure, medians_us, ratio, torch_threads
 

@@ -123,9 +123,15 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
 
-    config = MRopeConfig.from_hf_config(
-        {"model_type": "qwen2_5_vl", "vision_config": {"tokens_per_second": 2}}, semantics="vllm-0.33"
-    )
+    published = {  # Qwen2.5-VL-7B's config.json, trimmed to what decides positions
+        "model_type": "qwen2_5_vl",
+        "image_token_id": 151655,
+        "video_token_id": 151656,
+        "vision_start_token_id": 151652,
+        "vision_end_token_id": 151653,
+        "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2},
+    }
+    config = MRopeConfig.from_hf_config(published, semantics="vllm-0.33")
     warmup()  # at engine start, not on the first request
     runner = Runner(config, max_num_reqs=8, max_num_batched_tokens=256, device=args.device)
     a, b = _qwen25_vl_request(config, "a"), _qwen25_vl_request(config, "b")

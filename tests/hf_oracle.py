@@ -62,8 +62,8 @@ def oracle_family(config) -> str:
 
 def _stand_in(config_json: str):
     """(family, the model class, an object that has what get_rope_index reads):
-    the package's own stand-in for transformers' models (mrope_tracker.hf_native)."""
-    from mrope_tracker import hf_native
+    the package's own stand-in for transformers' models (mrope_tracker.hf.native)."""
+    from mrope_tracker.hf import native as hf_native
 
     family = _MODEL_TYPES[json.loads(config_json)["model_type"]]
     model_cls, stub = hf_native._stand_in(config_json)

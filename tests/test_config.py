@@ -7,12 +7,15 @@ import copy
 import json
 import pathlib
 import types
+import warnings
 
 import attrs
 import pytest
 from family_prompts import MODEL_TYPES
 
 from mrope_tracker import SUPPORTED_MODEL_TYPES, MRopeConfig
+from mrope_tracker import config as config_module
+from mrope_tracker.config import ConfigDefaultWarning
 
 # Trimmed published configs (the same values as tests/data/configs/*.json).
 QWEN2_VL = {
@@ -64,6 +67,20 @@ def _namespace(value):
     if isinstance(value, dict):
         return types.SimpleNamespace(**{key: _namespace(item) for key, item in value.items()})
     return value
+
+
+def _from_partial(hf, **kwargs) -> MRopeConfig:
+    """from_hf_config on a config that leaves values to the family defaults
+    (the warning that gives is tested apart)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigDefaultWarning)
+        return MRopeConfig.from_hf_config(hf, **kwargs)
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """No (model_type, field) warned about yet in this process."""
+    monkeypatch.setattr(config_module, "_WARNED_DEFAULTS", set())
 
 
 def _with(config: dict, path: tuple[str, ...], value) -> dict:
@@ -158,7 +175,7 @@ def test_attribute_object_with_dict_sub_configs():
     outer = types.SimpleNamespace(model_type="qwen2_5_omni", thinker_config=copy.deepcopy(OMNI_THINKER))
     assert MRopeConfig.from_hf_config(outer) == MRopeConfig.from_hf_config(QWEN2_5_OMNI)
     vl = types.SimpleNamespace(model_type="qwen2_5_vl", vision_config={"spatial_merge_size": 1, "tokens_per_second": 3})
-    config = MRopeConfig.from_hf_config(vl)
+    config = _from_partial(vl)
     assert (config.spatial_merge_size, config.tokens_per_second) == (1, 3.0)
 
 
@@ -180,7 +197,7 @@ def test_id_spellings(model_type, suffix):
     hf = {"model_type": model_type, f"image_token{suffix}": 11, f"video_token{suffix}": 12}
     if model_type == "qwen2_5_omni_thinker":
         hf[f"audio_token{suffix}"] = 13
-    config = MRopeConfig.from_hf_config(hf)
+    config = _from_partial(hf)
     assert (config.image_token_id, config.video_token_id) == (11, 12)
     if config.is_omni:
         assert config.audio_token_id == 13
@@ -274,9 +291,10 @@ def test_qwen2_vl_ignores_tokens_per_second_in_vision_config():
         "omni_empty_thinker",
     ],
 )
-def test_defaults_for_missing_keys(hf, expected):
+def test_defaults_for_missing_keys(hf, expected, fresh_warnings):
     """Missing keys take the transformers defaults; the published ids fill in missing ids."""
-    config = MRopeConfig.from_hf_config(hf)
+    with pytest.warns(ConfigDefaultWarning):
+        config = MRopeConfig.from_hf_config(hf)
     for name, value in expected.items():
         assert getattr(config, name) == value, name
     assert (config.image_token_id, config.video_token_id) == (151655, 151656)
@@ -286,7 +304,7 @@ def test_defaults_for_missing_keys(hf, expected):
 def test_none_values_take_defaults():
     """A key present with the value None (as transformers writes unset fields) takes the default."""
     hf = {"model_type": "qwen2_5_vl", "image_token_id": None, "vision_config": {"tokens_per_second": None}}
-    config = MRopeConfig.from_hf_config(hf)
+    config = _from_partial(hf)
     assert config.image_token_id == 151655 and config.tokens_per_second == 4.0
 
 
@@ -487,7 +505,7 @@ def test_ids_in_text_config():
             "vision_end_token_id": 10,
         },
     }
-    config = MRopeConfig.from_hf_config(hf)
+    config = _from_partial(hf)  # (no spatial_merge_size)
     assert (config.image_token_id, config.video_token_id, config.vision_start_token_id, config.vision_end_token_id) == (
         7,
         8,
@@ -506,7 +524,7 @@ def test_semantics_presets(semantics):
         {"model_type": "glm4v"},
         {"model_type": "qwen3_omni_moe_thinker"},
     ):
-        assert MRopeConfig.from_hf_config(hf, semantics=semantics).semantics == semantics
+        assert _from_partial(hf, semantics=semantics).semantics == semantics
 
 
 def test_unknown_semantics():
@@ -529,3 +547,54 @@ def test_field_a_family_does_not_use():
         MRopeConfig(family="qwen3_vl", video_start_token_id=5)
     with pytest.raises(ValueError, match="seconds_per_chunk"):
         MRopeConfig(family="qwen3_omni", seconds_per_chunk=2)
+
+
+# --------------------------------------------------------------------------
+# values left to the family defaults
+# --------------------------------------------------------------------------
+
+
+def test_a_missing_scale_warns_once_naming_it(fresh_warnings):
+    """A config without tokens_per_second takes Qwen2.5-VL's default 4 with one warning that names the key,
+    the default and the published 2; the same model type and key do not warn again."""
+    hf = _with(QWEN2_5_VL, ("vision_config", "tokens_per_second"), ...)
+    with pytest.warns(ConfigDefaultWarning) as record:
+        config = MRopeConfig.from_hf_config(hf)
+    assert config.tokens_per_second == 4.0
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert "tokens_per_second" in message and "4.0" in message and "set 2" in message
+    assert record[0].filename == __file__  # points at the caller of from_hf_config
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert MRopeConfig.from_hf_config(hf) == config  # once per process
+
+
+def test_each_missing_key_warns_once(fresh_warnings):
+    """Every position-changing value left out is named, once per model type and key."""
+    with pytest.warns(ConfigDefaultWarning) as record:
+        MRopeConfig.from_hf_config({"model_type": "glm4v"})
+    named = sorted(str(w.message).split("no ", 1)[1].split(";", 1)[0] for w in record)
+    assert named == sorted(
+        [
+            "image_token_id",
+            "spatial_merge_size",
+            "video_end_token_id",
+            "video_start_token_id",
+            "video_token_id",
+            "vision_end_token_id",
+            "vision_start_token_id",
+        ]
+    )
+    assert any("151363" in str(w.message) for w in record)  # GLM-4.5V's image token, named as a hint
+
+
+def test_complete_configs_and_direct_construction_do_not_warn(fresh_warnings):
+    """Published configs, an MRopeConfig built directly and Qwen3-Omni's window outside transformers-5 (a
+    constant of those stacks, not a config value) give no warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for hf in PUBLISHED.values():
+            MRopeConfig.from_hf_config(hf)
+        MRopeConfig(family="qwen2_5_vl")
+        MRopeConfig.from_hf_config(pathlib.Path(__file__).parent / "data" / "configs" / "qwen3_omni_moe.json")

@@ -1,4 +1,4 @@
-"""`mrope-tracker compare` and `mrope_tracker.hf_compare`: which presets differ
+"""`mrope-tracker compare` and `mrope_tracker.hf.compare`: which presets differ
 on which prompts, and the divergence that explains each difference.
 
 The counts are checked against conditions computed here from the prompts
@@ -17,8 +17,8 @@ from family_prompts import CONFIG_DIR
 
 from mrope_tracker import MRopeConfig
 from mrope_tracker.cli import main
-from mrope_tracker.hf_compare import compare
-from mrope_tracker.hf_sample import Prompt, read_prompts, sample_prompts
+from mrope_tracker.hf.compare import compare
+from mrope_tracker.hf.sample import Prompt, read_prompts, sample_prompts
 
 NUM = 60  # prompts of the built-in sample in these tests
 

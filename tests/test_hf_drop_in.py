@@ -3,7 +3,7 @@
 random padded batches of every family, left and right padding, 1 to 8 rows,
 text-only rows mixed with multimodal ones; then `patch` on real models.
 
-transformers is the oracle (through `mrope_tracker.hf_native`, which calls
+transformers is the oracle (through `mrope_tracker.hf.native`, which calls
 its method on a stand-in holding the real config class). The prompts are
 laid out as the processors lay them out (tests/family_prompts.py). Omni
 audio-in-video blocks are drawn in the layout transformers' get_rope_index
@@ -31,7 +31,9 @@ from family_prompts import (  # noqa: E402
 )
 from strategies import examples  # noqa: E402
 
-from mrope_tracker import MRopeConfig, hf, hf_native, prompt_positions  # noqa: E402
+from mrope_tracker import MRopeConfig, hf, prompt_positions  # noqa: E402
+from mrope_tracker.hf import native as hf_native  # noqa: E402
+from mrope_tracker.hf import patching as hf_patching  # noqa: E402
 
 _OMNI = ("qwen2_5_omni", "qwen3_omni")
 _MAJOR = int(hf.installed_transformers().split(".")[0])
@@ -398,7 +400,7 @@ def test_patch_on_a_tiny_model_gives_the_same_logits(monkeypatch):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(hf, "get_rope_index", counting)
+    monkeypatch.setattr(hf_patching, "get_rope_index", counting)  # what patch() calls
     handle = hf.patch(model)
     assert handle.modules == ["model"]
     model.model.rope_deltas = None

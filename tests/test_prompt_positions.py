@@ -412,7 +412,14 @@ def test_ranges_as_objects(prompt):
 
 def test_config_given_as_hf_dict():
     """Every entry point accepts a config.json dict in place of an MRopeConfig."""
-    hf = {"model_type": "qwen2_5_vl", "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2}}
+    hf = {
+        "model_type": "qwen2_5_vl",
+        "image_token_id": 151655,
+        "video_token_id": 151656,
+        "vision_start_token_id": 151652,
+        "vision_end_token_id": 151653,
+        "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2},
+    }
     config = MRopeConfig.from_hf_config(hf)
     prompt = build_prompt(config, [("text", 2), ("video", 3, 1, 2, 0.5, True), ("text", 1)])
     expected, delta = prompt_positions(config, prompt.token_ids, **prompt.kwargs())

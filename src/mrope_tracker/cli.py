@@ -63,8 +63,8 @@ def _warmup(args) -> int:
 
 
 def _compare(args) -> int:
-    from . import hf_compare
     from .families import SEMANTICS
+    from .hf import compare as hf_compare
 
     presets = [p for item in args.presets.split(",") for p in [item.strip()] if p] if args.presets else list(SEMANTICS)
     try:

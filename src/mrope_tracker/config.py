@@ -4,7 +4,8 @@
 (a path, a model folder, a dict or a transformers config object) by
 `MRopeConfig.from_hf_config`. What is particular to a model family (where
 its ids sit, its defaults, its switches) lives in `mrope_tracker.families`;
-this module only validates and packs it. It also owns the packed scalar
+this module only validates and packs it, and warns when a config leaves a
+value that changes positions to the family's default. It also owns the packed scalar
 array that the numba kernels read, so the hot path never touches Python
 attributes.
 """
@@ -14,16 +15,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from typing import Any
 
 import attrs
 import numpy as np
 
-from .families import FAMILIES, MODEL_TYPES, SEMANTICS, Family
-from .families._spec import get
+from .families import FAMILIES, MODEL_TYPES, SEMANTICS, Family, get
 from .kernels import layout_codes as codes
 
-__all__ = ["MRopeConfig", "SUPPORTED_MODEL_TYPES", "SEMANTICS"]
+__all__ = ["ConfigDefaultWarning", "MRopeConfig", "SUPPORTED_MODEL_TYPES", "SEMANTICS"]
 
 # model_type -> family name, for every model type from_hf_config reads.
 SUPPORTED_MODEL_TYPES: dict[str, str] = {model_type: family for model_type, (family, _) in MODEL_TYPES.items()}
@@ -41,6 +42,28 @@ _ID_FIELDS = (
 )
 _OPTIONAL_FIELDS = (*_ID_FIELDS, "spatial_merge_size", "tokens_per_second", "seconds_per_chunk", "n_window")
 _MAX_SCALE = 1e6  # time scales and chunk lengths far past any checkpoint's, still exact in float32 products
+
+
+class ConfigDefaultWarning(UserWarning):
+    """A config left out a value that changes positions, and the family's
+    default stands in for it (`MRopeConfig.from_hf_config`)."""
+
+
+# (model_type, field) pairs already warned about: once per process each
+_WARNED_DEFAULTS: set[tuple[str, str]] = set()
+
+
+def _warn_default(model_type: str, spec: Family, name: str) -> None:
+    if (model_type, name) in _WARNED_DEFAULTS:
+        return
+    note = spec.fallback_notes.get(name)
+    warnings.warn(
+        f"config ({model_type}): no {name}; using the {spec.name} default {spec.defaults[name]!r}"
+        f"{f' ({note})' if note else ''}. Positions depend on it: set it in the config if the model differs.",
+        ConfigDefaultWarning,
+        stacklevel=3,  # the caller of from_hf_config
+    )
+    _WARNED_DEFAULTS.add((model_type, name))  # after warn: an "error" filter raises every time, as Python's own
 
 
 def _check_token_id(name: str, value) -> None:
@@ -207,6 +230,11 @@ class MRopeConfig:
         "transformers-5". An `MRopeConfig` passes through, switched to
         `semantics` when one is given. Ids may sit at the top level or in
         ``text_config``; Omni configs are read through ``thinker_config``.
+
+        A value the family reads from configs but this one leaves out takes
+        the family's default (`Family.defaults`), with one
+        `ConfigDefaultWarning` per model type and field in the process:
+        each changes positions. Building `MRopeConfig` directly never warns.
         """
         if isinstance(source, MRopeConfig):
             return (
@@ -231,7 +259,11 @@ class MRopeConfig:
             if inner is None:
                 raise ValueError(f"config.{nested}: expected the {model_type} sub-config that holds its ids, got None")
             scopes = (inner, source)
-        kwargs = FAMILIES[family_name].read_config(scopes, semantics)
+        spec = FAMILIES[family_name]
+        kwargs = spec.read_config(scopes, semantics)
+        for key, value in kwargs.items():
+            if value is None and key in spec.defaults:
+                _warn_default(model_type, spec, key)
         kwargs = {key: value for key, value in kwargs.items() if value is not None}
         return cls(family=family_name, model_type=model_type, semantics=semantics, **kwargs)
 

@@ -6,7 +6,7 @@ that holds the ids). Adding a family is one new module plus a line below.
 """
 
 from . import glm4v, qwen2_5_omni, qwen2_5_vl, qwen2_vl, qwen3_omni, qwen3_vl
-from ._spec import RUN_AUDIO, RUN_VIDEO, Family
+from ._spec import CONVENTIONS, RUN_AUDIO, RUN_VIDEO, SEMANTICS, BatchRules, Family, get
 
 FAMILIES: dict[str, Family] = {
     module.FAMILY.name: module.FAMILY for module in (qwen2_vl, qwen2_5_vl, qwen2_5_omni, qwen3_vl, glm4v, qwen3_omni)
@@ -17,7 +17,18 @@ MODEL_TYPES: dict[str, tuple[str, str]] = {
     for family in FAMILIES.values()
     for model_type, nested in family.model_types.items()
 }
+if len(MODEL_TYPES) != sum(len(family.model_types) for family in FAMILIES.values()):
+    _served = {name: sorted(family.model_types) for name, family in FAMILIES.items()}
+    raise ValueError(f"FAMILIES: expected each model_type in one family only, got {_served}")
 
-SEMANTICS = ("reference", "vllm-0.33", "transformers-4.57", "transformers-5")
-
-__all__ = ["FAMILIES", "MODEL_TYPES", "SEMANTICS", "Family", "RUN_AUDIO", "RUN_VIDEO"]
+__all__ = [
+    "BatchRules",
+    "CONVENTIONS",
+    "FAMILIES",
+    "MODEL_TYPES",
+    "SEMANTICS",
+    "Family",
+    "RUN_AUDIO",
+    "RUN_VIDEO",
+    "get",
+]

@@ -10,6 +10,7 @@ Qwen's vision_start/vision_end.
 """
 
 from ._spec import Family, first, get
+from .qwen2_vl import TRANSFORMERS_VL_BATCH
 
 
 def read_config(scopes, semantics=None) -> dict:
@@ -23,6 +24,19 @@ def read_config(scopes, semantics=None) -> dict:
         "video_start_token_id": first(where, ("video_start_token_id",)),
         "video_end_token_id": first(where, ("video_end_token_id",)),
         "spatial_merge_size": get(first(scopes, ("vision_config",)), "spatial_merge_size"),
+    }
+
+
+def config_dict(config) -> dict:
+    return {
+        "model_type": "glm4v",
+        "image_token_id": config.image_token_id,
+        "video_token_id": config.video_token_id,
+        "image_start_token_id": config.vision_start_token_id,
+        "image_end_token_id": config.vision_end_token_id,
+        "video_start_token_id": config.video_start_token_id,
+        "video_end_token_id": config.video_end_token_id,
+        "vision_config": {"spatial_merge_size": config.spatial_merge_size},
     }
 
 
@@ -42,4 +56,15 @@ FAMILY = Family(
     read_config=read_config,
     video_blocks="frames",
     video_brackets=True,
+    transformers_batch=TRANSFORMERS_VL_BATCH,
+    transformers_classes={
+        "glm4v": ("glm4v", "Glm4vModel", "Glm4vConfig"),
+        "glm4v_moe": ("glm4v_moe", "Glm4vMoeModel", "Glm4vMoeConfig"),
+        "glm46v": ("glm46v", "Glm46VModel", "Glm46VConfig"),
+    },
+    config_dict=config_dict,
+    fallback_notes={
+        "image_token_id": "GLM-4.5V and GLM-4.6V publish 151363",
+        "video_token_id": "GLM-4.5V and GLM-4.6V publish 151364",
+    },
 )

@@ -16,10 +16,18 @@ that carry their audio track interleaved with their frames.
 import numpy as np
 
 from . import interleave
-from ._spec import Family, first, get
-from .qwen2_vl import QWEN_VISION_IDS, read_qwen_vision
+from ._spec import BatchRules, Family, first, get, plain_number
+from .qwen2_vl import QWEN_VISION_IDS, qwen_vision_ids, read_qwen_vision
 
 OMNI_AUDIO_IDS = {"audio_token_id": 151646, "audio_start_token_id": 151647, "audio_end_token_id": 151648}
+
+# transformers' Omni thinkers, alike on both lines: `attention_mask == 1`
+# kept, padding 1, deltas against the kept tokens, a text-only batch from the
+# mask's cumsum, and no mm_token_type_ids.
+TRANSFORMERS_THINKER_BATCH = {
+    convention: BatchRules(keep="one", pad=1, padded_delta=False, text_only="cumsum", type_ids=False)
+    for convention in ("transformers-4", "transformers-5")
+}
 
 
 def read_omni_audio(scopes) -> dict:
@@ -34,12 +42,32 @@ def read_omni_audio(scopes) -> dict:
 
 def read_config(scopes, semantics="reference") -> dict:
     kwargs = {**read_qwen_vision(scopes), **read_omni_audio(scopes)}
-    if semantics == "vllm-0.33":  # vLLM scales Omni time by the vision config's rate
+    if semantics == "vllm-0.33":
+        # vLLM scales Omni time by the vision config's rate, which published
+        # configs leave out: 25 is vLLM's own default then, not a fallback of ours
         kwargs["tokens_per_second"] = get(first(scopes, ("vision_config",)), "tokens_per_second", 25)
     else:
         kwargs["tokens_per_second"] = first(scopes, ("position_id_per_seconds",))
     kwargs["seconds_per_chunk"] = first(scopes, ("seconds_per_chunk",))
     return kwargs
+
+
+def thinker_config_dict(config) -> dict:
+    """An Omni thinker's config.json values (ids, time scale, merge size)."""
+    return {
+        **qwen_vision_ids(config),
+        "audio_token_id": config.audio_token_id,
+        "audio_start_token_id": config.audio_start_token_id,
+        "audio_end_token_id": config.audio_end_token_id,
+        "position_id_per_seconds": plain_number(config.tokens_per_second),
+        "vision_config": {"spatial_merge_size": config.spatial_merge_size},
+    }
+
+
+def config_dict(config) -> dict:
+    thinker = {"model_type": "qwen2_5_omni_thinker", **thinker_config_dict(config)}
+    thinker["seconds_per_chunk"] = plain_number(config.seconds_per_chunk)
+    return {"model_type": "qwen2_5_omni", "thinker_config": thinker}
 
 
 def audio_tokens(mel_frames: np.ndarray, config) -> np.ndarray:
@@ -78,4 +106,14 @@ FAMILY = Family(
         "model": _convention(interleave.model_walker_runs),
     },
     presets={"vllm-0.33": frozenset({"tau_f64", "av_shift"})},
+    transformers_batch=TRANSFORMERS_THINKER_BATCH,
+    transformers_classes={
+        model_type: ("qwen2_5_omni", "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen2_5OmniThinkerConfig")
+        for model_type in ("qwen2_5_omni", "qwen2_5_omni_thinker")
+    },
+    config_dict=config_dict,
+    fallback_notes={
+        "tokens_per_second": "read from the thinker's position_id_per_seconds; the published checkpoints set 25",
+        "seconds_per_chunk": "read from the thinker's seconds_per_chunk; the published checkpoints set 2",
+    },
 )

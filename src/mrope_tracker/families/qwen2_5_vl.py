@@ -6,14 +6,22 @@ rounded to float32 as torch computes them (transformers 4.51, vLLM 0.8-0.9).
 transformers' config class defaults to 4).
 """
 
-from ._spec import Family, first, get
-from .qwen2_vl import QWEN_VISION_IDS, read_qwen_vision
+from ._spec import Family, first, get, plain_number
+from .qwen2_vl import QWEN_VISION_IDS, TRANSFORMERS_VL_BATCH, qwen_vision_ids, read_qwen_vision
 
 
 def read_config(scopes, semantics=None) -> dict:
     kwargs = read_qwen_vision(scopes)
     kwargs["tokens_per_second"] = get(first(scopes, ("vision_config",)), "tokens_per_second")
     return kwargs
+
+
+def config_dict(config) -> dict:
+    vision = {
+        "spatial_merge_size": config.spatial_merge_size,
+        "tokens_per_second": plain_number(config.tokens_per_second),
+    }
+    return {"model_type": "qwen2_5_vl", **qwen_vision_ids(config), "vision_config": vision}
 
 
 FAMILY = Family(
@@ -26,5 +34,11 @@ FAMILY = Family(
         "vllm-0.33": frozenset({"tau_f64"}),
         "transformers-4.57": frozenset({"int_sp"}),
         "transformers-5": frozenset({"next_hw", "tau_rate_first"}),
+    },
+    transformers_batch=TRANSFORMERS_VL_BATCH,
+    transformers_classes={"qwen2_5_vl": ("qwen2_5_vl", "Qwen2_5_VLModel", "Qwen2_5_VLConfig")},
+    config_dict=config_dict,
+    fallback_notes={
+        "tokens_per_second": "read from vision_config.tokens_per_second; the published Qwen2.5-VL checkpoints set 2"
     },
 )

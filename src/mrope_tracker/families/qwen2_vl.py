@@ -5,13 +5,22 @@ Prompt layout: ``vision_start PAD*N vision_end``; `vision_start` and
 treat the frame index as tau).
 """
 
-from ._spec import Family, first, get
+from ._spec import BatchRules, Family, first, get
 
 QWEN_VISION_IDS = {
     "image_token_id": 151655,
     "video_token_id": 151656,
     "vision_start_token_id": 151652,
     "vision_end_token_id": 151653,
+}
+
+
+# transformers' VL models: 4.x keeps `attention_mask == 1`, pads with 1 and
+# takes deltas against the padded row (D10); 5.x keeps `!= 0`, pads with 0,
+# takes the kept tokens and runs a text-only batch through its per-row path.
+TRANSFORMERS_VL_BATCH = {
+    "transformers-4": BatchRules(keep="one", pad=1, padded_delta=True, text_only="cumsum_or_arange", type_ids=True),
+    "transformers-5": BatchRules(keep="nonzero", pad=0, padded_delta=False, text_only="rows", type_ids=True),
 }
 
 
@@ -30,10 +39,31 @@ def read_qwen_vision(scopes, semantics=None) -> dict:
     }
 
 
+def qwen_vision_ids(config) -> dict:
+    """A Qwen config's ids, as published configs name them."""
+    return {
+        "image_token_id": config.image_token_id,
+        "video_token_id": config.video_token_id,
+        "vision_start_token_id": config.vision_start_token_id,
+        "vision_end_token_id": config.vision_end_token_id,
+    }
+
+
+def config_dict(config) -> dict:
+    return {
+        "model_type": "qwen2_vl",
+        **qwen_vision_ids(config),
+        "vision_config": {"spatial_merge_size": config.spatial_merge_size},
+    }
+
+
 FAMILY = Family(
     name="qwen2_vl",
     model_types={"qwen2_vl": ""},
     defaults={**QWEN_VISION_IDS, "spatial_merge_size": 2},
     read_config=read_qwen_vision,
     presets={"transformers-5": frozenset({"next_hw"})},
+    transformers_batch=TRANSFORMERS_VL_BATCH,
+    transformers_classes={"qwen2_vl": ("qwen2_vl", "Qwen2VLModel", "Qwen2VLConfig")},
+    config_dict=config_dict,
 )

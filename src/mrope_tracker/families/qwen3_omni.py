@@ -16,11 +16,12 @@ encoder length, consecutive bos/eos pairs, and a time-ordered interleave.
   them as float32 (see docs/semantics.md).
 """
 
+import attrs
 import numpy as np
 
 from . import interleave
 from ._spec import Family, first, get
-from .qwen2_5_omni import read_omni_audio
+from .qwen2_5_omni import TRANSFORMERS_THINKER_BATCH, read_omni_audio, thinker_config_dict
 from .qwen2_vl import QWEN_VISION_IDS, read_qwen_vision
 
 
@@ -30,6 +31,12 @@ def read_config(scopes, semantics="reference") -> dict:
     if semantics == "transformers-5":  # the only stack that reads the window from the config
         kwargs["n_window"] = get(first(scopes, ("audio_config",)), "n_window")
     return kwargs
+
+
+def config_dict(config) -> dict:
+    thinker = {"model_type": "qwen3_omni_moe_thinker", **thinker_config_dict(config)}
+    thinker["audio_config"] = {"n_window": config.n_window}
+    return {"model_type": "qwen3_omni_moe", "thinker_config": thinker}
 
 
 def audio_tokens(mel_frames: np.ndarray, config) -> np.ndarray:
@@ -67,4 +74,21 @@ FAMILY = Family(
     interleaves={"transformers": _merge_as_given, "vllm": _merge_float32_sp},
     default_second_per_grid_ts=2.0,
     presets={"vllm-0.33": frozenset({"tau_f64", "av_eos_block", "av_merge_tau"})},
+    # the Qwen2.5-Omni thinker's batch, padded with 0
+    transformers_batch={
+        convention: attrs.evolve(rules, pad=0) for convention, rules in TRANSFORMERS_THINKER_BATCH.items()
+    },
+    float_positions=True,
+    float_times=frozenset({"transformers-4.57", "transformers-5"}),
+    transformers_classes={
+        model_type: ("qwen3_omni_moe", "Qwen3OmniMoeThinkerForConditionalGeneration", "Qwen3OmniMoeThinkerConfig")
+        for model_type in ("qwen3_omni_moe", "qwen3_omni_moe_thinker")
+    },
+    config_dict=config_dict,
+    fallback_notes={
+        "tokens_per_second": "read from the thinker's position_id_per_seconds; the published checkpoint sets 13, "
+        "transformers' config class 25",
+        "n_window": "read from the thinker's audio_config.n_window under transformers-5; the published checkpoint "
+        "sets 50",
+    },
 )

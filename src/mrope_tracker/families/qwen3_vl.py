@@ -9,7 +9,16 @@ it; the builders split it into frames.
 """
 
 from ._spec import Family
-from .qwen2_vl import QWEN_VISION_IDS, read_qwen_vision
+from .qwen2_vl import QWEN_VISION_IDS, TRANSFORMERS_VL_BATCH, qwen_vision_ids, read_qwen_vision
+
+
+def config_dict(config) -> dict:
+    return {
+        "model_type": "qwen3_vl",
+        **qwen_vision_ids(config),
+        "vision_config": {"spatial_merge_size": config.spatial_merge_size},
+    }
+
 
 FAMILY = Family(
     name="qwen3_vl",
@@ -17,4 +26,12 @@ FAMILY = Family(
     defaults={**QWEN_VISION_IDS, "spatial_merge_size": 2},
     read_config=read_qwen_vision,
     video_blocks="frames",
+    transformers_batch=TRANSFORMERS_VL_BATCH,
+    transformers_classes={
+        "qwen3_vl": ("qwen3_vl", "Qwen3VLModel", "Qwen3VLConfig"),
+        "qwen3_vl_moe": ("qwen3_vl_moe", "Qwen3VLMoeModel", "Qwen3VLMoeConfig"),
+        "qwen3_5": ("qwen3_5", "Qwen3_5Model", "Qwen3_5Config"),
+        "qwen3_5_moe": ("qwen3_5_moe", "Qwen3_5MoeModel", "Qwen3_5MoeConfig"),
+    },
+    config_dict=config_dict,
 )

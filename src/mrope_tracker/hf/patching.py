@@ -14,9 +14,10 @@ import inspect
 
 import torch
 
-from . import hf
-from .config import SUPPORTED_MODEL_TYPES, MRopeConfig
-from .families import SEMANTICS
+from ..config import SUPPORTED_MODEL_TYPES, MRopeConfig
+from ..families import SEMANTICS
+from .drop_in import get_rope_index
+from .versions import default_semantics, installed_convention
 
 __all__ = ["Patch", "patch"]
 
@@ -106,8 +107,7 @@ def patch(model, *, semantics: str | None = None) -> Patch:
     """
     if semantics is not None and semantics not in SEMANTICS:
         raise ValueError(f"semantics: expected one of {', '.join(SEMANTICS)}, got {semantics!r}")
-    major = hf._major(hf.installed_transformers())
-    convention = "transformers-5" if major is not None and major >= 5 else "transformers-4"
+    convention = installed_convention()
     entries = []
     found_types = []
     for name, module in _candidates(model):
@@ -119,7 +119,7 @@ def patch(model, *, semantics: str | None = None) -> Patch:
         if model_type not in SUPPORTED_MODEL_TYPES:
             continue
         cfg = MRopeConfig.from_hf_config(
-            module.config, semantics=hf.default_semantics() if semantics is None else semantics
+            module.config, semantics=default_semantics() if semantics is None else semantics
         )
         previous = module.__dict__.get("get_rope_index", _MISSING)
         module.__dict__["get_rope_index"] = _replacement(cfg, convention, inspect.signature(own))
@@ -155,7 +155,7 @@ def _replacement(cfg: MRopeConfig, convention: str, signature: inspect.Signature
         if ids is None:
             raise ValueError("input_ids: expected the token ids (get_rope_index needs them), got None")
         use_av = ours.pop("use_audio_in_video", False)
-        return hf.get_rope_index(
+        return get_rope_index(
             cfg, ids, use_audio_in_video=bool(use_av) if use_av is not None else False, convention=convention, **ours
         )
 

@@ -18,8 +18,8 @@ import os
 import attrs
 import numpy as np
 
-from .config import MRopeConfig
-from .families import RUN_VIDEO
+from ..config import MRopeConfig
+from ..families import RUN_VIDEO
 
 __all__ = ["Prompt", "read_prompts", "sample_prompts"]
 

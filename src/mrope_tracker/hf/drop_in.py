@@ -1,4 +1,4 @@
-"""Training parity: a drop-in for transformers' ``get_rope_index``, and `patch`.
+"""Training parity: a drop-in for transformers' ``get_rope_index``.
 
 `get_rope_index` returns what the installed transformers' own
 ``get_rope_index`` returns for a padded batch: the same ``(3, B, L)``
@@ -27,23 +27,23 @@ Qwen3-Omni positions are float32 (its video times are not truncated), and
 so are its deltas. The Omni thinkers of both lines need ``attention_mask``;
 here None means every token is kept.
 
-`patch(model)` puts this function in place of a loaded model's own
-``get_rope_index`` (on the module that owns it) and returns a handle that
-undoes it.
+This module holds no family's facts: each family's record
+(`mrope_tracker.families`) says how transformers packs its batches under
+each convention (`Family.transformers_batch`, a `BatchRules`) and whether
+its positions are float32 (`float_positions`, `float_times`).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 
 import attrs
 import numpy as np
 import torch
 
-from .config import MRopeConfig
-from .families import SEMANTICS
-from .inputs import (
+from ..config import MRopeConfig
+from ..families import FAMILIES, SEMANTICS, BatchRules
+from ..inputs import (
     EMPTY_FLOAT,
     EMPTY_GRID,
     EMPTY_INT,
@@ -53,7 +53,7 @@ from .inputs import (
     audio_token_counts,
     plain_ndarray,
 )
-from .kernels.hf_batch import (
+from ..kernels.hf_batch import (
     ERR_EMPTY_ROW,
     ERR_FLOAT_LAYOUT,
     KEEP_ALL,
@@ -63,66 +63,14 @@ from .kernels.hf_batch import (
     WRITE_INT,
     batch_kernel,
 )
-from .positions import prompt_positions
+from ..positions import prompt_positions
+from .versions import CONVENTIONS, default_convention, default_semantics
 
-__all__ = [
-    "CONVENTIONS",
-    "Patch",
-    "default_semantics",
-    "get_rope_index",
-    "installed_transformers",
-    "mm_token_type_ids",
-    "patch",
-    "warmup",
-]
+__all__ = ["get_rope_index", "mm_token_type_ids", "warmup"]
 
-CONVENTIONS = ("transformers-4", "transformers-5")
-_OMNI = ("qwen2_5_omni", "qwen3_omni")
 _NO_OUT = np.zeros((3, 0, 0), np.int64)  # "write no positions" for the batch kernel
 _NO_FLOAT_OUT = np.zeros((3, 0, 0), np.float32)
 _CPU = torch.device("cpu")
-
-
-# --------------------------------------------------------------------------
-# Which transformers line
-# --------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def installed_transformers() -> str | None:
-    """The installed transformers version, or None (read from the package
-    metadata: importing transformers itself takes seconds)."""
-    try:
-        return importlib.metadata.version("transformers")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _major(version: str | None) -> int | None:
-    if version is None:
-        return None
-    head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def default_semantics() -> str:
-    """The preset of the installed transformers: "transformers-5" for 5.x,
-    "transformers-4.57" for 4.x (verified on 4.57.6), "reference" when
-    transformers is not installed."""
-    major = _major(installed_transformers())
-    if major is None:
-        return "reference"
-    return "transformers-5" if major >= 5 else "transformers-4.57"
-
-
-def _default_convention(semantics: str) -> str:
-    """The batch convention of a transformers preset, else of the installed line."""
-    if semantics == "transformers-5":
-        return "transformers-5"
-    if semantics == "transformers-4.57":
-        return "transformers-4"
-    major = _major(installed_transformers())
-    return "transformers-5" if major is not None and major >= 5 else "transformers-4"
 
 
 # --------------------------------------------------------------------------
@@ -290,7 +238,7 @@ def get_rope_index(
     """
     cfg = _config(config, semantics)
     if convention is None:
-        convention = _default_convention(cfg.semantics)
+        convention = default_convention(cfg.semantics)
     elif convention not in CONVENTIONS:
         raise ValueError(f"convention: expected one of {', '.join(CONVENTIONS)}, got {convention!r}")
     del video_timestamps  # time is text for Qwen3-VL and GLM
@@ -298,22 +246,25 @@ def get_rope_index(
         raise TypeError(f"use_audio_in_video: expected a bool, got {_describe(use_audio_in_video)}")
     ids, dtype, device = _input_ids(input_ids)
     mask = _mask(attention_mask, ids.shape)
-    family = cfg.family
-    omni = family in _OMNI
-    v5 = convention == "transformers-5"
+    rules = cfg.spec.transformers_batch.get(convention)
+    if rules is None:
+        raise ValueError(
+            f"convention: expected one of {', '.join(cfg.spec.transformers_batch) or 'none'} for {cfg.family} "
+            f"(those transformers has a get_rope_index for), got {convention!r}"
+        )
     images = _grid_or_none(image_grid_thw, "image_grid_thw")
     videos = _grid_or_none(video_grid_thw, "video_grid_thw")
-    if images is None and videos is None and (omni or not v5):
-        return _fallback(cfg, ids, mask, dtype, device)
+    if images is None and videos is None and rules.text_only != "rows":
+        return _fallback(cfg, rules, ids, mask, dtype, device)
     if mask is None:
         mask, rule = ids, KEEP_ALL  # (the kernel never reads it)
     else:
-        rule = KEEP_NONZERO if v5 and not omni else KEEP_ONE
+        rule = KEEP_NONZERO if rules.keep == "nonzero" else KEEP_ONE
         if mask.dtype.kind == "f":  # the rule on the floats, as transformers applies it
             mask, rule = (mask != 0 if rule == KEEP_NONZERO else mask == 1).astype(np.int64), KEEP_NONZERO
         elif mask.dtype != np.int64 or not mask.flags.c_contiguous:
             mask = np.ascontiguousarray(mask, dtype=np.int64)
-    if mm_token_type_ids is not None and not omni:
+    if mm_token_type_ids is not None and rules.type_ids:
         _check_types(cfg, ids, _keep(mask, rule), mm_token_type_ids)
     images = EMPTY_GRID if images is None else images
     videos = EMPTY_GRID if videos is None else videos
@@ -324,9 +275,8 @@ def get_rope_index(
     lengths = EMPTY_INT if audio_feature_lengths is None else as_audio_lengths(audio_feature_lengths, cfg)
     audio = audio_token_counts(cfg, lengths)
     num_rows, width = ids.shape
-    fill = 0 if family == "qwen3_omni" or (v5 and not omni) else 1
-    # Qwen3-Omni under a transformers preset: float32 times (the others truncate them, D8)
-    floats = family == "qwen3_omni" and cfg.semantics in ("transformers-4.57", "transformers-5")
+    # times transformers keeps unrounded under this preset (Qwen3-Omni; the others truncate them, D8)
+    floats = cfg.semantics in cfg.spec.float_times
     out = _NO_OUT if floats else np.empty((3, num_rows, width), np.int64)
     float_out = np.empty((3, num_rows, width), np.float32) if floats else _NO_FLOAT_OUT
     deltas = np.empty(num_rows, np.int64)
@@ -334,7 +284,6 @@ def get_rope_index(
     kept = np.empty(num_rows, np.int64)
     starts = np.zeros((num_rows + 1, 3), np.int64)
     use_av = bool(use_audio_in_video)
-    padded_delta = not omni and not v5  # D10: transformers 4.x VL models take the padded length
     row, code, a, b, c, d = batch_kernel(
         out,
         deltas,
@@ -345,8 +294,8 @@ def get_rope_index(
         ids,
         mask,
         rule,
-        fill,
-        padded_delta,
+        rules.pad,
+        rules.padded_delta,
         cfg.kernel_params,
         images,
         videos,
@@ -363,7 +312,7 @@ def get_rope_index(
     _check_all_used(starts[num_rows], images, videos, audio)
     if floats:
         return _result(float_out, float_deltas, device)
-    if family == "qwen3_omni":  # truncated times, as float32 (the dtype transformers' model code expects)
+    if cfg.spec.float_positions:  # truncated times, as float32 (the dtype transformers' model code expects)
         return _result(out.astype(np.float32), deltas.astype(np.float32), device)
     return _result(out, deltas, device, dtype)
 
@@ -386,24 +335,25 @@ def _keep(mask: np.ndarray, rule: int) -> np.ndarray:
     return mask == 1 if rule == KEEP_ONE else mask != 0
 
 
-def _fallback(cfg: MRopeConfig, ids, mask, dtype, device):
+def _fallback(cfg: MRopeConfig, rules: BatchRules, ids, mask, dtype, device):
     """transformers' path without grids: positions from the attention mask's
-    cumsum (pads 1), or an arange when there is no mask (VL, 4.x)."""
+    cumsum (pads 1, whatever `rules.pad` says for the grid path), or an
+    arange when there is no mask and `rules.text_only` says so."""
     num_rows, width = ids.shape
-    if cfg.family not in _OMNI and mask is None:
+    if rules.text_only == "cumsum_or_arange" and mask is None:
         positions = torch.arange(width, dtype=torch.int64).view(1, 1, -1).expand(3, num_rows, -1)
         return positions.to(device), torch.zeros((num_rows, 1), dtype=dtype, device=device)
-    if mask is None:  # the Omni thinkers always pass one
+    if mask is None:  # (transformers' model code always passes one here)
         mask = np.ones(ids.shape, np.int64)
-    as_float = cfg.family == "qwen3_omni"
+    as_float = cfg.spec.float_positions
     values = mask.astype(np.float32 if as_float else np.int64)
     pos = np.cumsum(values, axis=-1, dtype=values.dtype) - values.dtype.type(1)
     pos[mask == 0] = 1
     top = pos.max(axis=-1, keepdims=True)
-    if cfg.family in _OMNI:
-        deltas = top + values.dtype.type(1) - mask.astype(np.int64).sum(axis=-1, keepdims=True).astype(values.dtype)
-    else:
+    if rules.padded_delta:
         deltas = top + 1 - width
+    else:
+        deltas = top + values.dtype.type(1) - mask.astype(np.int64).sum(axis=-1, keepdims=True).astype(values.dtype)
     positions = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(pos, (3, num_rows, width))))
     return positions.to(device), torch.from_numpy(np.ascontiguousarray(deltas)).to(device)
 
@@ -451,7 +401,7 @@ def _check_all_used(used, images, videos, audio) -> None:
 def _float_error(cfg, row, ids, keep, images, videos, sp, lengths, starts, use_av) -> None:
     """Raise why the float32 path could not follow a row (the torch
     reference's message: a missing bracket, usually)."""
-    from . import reference
+    from .. import reference
 
     items = _row_items(starts, row, images, videos, sp, lengths, end=True)
     try:
@@ -463,12 +413,9 @@ def _float_error(cfg, row, ids, keep, images, videos, sp, lengths, starts, use_a
 
 def warmup() -> None:
     """Compile (or load from numba's cache) the batch kernels: integer
-    positions, and Qwen3-Omni's float32 ones."""
-    ids = np.array([[7, 151652, 151655, 151655, 151655, 151655, 151653, 8]], np.int64)
-    for family, semantics in (("qwen2_vl", "reference"), ("qwen3_omni", "transformers-4.57")):
-        get_rope_index(
-            MRopeConfig(family=family, semantics=semantics), ids, [[1, 4, 4]], attention_mask=np.ones_like(ids)
-        )
-
-
-from .hf_patch import Patch, patch  # noqa: E402  (it calls back into this module)
+    positions, and the float32 ones of a family that keeps times unrounded."""
+    floats = [MRopeConfig(family=s.name, semantics=min(s.float_times)) for s in FAMILIES.values() if s.float_times]
+    for cfg in [MRopeConfig(family=next(iter(FAMILIES))), *floats[:1]]:
+        image = [cfg.image_token_id] * (4 // cfg.spatial_merge_size) ** 2  # one image of grid (1, 4, 4)
+        ids = np.array([[7, cfg.vision_start_token_id, *image, cfg.vision_end_token_id, 8]], np.int64)
+        get_rope_index(cfg, ids, [[1, 4, 4]], attention_mask=np.ones_like(ids))

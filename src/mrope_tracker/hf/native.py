@@ -27,45 +27,16 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .config import MRopeConfig
+from ..config import MRopeConfig
+from ..families import FAMILIES
 
 __all__ = ["available", "config_dict", "prepare", "rope_index", "supported_model_types"]
 
-# model_type -> (module under transformers.models, class owning get_rope_index, config class, nested key)
+# model_type -> (module under transformers.models, class owning get_rope_index, config class, nested key or None)
 _MODELS = {
-    "qwen2_vl": ("qwen2_vl", "Qwen2VLModel", "Qwen2VLConfig", None),
-    "qwen2_5_vl": ("qwen2_5_vl", "Qwen2_5_VLModel", "Qwen2_5_VLConfig", None),
-    "qwen2_5_omni": (
-        "qwen2_5_omni",
-        "Qwen2_5OmniThinkerForConditionalGeneration",
-        "Qwen2_5OmniThinkerConfig",
-        "thinker_config",
-    ),
-    "qwen2_5_omni_thinker": (
-        "qwen2_5_omni",
-        "Qwen2_5OmniThinkerForConditionalGeneration",
-        "Qwen2_5OmniThinkerConfig",
-        None,
-    ),
-    "qwen3_vl": ("qwen3_vl", "Qwen3VLModel", "Qwen3VLConfig", None),
-    "qwen3_vl_moe": ("qwen3_vl_moe", "Qwen3VLMoeModel", "Qwen3VLMoeConfig", None),
-    "qwen3_5": ("qwen3_5", "Qwen3_5Model", "Qwen3_5Config", None),
-    "qwen3_5_moe": ("qwen3_5_moe", "Qwen3_5MoeModel", "Qwen3_5MoeConfig", None),
-    "glm4v": ("glm4v", "Glm4vModel", "Glm4vConfig", None),
-    "glm4v_moe": ("glm4v_moe", "Glm4vMoeModel", "Glm4vMoeConfig", None),
-    "glm46v": ("glm46v", "Glm46VModel", "Glm46VConfig", None),
-    "qwen3_omni_moe": (
-        "qwen3_omni_moe",
-        "Qwen3OmniMoeThinkerForConditionalGeneration",
-        "Qwen3OmniMoeThinkerConfig",
-        "thinker_config",
-    ),
-    "qwen3_omni_moe_thinker": (
-        "qwen3_omni_moe",
-        "Qwen3OmniMoeThinkerForConditionalGeneration",
-        "Qwen3OmniMoeThinkerConfig",
-        None,
-    ),
+    model_type: (*classes, family.model_types[model_type] or None)
+    for family in FAMILIES.values()
+    for model_type, classes in family.transformers_classes.items()
 }
 _HELPERS = ("get_llm_pos_ids_for_vision", "get_chunked_index", "get_vision_position_ids")
 
@@ -93,53 +64,17 @@ def supported_model_types() -> list[str]:
 
 def config_dict(config: MRopeConfig) -> dict:
     """`config`'s values as a published config.json would hold them (ids at
-    the top level or in the thinker; numbers that are integers as ints)."""
-
-    def num(value):
-        return int(value) if value is not None and float(value).is_integer() else value
-
-    family = config.family
-    vision = {"spatial_merge_size": config.spatial_merge_size}
-    if family == "glm4v":
-        top = {
-            "model_type": "glm4v",
-            "image_token_id": config.image_token_id,
-            "video_token_id": config.video_token_id,
-            "image_start_token_id": config.vision_start_token_id,
-            "image_end_token_id": config.vision_end_token_id,
-            "video_start_token_id": config.video_start_token_id,
-            "video_end_token_id": config.video_end_token_id,
-            "vision_config": vision,
-        }
-        return top
-    ids = {
-        "image_token_id": config.image_token_id,
-        "video_token_id": config.video_token_id,
-        "vision_start_token_id": config.vision_start_token_id,
-        "vision_end_token_id": config.vision_end_token_id,
-    }
-    if family == "qwen2_5_vl":
-        vision["tokens_per_second"] = num(config.tokens_per_second)
-    if family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
-        return {"model_type": family, **ids, "vision_config": vision}
-    thinker = {
-        **ids,
-        "audio_token_id": config.audio_token_id,
-        "audio_start_token_id": config.audio_start_token_id,
-        "audio_end_token_id": config.audio_end_token_id,
-        "position_id_per_seconds": num(config.tokens_per_second),
-        "vision_config": vision,
-    }
-    if family == "qwen2_5_omni":
-        thinker["seconds_per_chunk"] = num(config.seconds_per_chunk)
-        return {"model_type": "qwen2_5_omni", "thinker_config": {"model_type": "qwen2_5_omni_thinker", **thinker}}
-    thinker["audio_config"] = {"n_window": config.n_window}
-    return {"model_type": "qwen3_omni_moe", "thinker_config": {"model_type": "qwen3_omni_moe_thinker", **thinker}}
+    the top level or in the thinker; numbers that are integers as ints), as
+    its family writes them (`Family.config_dict`)."""
+    write = config.spec.config_dict
+    if write is None:
+        raise ValueError(f"config.family: expected a family with a transformers config, got {config.family!r}")
+    return write(config)
 
 
 @functools.lru_cache(maxsize=32)
 def _stand_in(config_json: str):
-    """(model class, an object holding what its get_rope_index reads, family)."""
+    """(model class, an object holding what its get_rope_index reads)."""
     from transformers.utils import logging as hf_logging
 
     config = json.loads(config_json)
@@ -229,7 +164,7 @@ def prepare(
         raise ValueError(f"second_per_grid_ts: {config.get('model_type')} takes none, got {second_per_grid_ts!r}")
     if "mm_token_type_ids" in params:  # transformers 5
         if mm_token_type_ids is None:
-            from .hf import mm_token_type_ids as make_types
+            from .drop_in import mm_token_type_ids as make_types
 
             mm_token_type_ids = make_types(config, ids)
         kwargs["mm_token_type_ids"] = _tensor(mm_token_type_ids, np.int64)

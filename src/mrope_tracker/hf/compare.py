@@ -10,11 +10,11 @@ differing switches that, turned over from the first preset's rules alone,
 reproduces the second preset's positions exactly; each switch is one named
 divergence (D1, D2, ...).
 
-Prompts come from a JSONL file (`hf_sample.read_prompts`) or from
-`hf_sample.sample_prompts`, a seeded random sample of realistic prompts.
+Prompts come from a JSONL file (`mrope_tracker.hf.sample.read_prompts`) or from
+`mrope_tracker.hf.sample.sample_prompts`, a seeded random sample of realistic prompts.
 
 Prompts are single unpadded sequences: the batch conventions of a padded
-batch (D10) are `mrope_tracker.hf`'s business, not a position rule.
+batch (D10) are the drop-in's business (`mrope_tracker.hf.get_rope_index`), not a position rule.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ import os
 import attrs
 import numpy as np
 
-from . import reference
-from .config import SUPPORTED_MODEL_TYPES, MRopeConfig
-from .families import FAMILIES, SEMANTICS
-from .hf_sample import Prompt, read_prompts, sample_prompts
-from .positions import prompt_positions
+from .. import reference
+from ..config import SUPPORTED_MODEL_TYPES, MRopeConfig
+from ..families import FAMILIES, SEMANTICS
+from ..positions import prompt_positions
+from .sample import Prompt, read_prompts, sample_prompts
 
 __all__ = ["Prompt", "compare", "load_config", "markdown", "read_prompts", "sample_prompts"]
 
@@ -47,7 +47,6 @@ DIVERGENCES = {
     "n_window": "D8",  # transformers 5 reads Qwen3-Omni's audio window from the config
     "tau_rate_first": "transformers 5 product order",  # Qwen2.5-VL frame f times float32(sp * r)
 }
-_TRANSFORMERS = ("transformers-4.57", "transformers-5")
 _FIELDS = ("tokens_per_second", "n_window")
 
 
@@ -58,7 +57,7 @@ _FIELDS = ("tokens_per_second", "n_window")
 
 def load_config(source, semantics: str = "reference") -> MRopeConfig:
     """A config.json path, a model folder, or a model type (its family's
-    defaults: published ids, transformers' config-class scales)."""
+    defaults, `Family.defaults`)."""
     if isinstance(source, str) and not os.path.exists(source):
         if source in SUPPORTED_MODEL_TYPES:
             return MRopeConfig(family=SUPPORTED_MODEL_TYPES[source], model_type=source, semantics=semantics)
@@ -80,7 +79,7 @@ class _Rules:
 
     switches: frozenset
     fields: tuple  # ((name, value), ...) for _FIELDS
-    float_times: bool  # Qwen3-Omni float32 times (transformers)
+    float_times: bool  # video times kept as unrounded float32 (`Family.float_times`: Qwen3-Omni, transformers)
 
     def items(self) -> frozenset:
         out = set(self.switches)
@@ -94,7 +93,7 @@ def _rules_of(config: MRopeConfig) -> _Rules:
     return _Rules(
         switches=config.switches,
         fields=tuple((name, getattr(config, name)) for name in _FIELDS if getattr(config, name) is not None),
-        float_times=config.family == "qwen3_omni" and config.semantics in _TRANSFORMERS,
+        float_times=config.semantics in config.spec.float_times,
     )
 
 
