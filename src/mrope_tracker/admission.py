@@ -5,13 +5,16 @@ tracker's `slot_state`, stable for a request's lifetime) and keeps the free
 slots. The checks here run before anything is built or committed, so a
 refused `add_request*` call changes nothing: a new hashable id and a free
 slot, a cached-token count the tracker's limits allow, and a `PromptLayout`
-where one is expected.
+built under the tracker's own config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 
+import attrs
+
+from .config import MRopeConfig
 from .inputs import as_index
 from .layout import PromptLayout
 
@@ -80,7 +83,31 @@ def check_num_computed(num_computed_tokens, num_tokens: int, prompt_arg: str, ma
     return num_computed_tokens
 
 
-def check_layout(layout) -> None:
-    """Raise unless `layout` is a `PromptLayout`."""
+# What decides a layout's rows: every config field but model_type, which
+# only names the checkpoint (Qwen3-VL and its MoE variant share their rules).
+_RULE_FIELDS = tuple(f.name for f in attrs.fields(MRopeConfig) if f.eq and f.name != "model_type")
+
+
+def _describe(config: MRopeConfig, fields: tuple[str, ...]) -> str:
+    extra = "".join(f", {name}={getattr(config, name)!r}" for name in fields)
+    return f"{config.family} (semantics {config.semantics!r}{extra})"
+
+
+def check_layout(layout, config: MRopeConfig) -> None:
+    """Raise unless `layout` is a `PromptLayout` this tracker's `config` can
+    serve: one built under the same rules (a layout that records no config,
+    such as one constructed directly from its tables, is taken as it is)."""
     if not isinstance(layout, PromptLayout):
         raise TypeError(f"layout: expected a PromptLayout, got {type(layout).__name__}")
+    built = layout.config
+    if built is None or built is config:
+        return
+    differ = tuple(name for name in _RULE_FIELDS if getattr(built, name) != getattr(config, name))
+    if differ:
+        # Family and semantics name the rules; only between configs they do
+        # not tell apart are the other fields that differ spelled out.
+        named = built.family != config.family or built.semantics != config.semantics
+        shown = () if named else differ
+        raise ValueError(
+            f"layout: built for {_describe(built, shown)}, but this tracker serves {_describe(config, shown)}"
+        )

@@ -201,9 +201,11 @@ class PositionTracker:
         )
 
     def add_request_layout(self, req_id, layout: PromptLayout, *, num_computed_tokens=0) -> int:
-        """Admit a request whose layout was built elsewhere (e.g. in a tokenizer process)."""
+        """Admit a request whose layout was built elsewhere (e.g. in a tokenizer
+        process). A layout built under another config (family, semantics
+        preset or parameters) is refused."""
         self._slots.check_new(req_id)
-        check_layout(layout)
+        check_layout(layout, self.config)
         num_computed_tokens = check_num_computed(num_computed_tokens, layout.num_tokens, "layout", self.max_model_len)
 
         def copy_rows(rows, scales):
