@@ -14,9 +14,10 @@ def check_outputs(json_path: str | None, plot_path: str | None) -> str | None:
 
     Called before the suites run, so a bad path fails in a second instead of
     after the whole run: each path must not be a directory and its folder
-    must exist and be writable; `--plot` also needs matplotlib."""
+    must exist and be writable; `--plot` also needs matplotlib. `--json -`
+    is stdout."""
     for flag, path in (("--json", json_path), ("--plot", plot_path)):
-        if path is None:
+        if path is None or (flag == "--json" and path == "-"):
             continue
         if not path or os.path.isdir(path):
             return f"{flag}: expected a file path, got {path!r} (a directory or empty)"

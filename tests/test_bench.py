@@ -159,5 +159,6 @@ def test_check_outputs(tmp_path):
     """check_outputs accepts writable file paths and names the flag of a directory or a missing folder."""
     assert report.check_outputs(str(tmp_path / "out.json"), None) is None
     assert report.check_outputs(None, None) is None
+    assert report.check_outputs("-", None) is None  # --json - is stdout
     assert report.check_outputs(str(tmp_path), None).startswith("--json")
     assert report.check_outputs(None, str(tmp_path / "missing" / "chart.png")).startswith("--plot")
