@@ -269,7 +269,7 @@ def form_cases() -> dict:
 FORM_CASE_NAMES = {"vl": "3 images and 2 videos of 20 frames (Qwen2.5-VL)", "omni": "3 audio clips (Qwen2.5-Omni)"}
 
 
-def _form_plan(cases: dict) -> list[tuple]:
+def _form_plan() -> list[tuple]:
     """(call, argument label, case key, the arguments it varies) per row."""
     vl_grids = ("image_grid_thw", "video_grid_thw")
     vl_ranges = ("image_ranges", "video_ranges")
@@ -340,7 +340,7 @@ def input_form_rows(rounds: int, target_s: float, progress=lambda message: None,
         for key, (config, prompt) in cases.items()
     }
     rows = []
-    for call, label, key, varied in _form_plan(cases):
+    for call, label, key, varied in _form_plan():
         if plan is not None and (call, label) not in plan:
             continue
         progress(f"prompt input forms: {call}, {label}")
