@@ -29,11 +29,13 @@ def test_compare_json_path_writes_the_file_and_prints_the_table(tmp_path, capsys
     assert result["prompts"] == 4 and len(result["pairs"]) == 1
 
 
-def test_compare_json_dash_prints_json_only(capsys):
-    """`compare --json -` (and a bare `--json`) print the JSON instead of the table."""
+def test_compare_json_dash_prints_json_on_stdout(capsys):
+    """`compare --json -` (and a bare `--json`) put the JSON alone on stdout, the table on stderr."""
     for flag in (["--json", "-"], ["--json"]):
         assert main([*COMPARE, *flag]) == 0
-        assert json.loads(capsys.readouterr().out)["prompts"] == 4
+        captured = capsys.readouterr()
+        assert json.loads(captured.out)["prompts"] == 4
+        assert "| presets |" in captured.err
 
 
 def test_compare_checks_the_json_path_first(tmp_path, capsys):

@@ -2,7 +2,7 @@
 
 `bench` and `compare` share one output convention: Markdown tables on
 stdout, and with `--json PATH` the full result as JSON in PATH too; `--json -`
-(or a bare `--json`) puts the JSON on stdout instead of the tables.
+(or a bare `--json`) puts the JSON on stdout and the tables on stderr.
 """
 
 from __future__ import annotations
@@ -32,13 +32,20 @@ def _write_json(result: dict, path: str) -> None:
         f.write(text + "\n")
 
 
+def _json_path_problem(path: str | None) -> str | None:
+    """Why `--json` could not be written, or None (the check `bench` makes)."""
+    from .bench.report import check_outputs
+
+    return check_outputs(path, None)
+
+
 def _add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--json",
         nargs="?",
         const="-",
         metavar="PATH",
-        help=f"also write {what} as JSON to PATH; '-' (or no PATH) prints the JSON instead of the tables",
+        help=f"also write {what} as JSON to PATH; '-' (or no PATH): the JSON on stdout, the tables on stderr",
     )
 
 
@@ -91,22 +98,20 @@ def _warmup(args) -> int:
 
 def _compare(args) -> int:
     from . import hf_compare
-    from .bench.report import check_outputs
     from .families import SEMANTICS
 
-    problem = check_outputs(args.json, None)
+    presets = [p for item in args.presets.split(",") for p in [item.strip()] if p] if args.presets else list(SEMANTICS)
+    problem = _json_path_problem(args.json)  # before the comparison runs, not after
     if problem:
         print(f"mrope-tracker compare: {problem}", file=sys.stderr)
         return 2
-    presets = [p for item in args.presets.split(",") for p in [item.strip()] if p] if args.presets else list(SEMANTICS)
     try:
         prompts = hf_compare.read_prompts(args.prompts) if args.prompts else None
         result = hf_compare.compare(args.config, prompts, presets, num_prompts=args.num_prompts, seed=args.seed)
     except (ValueError, TypeError, KeyError) as exc:
         print(f"mrope-tracker compare: {exc}", file=sys.stderr)
         return 2
-    if args.json != "-":
-        print(hf_compare.markdown(result))
+    print(hf_compare.markdown(result), file=sys.stderr if args.json == "-" else sys.stdout)
     if args.json:
         _write_json(result, args.json)
     return 0
