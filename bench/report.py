@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import textwrap
 
 MiB = 1024 * 1024
 
@@ -14,9 +15,10 @@ def check_outputs(json_path: str | None, plot_path: str | None) -> str | None:
 
     Called before the suites run, so a bad path fails in a second instead of
     after the whole run: each path must not be a directory and its folder
-    must exist and be writable; `--plot` also needs matplotlib."""
+    must exist and be writable; `--plot` also needs matplotlib. `--json -`
+    is stdout."""
     for flag, path in (("--json", json_path), ("--plot", plot_path)):
-        if path is None:
+        if path is None or (flag == "--json" and path == "-"):
             continue
         if not path or os.path.isdir(path):
             return f"{flag}: expected a file path, got {path!r} (a directory or empty)"
@@ -35,7 +37,16 @@ def check_outputs(json_path: str | None, plot_path: str | None) -> str | None:
     return None
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+WIDTH = 120  # the widest line a report holds: tables and text fit a terminal without wrapping
+
+
+def paragraph(text: str) -> str:
+    """Descriptive text above a table, wrapped at WIDTH (Markdown joins the lines)."""
+    return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table whose columns line up in a terminal."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
@@ -69,58 +80,44 @@ def _bytes(n: int | None) -> str:
     return f"{n / 1024:,.1f} KiB"
 
 
+def _case(name: str) -> str:
+    """A workload's name without its token count (the tables give that a column of its own)."""
+    return name.split(",")[0]
+
+
 def prompt_tables(result: dict) -> str:
     out = []
     if result.get("seed"):
         out.append(
-            "**Seed design (vLLM PR #16881, re-implemented in `bench/seed_design.py`) vs `prompt_positions`**, "
-            "Qwen2/2.5-VL. Speedup: seed time / our time, same grid form for both (token ids an int64 array). "
-            "Floor: allocate the (3, L) int64 output and write it once. Ratios: median (min–max) over rounds. "
-            "Targets: speedup >= 1.5x in both columns; ours / floor <= 2x on the three largest (*).\n"
+            paragraph(
+                "**Seed design (vLLM PR #16881, re-implemented in `bench/seed_design.py`) vs `prompt_positions`**, "
+                "Qwen2/2.5-VL. Times: grids as numpy arrays, token ids an int64 array. Speedup: seed time / our "
+                "time, same grid form for both, with grids as arrays and as lists. Floor: allocate the (3, L) int64 "
+                "output and write it once. Ratios: median (min–max) over rounds. Targets: speedup >= 1.5x in both "
+                "columns; ours / floor <= 2x on the three largest (*)."
+            )
         )
         rows = [
             [
-                r["case"] + (" *" if r["large"] else ""),
+                _case(r["case"]) + (" *" if r["large"] else ""),
                 f"{r['num_tokens']:,}",
-                _us(r["seed_lists_us"]),
-                _us(r["ours_lists_us"]),
-                _spread(r["speedup_lists"]),
                 _us(r["seed_arrays_us"]),
                 _us(r["ours_arrays_us"]),
                 _spread(r["speedup_arrays"]),
-                _us(r["floor_us"]),
+                _spread(r["speedup_lists"]),
                 _spread(r["ours_vs_floor"], 2),
-                _spread(r["seed_vs_floor"], 2),
             ]
             for r in result["seed"]
         ]
-        out.append(
-            _table(
-                [
-                    "case",
-                    "tokens",
-                    "seed, lists",
-                    "ours, lists",
-                    "speedup, lists",
-                    "seed, arrays",
-                    "ours, arrays",
-                    "speedup, arrays",
-                    "write floor",
-                    "ours / floor",
-                    "seed / floor",
-                ],
-                rows,
-            )
-        )
+        out.append(table(["case", "tokens", "seed", "ours", "speedup", "speedup, lists", "ours / floor"], rows))
     for family in dict.fromkeys(r["family"] for r in result["rows"]):
         rows = [
             [
-                r["case"],
+                _case(r["case"]),
                 f"{r['num_tokens']:,}",
                 _us(r["reference_us"]),
                 _us(r["ours_us"]),
                 _spread(r["speedup"]),
-                _us(r["floor_us"]),
                 _spread(r["vs_floor"], 2),
                 _spread(r["ceiling"]),
             ]
@@ -128,79 +125,89 @@ def prompt_tables(result: dict) -> str:
             if r["family"] == family
         ]
         out.append(
-            f"**{family}**: `prompt_positions` (input checks included, grids as numpy arrays) vs the torch "
-            "reference on one thread. Ceiling: the speedup of a call that only wrote the output (reference / floor).\n"
+            paragraph(
+                f"**{family}**: `prompt_positions` (input checks included, grids as numpy arrays) vs the torch "
+                "reference on one thread. Floor: allocate the (3, L) int64 output and write it once; ceiling: the "
+                "speedup of a call that only did that (reference / floor)."
+            )
         )
-        out.append(
-            _table(["case", "tokens", "reference", "ours", "speedup", "write floor", "ours / floor", "ceiling"], rows)
-        )
+        out.append(table(["case", "tokens", "reference", "ours", "speedup", "ours / floor", "ceiling"], rows))
     if result.get("families"):
         hf = result.get("transformers")
         hf_name = f"transformers {hf}" if hf else "transformers (not installed)"
         out.append(
-            f"**Qwen3-VL and GLM-4.1V**: `prompt_positions` vs the torch reference (one thread) and vs "
-            f"`get_rope_index` of {hf_name} (called without a model; its tensors prepared outside the timed call).\n"
+            paragraph(
+                f"**Qwen3-VL and GLM-4.1V**: `prompt_positions` vs the torch reference (one thread) and vs "
+                f"`get_rope_index` of {hf_name} (called without a model; its tensors prepared outside the timed "
+                "call). Speedups: their time / ours."
+            )
         )
         rows = [
             [
                 r["family"],
-                r["case"],
+                _case(r["case"]),
                 f"{r['num_tokens']:,}",
                 _us(r["reference_us"]),
                 "–" if r["transformers_us"] is None else _us(r["transformers_us"]),
                 _us(r["ours_us"]),
                 _spread(r["speedup"]),
                 _spread(r["speedup_transformers"]),
-                _spread(r["vs_floor"], 2),
             ]
             for r in result["families"]
         ]
         out.append(
-            _table(
-                [
-                    "family",
-                    "case",
-                    "tokens",
-                    "reference",
-                    "transformers",
-                    "ours",
-                    "vs reference",
-                    "vs transformers",
-                    "ours / floor",
-                ],
+            table(
+                ["family", "case", "tokens", "reference", "transformers", "ours", "vs reference", "vs transformers"],
                 rows,
             )
         )
     if result.get("input_forms"):
-        out.append(
-            "**Input forms** (Qwen2.5-VL): the same call with its inputs in other forms; each ratio is against the "
-            "same call with ready int64 numpy arrays (second_per_grid_ts in the grids' form, float).\n"
-        )
-        cases = list(dict.fromkeys(r["case"] for r in result["input_forms"]))
-        calls = list(dict.fromkeys(r["call"] for r in result["input_forms"]))
-        cell = {(r["case"], r["call"]): r for r in result["input_forms"]}
-        rows = [
-            [
-                call,
-                *(
-                    f"{_us(cell[c, call]['us'])}, {_spread(cell[c, call]['vs_array'], 2)}" if (c, call) in cell else "–"
-                    for c in cases
-                ),
-            ]
-            for call in calls
-        ]
-        out.append(_table(["call", *cases], rows))
+        out.append(input_form_tables(result["input_forms"]))
     if result.get("breakdown"):
         out.append(
-            "**Where the time goes** (Qwen2.5-VL, medians): whole calls, each design's kernel alone writing a "
-            "preallocated output, allocation, and converting Python lists.\n"
+            paragraph(
+                "**Where the time goes** (Qwen2.5-VL, medians): whole calls, each design's kernel alone writing a "
+                "preallocated output, allocation, and converting Python lists."
+            )
         )
-        cases = [r["case"] for r in result["breakdown"]]
+        cases = [_case(r["case"]) for r in result["breakdown"]]
         parts = list(dict.fromkeys(k for r in result["breakdown"] for k in r["us"]))
         rows = [
             [part, *(_us(r["us"][part]) if part in r["us"] else "–" for r in result["breakdown"])] for part in parts
         ]
-        out.append(_table(["part", *cases], rows))
+        out.append(table(["part", *cases], rows))
+    return "\n\n".join(out)
+
+
+def input_form_tables(forms: dict) -> str:
+    """One table per call: a row per argument, a column per form, each cell the
+    median ratio to the same call with canonical inputs."""
+    out = [
+        paragraph(
+            f"**Input forms** ({forms['config']}): each argument in the forms callers pass, one at a time, the other "
+            "arguments canonical. Each cell: the call's median time over the same call with canonical inputs "
+            "(C-contiguous int64 arrays, float64 times), in interleaved rounds; `canonical` is that call's time. "
+            "Integer arguments: `32-bit` an int32 array, `strided` and `read-only` int64 arrays, `tensor` torch "
+            "int64, `tensor, 32-bit` torch int32; times: `32-bit` float32, `tensor` float64, `tensor, 32-bit` "
+            "float32. second_per_grid_ts is passed in its own rows only (the videos use the default, 1.0). "
+            f"Cases: {forms['cases']}."
+        )
+    ]
+    headers = ["argument", "canonical", *(label for _, label in forms["forms"])]
+    for call in dict.fromkeys(r["call"] for r in forms["rows"]):
+        rows = [
+            [
+                r["argument"],
+                _us(r["canonical_us"]),
+                *(
+                    _x(r["vs_canonical"][form]["median"]) if form in r["vs_canonical"] else "–"
+                    for form, _ in forms["forms"]
+                ),
+            ]
+            for r in forms["rows"]
+            if r["call"] == call
+        ]
+        out.append(f"`{call}`\n\n" + table(headers, rows))
     return "\n\n".join(out)
 
 
@@ -209,46 +216,52 @@ def _ratio(value) -> str:
     return _spread(value) if isinstance(value, dict) else _x(value)
 
 
+def _median_ratio(value) -> str:
+    return _x(value["median"] if isinstance(value, dict) else value)
+
+
 def decode_tables(result: dict) -> str:
-    per_req = _table(
+    per_req = table(
         ["per-request method (256 running requests, 1 token each)", "step", "vs torch"],
         [[r["method"], _us(r["step_us"]), _ratio(r["speedup"])] for r in result["per_request"]],
     )
-    steps = _table(
-        [
-            "whole step",
-            "vLLM V1 design",
-            "prepare, same batch",
-            "speedup",
-            "prepare, new batch",
-            "speedup",
-            "prepare_slots",
-            "speedup",
-        ],
-        [
+    steps = (
+        paragraph(
+            "One whole step by the vLLM V1 design and by the tracker: `prepare` with the previous step's ids (same "
+            "batch) and with new ids (new batch), and `prepare_slots`. Speedups: V1's time / ours, medians (the "
+            "spreads are in the table below)."
+        )
+        + "\n\n"
+        + table(
+            ["step", "V1 design", "same batch", "speedup", "new batch", "speedup", "prepare_slots", "speedup"],
             [
-                r["step"],
-                _us(r["v1_us"]),
-                _us(r["prepare_us"]),
-                _ratio(r["speedup_prepare"]),
-                _us(r["prepare_new_batch_us"]),
-                _ratio(r["speedup_prepare_new_batch"]),
-                _us(r["prepare_slots_us"]),
-                _ratio(r["speedup_slots"]),
-            ]
-            for r in result["steps"]
-        ],
+                [
+                    r["step"],
+                    _us(r["v1_us"]),
+                    _us(r["prepare_us"]),
+                    _median_ratio(r["speedup_prepare"]),
+                    _us(r["prepare_new_batch_us"]),
+                    _median_ratio(r["speedup_prepare_new_batch"]),
+                    _us(r["prepare_slots_us"]),
+                    _median_ratio(r["speedup_slots"]),
+                ]
+                for r in result["steps"]
+            ],
+        )
     )
     parts = [per_req, steps]
     if result.get("forms"):
         parts.append(
-            _table(
+            table(
                 ["step", "entry point and argument forms", "per step", "vs V1 design"],
-                [[r["step"], r["entry"], _us(r["us"]), _ratio(r["speedup"])] for r in result["forms"]],
+                [
+                    [_case(r["step"]).split(":")[0], r["entry"], _us(r["us"]), _ratio(r["speedup"])]
+                    for r in result["forms"]
+                ],
             )
         )
     parts.append(
-        _table(
+        table(
             ["a decode step's kernel call, 256 requests (same body)", "per call"],
             [[r["call"], _us(r["step_us"])] for r in result.get("dispatch", [])],
         )
@@ -263,24 +276,29 @@ def admission_tables(result: dict) -> str:
     rows.append(
         ["32K / 1K", *(_spread(growth[n], 2) if isinstance(growth[n], dict) else f"{growth[n]:.2f}x" for n in names)]
     )
-    return _table(["cached prefix", *names], rows)
+    return table(["cached prefix", *names], rows)
 
 
 def scheduler_tables(result: dict) -> str:
-    out = []
+    out = [
+        paragraph(
+            "CPU time: everything a design spends on positions over the whole run, admission included; / tracker: "
+            "that time, or the median step's, over mrope_tracker's. Memory: what holds request positions, at its "
+            "peak. An `ids to slots` row is the id-to-slot mapping that design leaves outside its own row."
+        )
+    ]
     for sc in result["scenarios"]:
-        head = (
+        head = paragraph(
             f"**{sc['scenario']}. {sc['title']}**: {sc['requests']:,} requests, {sc['steps']:,} steps, "
             f"{sc['tokens']:,} tokens, max_num_seqs {sc['max_num_seqs']}, "
-            f"max_num_batched_tokens {sc['max_num_batched_tokens']:,}\n"
+            f"max_num_batched_tokens {sc['max_num_batched_tokens']:,}"
         )
         rows = [
             [
-                d["design"],
+                d["design"].replace(" (outside its row)", ""),
                 f"{d['total_ms']:,.1f} ms",
                 _x(d["total_vs_tracker"]),
                 "–" if d["admit_ms"] is None else f"{d['admit_ms']:,.1f} ms",
-                f"{d['steps_ms']:,.1f} ms",
                 _us(d["step_median_us"]),
                 _x(d["step_vs_tracker"]),
                 _bytes(d["peak_bytes"]),
@@ -289,20 +307,8 @@ def scheduler_tables(result: dict) -> str:
         ]
         out.append(
             head
-            + "\n"
-            + _table(
-                [
-                    "design",
-                    "position CPU time",
-                    "vs tracker",
-                    "of which admission",
-                    "of which steps",
-                    "median step",
-                    "vs tracker",
-                    "memory held (peak)",
-                ],
-                rows,
-            )
+            + "\n\n"
+            + table(["design", "CPU time", "/ tracker", "admission", "median step", "/ tracker", "memory"], rows)
         )
     return "\n\n".join(out)
 
@@ -310,8 +316,7 @@ def scheduler_tables(result: dict) -> str:
 def memory_tables(result: dict) -> str:
     rows = [
         [
-            f"{r['max_num_reqs']:,} x {r['prompt_tokens']:,}",
-            f"{r['max_model_len']:,}",
+            f"{r['max_num_reqs']:,} x {r['prompt_tokens']:,} ({r['max_model_len']:,})",
             str(r["images_per_request"]),
             _bytes(r["v1_bytes"]),
             _bytes(r["mrv2_bytes"]),
@@ -322,19 +327,26 @@ def memory_tables(result: dict) -> str:
         ]
         for r in result["rows"]
     ]
-    return _table(
-        [
-            "requests x prompt",
-            "max_model_len",
-            "images",
-            "vLLM V1",
-            "MRV2-like table",
-            "tracker: requests",
-            "tracker: all buffers",
-            "V1 per request",
-            "tracker per request",
-        ],
-        rows,
+    return (
+        paragraph(
+            "Host memory that holds request positions. Tracker: its per-request state (slots and layout rows); all "
+            "buffers: with the step buffers too. Max len: max_model_len. Per request: V1's (3, prompt) int64 "
+            "positions, the tracker's slot and layout rows."
+        )
+        + "\n\n"
+        + table(
+            [
+                "requests x prompt (max len)",
+                "images",
+                "vLLM V1",
+                "MRV2-like",
+                "tracker",
+                "all buffers",
+                "V1 / req",
+                "tracker / req",
+            ],
+            rows,
+        )
     )
 
 
@@ -374,6 +386,11 @@ def _errors(spreads: list) -> list[list[float]] | None:
     return [[v["median"] - v["min"] for v in spreads], [v["max"] - v["median"] for v in spreads]]
 
 
+def _title(ax, text: str) -> None:
+    """A panel title wrapped to the panel's width (10 inches at matplotlib's default title size)."""
+    ax.set_title("\n".join(textwrap.fill(line, 90, break_on_hyphens=False) for line in text.split("\n")))
+
+
 def plot(results: dict, path: str) -> None:
     """A chart of the headline ratios, one panel per suite that ran (two for
     `prompt`); error bars span the min and max over rounds."""
@@ -411,7 +428,7 @@ def plot(results: dict, path: str) -> None:
             ax.axhline(1.5, color="grey", lw=0.8, ls="--")
             ax.axhline(1.0, color="black", lw=0.6)
             ax.legend(loc="upper left", fontsize=7)
-            ax.set_title("prompt_positions: speedup over the seed PR's design (dashed: 1.5x target)")
+            _title(ax, "prompt_positions: speedup over the seed PR's design (dashed: 1.5x target)")
             ax.set_xticks(xs)
             ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
             continue
@@ -432,7 +449,7 @@ def plot(results: dict, path: str) -> None:
             )
             ax.axhline(100, color="grey", lw=0.8, ls="--")
             ax.legend(loc="upper right", fontsize=7)
-            ax.set_title("prompt_positions: speedup over the torch reference, one thread (dashed: 100x)")
+            _title(ax, "prompt_positions: speedup over the torch reference, one thread (dashed: 100x)")
         elif panel == "decode":
             labels, spreads = [], []
             for key, tag in (
@@ -445,7 +462,7 @@ def plot(results: dict, path: str) -> None:
             values, yerr = [_med(v) for v in spreads], _errors(spreads)
             ax.axhline(15, color="grey", lw=0.8, ls=":")
             ax.axhline(50, color="grey", lw=0.8, ls="--")
-            ax.set_title("one scheduler step: speedup over the vLLM V1 design (targets: 15x by ids, 50x by slots)")
+            _title(ax, "one scheduler step: speedup over the vLLM V1 design (targets: 15x by ids, 50x by slots)")
         elif panel == "scheduler":
             labels, values = [], []
             for sc in r["scenarios"]:
@@ -453,9 +470,10 @@ def plot(results: dict, path: str) -> None:
                     short = d["design"].split(" (")[0] + (" slots" if "(slots)" in d["design"] else "")
                     labels.append(f"{sc['scenario']}: {short}")
                     values.append(d["total_vs_tracker"])
-            ax.set_title(
-                "simulated scheduler: position CPU time, design / tracker "
-                "(MRV2-like and tracker slots: without their id mapping)"
+            _title(
+                ax,
+                "simulated scheduler: position CPU time, design / tracker\n"
+                "(MRV2-like and tracker slots: without their id mapping)",
             )
         else:
             labels, values = [], []
@@ -463,7 +481,7 @@ def plot(results: dict, path: str) -> None:
                 tag = f"{x['max_num_reqs']}x{x['max_model_len'] // 1024}K, {x['images_per_request']} img"
                 labels += [f"{tag}: V1", f"{tag}: MRV2", f"{tag}: tracker"]
                 values += [x["v1_bytes"] / MiB, x["mrv2_bytes"] / MiB, x["tracker_request_state_bytes"] / MiB]
-            ax.set_title("host memory for request positions (MiB)")
+            _title(ax, "host memory for request positions (MiB)")
         ax.bar(range(len(values)), values, color="#3b75af", yerr=yerr, capsize=2)
         if log:
             ax.set_yscale("log")

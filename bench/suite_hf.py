@@ -130,25 +130,34 @@ def run(quick: bool, progress) -> dict:
 
 def tables(result: dict) -> str:
     """The suite's Markdown table (for `bench.report`)."""
+    from .report import paragraph, table
+
     if result.get("skipped"):
         return f"Skipped: {result['skipped']}."
-    head = (
+    head = paragraph(
         f"**`hf.get_rope_index` vs transformers {result['transformers']}'s own `get_rope_index`** "
-        f"(preset {result['semantics']}), left-padded batches of {BATCH} sample prompts; equal outputs checked first. "
-        f"Speedup: transformers' time / ours, median (min–max) over rounds. Target >= {result['target']:.0f}x.\n"
+        f"(preset {result['semantics']}), left-padded batches of {BATCH} sample prompts (batch: rows x width; "
+        "tokens: those the attention mask keeps); equal outputs checked first. Speedup: transformers' time / ours, "
+        f"median (min–max) over rounds. Target >= {result['target']:.0f}x."
     )
-    lines = [
-        "| family | batch (rows x width, kept tokens, items) | ours | transformers | speedup | target |",
-        "|---|---|---|---|---|---|",
-    ]
+    rows = []
     for r in result["rows"]:
         s = r["speedup"]
-        lines.append(
-            f"| {r['family']} | {r['batch']} x {r['width']}, {r['tokens']:,} tokens, {r['items']} items "
-            f"| {_us(r['ours_us'])} | {_us(r['transformers_us'])} "
-            f"| {s['median']:,.0f}x ({s['min']:,.0f}–{s['max']:,.0f}) | {'met' if r['target_met'] else 'missed'} |"
+        rows.append(
+            [
+                r["family"],
+                f"{r['batch']} x {r['width']:,}",
+                f"{r['tokens']:,}",
+                str(r["items"]),
+                _us(r["ours_us"]),
+                _us(r["transformers_us"]),
+                f"{s['median']:,.0f}x ({s['min']:,.0f}–{s['max']:,.0f})",
+                "met" if r["target_met"] else "missed",
+            ]
         )
-    return head + "\n" + "\n".join(lines)
+    return (
+        head + "\n\n" + table(["family", "batch", "tokens", "items", "ours", "transformers", "speedup", "target"], rows)
+    )
 
 
 def _us(x: float) -> str:

@@ -14,9 +14,12 @@ rounds:
 - `families`: Qwen3-VL and GLM-4.1V (one image, a 64-frame video with
   timestamp text, ten images) against the torch reference and, when
   transformers can be imported, its own `get_rope_index`.
-- `input_forms`: what the form of the inputs costs: `prompt_positions` with
-  grids as lists, tuples, numpy arrays and torch tensors, token ids as a
-  list, and `PromptLayout.from_ranges` with lists and with arrays.
+- `input_forms`: what the form of the inputs costs: every argument of
+  `prompt_positions`, `PromptLayout.from_ranges` and the tracker's
+  `add_request` / `add_request_from_ranges`, one at a time, as a list, a
+  tuple, an int32 (float32) array, a strided and a read-only array, and
+  torch tensors, each against the same call with canonical inputs
+  (C-contiguous int64 arrays, float64 times).
 - `breakdown`: where the time of three seed cases goes: each design's
   kernel alone on a preallocated output, allocating the output, and turning
   Python lists into arrays (our checked conversion and plain numpy's).
@@ -30,11 +33,11 @@ import numba
 import numpy as np
 import torch
 
-from mrope_tracker import PromptLayout, prompt_positions, reference
+from mrope_tracker import PositionTracker, PromptLayout, prompt_positions, reference
 
 from . import seed_design, transformers_rope
 from .timing import measure, medians_us, ratio, torch_threads
-from .workloads import family_prompt_cases, glm4v, qwen2_5_omni, qwen2_5_vl, qwen3_vl, seed_prompt_cases
+from .workloads import PromptBuilder, family_prompt_cases, glm4v, qwen2_5_omni, qwen2_5_vl, qwen3_vl, seed_prompt_cases
 
 NUM_LARGE = 3  # the seed cases held to the write-floor target: the three largest
 
@@ -50,26 +53,6 @@ def write_floor(num_tokens: int) -> None:
     write every element once (numpy allocation, then a vectorised numba loop,
     faster than ndarray.fill here)."""
     _fill(np.empty((3, num_tokens), np.int64).reshape(-1))
-
-
-def as_form(kwargs: dict, form: str) -> dict:
-    """The item arguments (numpy arrays) in another form: "array" (as they
-    are), "list", "tuple" or "tensor"."""
-    if form == "array":
-        return dict(kwargs)
-    out = {}
-    for key, value in kwargs.items():
-        if not isinstance(value, np.ndarray):
-            out[key] = value
-        elif form == "list":
-            out[key] = value.tolist()
-        elif form == "tuple":
-            out[key] = tuple(tuple(v) if isinstance(v, list) else v for v in value.tolist())
-        elif form == "tensor":
-            out[key] = torch.from_numpy(value)
-        else:
-            raise ValueError(f"form: expected array, list, tuple or tensor, got {form!r}")
-    return out
 
 
 def _same(name: str, got, expected) -> None:
@@ -204,53 +187,203 @@ def family_rows(configs, rounds: int, target_s: float, progress=lambda message: 
 # Input forms
 # --------------------------------------------------------------------------
 
-FORMS = ("array", "list", "tuple", "tensor")
-FORM_CASES = ("1 image", "10 images", "1 video of 20 frames")  # seed cases the forms are timed on
+# (key, column label): every form an argument comes in besides the canonical
+# one (a C-contiguous int64 array; float64 for times). "32-bit" is int32, or
+# float32 for a time; "tensor" is torch int64, or float64 for a time.
+FORMS = (
+    ("list", "list"),
+    ("tuple", "tuple"),
+    ("32-bit", "32-bit"),
+    ("strided", "strided"),
+    ("read-only", "read-only"),
+    ("tensor", "tensor"),
+    ("tensor32", "tensor, 32-bit"),
+)
+TIME_ARGS = ("second_per_grid_ts",)
 
 
-def input_form_rows(config, cases, rounds: int, target_s: float, progress=lambda message: None) -> list[dict]:
-    """Per case: each form's median time and its ratio to the ready-array form."""
+def _strided(value: np.ndarray) -> np.ndarray:
+    """The same values as a non-contiguous view (every other element of a buffer twice as wide)."""
+    wide = np.zeros((*value.shape[:-1], 2 * value.shape[-1]), value.dtype)
+    wide[..., ::2] = value
+    return wide[..., ::2]
+
+
+def in_form(value: np.ndarray, form: str, time: bool = False):
+    """A canonical argument (an int64 array, or float64 for a time) in
+    another form: one of FORMS' keys, or "array" for itself."""
+    if form == "array":
+        return value
+    if form == "list":
+        return value.tolist()
+    if form == "tuple":
+        return tuple(tuple(v) if isinstance(v, list) else v for v in value.tolist())
+    if form == "32-bit":
+        return value.astype(np.float32 if time else np.int32)
+    if form == "strided":
+        return _strided(value)
+    if form == "read-only":
+        out = value.copy()
+        out.setflags(write=False)
+        return out
+    if form == "tensor":
+        return torch.from_numpy(value.copy())
+    if form == "tensor32":
+        return torch.from_numpy(value.astype(np.float32 if time else np.int32))
+    raise ValueError(f"form: expected array or one of {', '.join(k for k, _ in FORMS)}, got {form!r}")
+
+
+def as_form(kwargs: dict, form: str) -> dict:
+    """The item arguments (numpy arrays) in another form: "array" (as they
+    are), "list", "tuple" or "tensor"."""
+    if form not in ("array", "list", "tuple", "tensor"):
+        raise ValueError(f"form: expected array, list, tuple or tensor, got {form!r}")
+    return {
+        key: in_form(value, form, key in TIME_ARGS) if isinstance(value, np.ndarray) else value
+        for key, value in kwargs.items()
+    }
+
+
+def _canonical(arrays: dict) -> dict:
+    """C-contiguous int64 arrays, float64 times."""
+    return {
+        key: np.ascontiguousarray(value, np.float64 if key in TIME_ARGS else np.int64) for key, value in arrays.items()
+    }
+
+
+def form_cases() -> dict:
+    """The prompts the forms are timed on: Qwen2.5-VL with images and videos
+    (every vision argument has rows to convert), Qwen2.5-Omni with audio clips."""
+    vl, omni = qwen2_5_vl(), qwen2_5_omni()
+    b = PromptBuilder(vl).text(20)
+    for _ in range(3):
+        b.image(36, 36).text(20)
+    for _ in range(2):
+        b.video(20, 18, 36).text(20)
+    audio = PromptBuilder(omni).text(20)
+    for _ in range(3):
+        audio.audio_clip(800).text(20)
+    return {"vl": (vl, b.build()), "omni": (omni, audio.build())}
+
+
+FORM_CASE_NAMES = {"vl": "3 images and 2 videos of 20 frames (Qwen2.5-VL)", "omni": "3 audio clips (Qwen2.5-Omni)"}
+
+
+def _form_plan() -> list[tuple]:
+    """(call, argument label, case key, the arguments it varies) per row."""
+    vl_grids = ("image_grid_thw", "video_grid_thw")
+    vl_ranges = ("image_ranges", "video_ranges")
+    return [
+        ("prompt_positions", "token_ids", "vl", ("token_ids",)),
+        ("prompt_positions", "image_grid_thw", "vl", ("image_grid_thw",)),
+        ("prompt_positions", "video_grid_thw", "vl", ("video_grid_thw",)),
+        ("prompt_positions", "second_per_grid_ts", "vl", ("second_per_grid_ts",)),
+        ("prompt_positions", "audio_feature_lengths", "omni", ("audio_feature_lengths",)),
+        ("PromptLayout.from_ranges", "image/video_ranges", "vl", vl_ranges),
+        ("PromptLayout.from_ranges", "image/video_grid_thw", "vl", vl_grids),
+        ("PromptLayout.from_ranges", "second_per_grid_ts", "vl", ("second_per_grid_ts",)),
+        ("add_request", "token_ids", "vl", ("token_ids",)),
+        ("add_request", "image/video_grid_thw", "vl", vl_grids),
+        ("add_request", "second_per_grid_ts", "vl", ("second_per_grid_ts",)),
+        ("add_request_from_ranges", "image/video_ranges", "vl", vl_ranges),
+        ("add_request_from_ranges", "image/video_grid_thw", "vl", vl_grids),
+        ("add_request_from_ranges", "second_per_grid_ts", "vl", ("second_per_grid_ts",)),
+    ]
+
+
+def _form_call(call: str, config, num_tokens: int, tracker):
+    """The call as a function of its arguments (token_ids and ranges
+    included); each returns (positions, delta) to check against."""
+    if call == "prompt_positions":
+        return lambda args: prompt_positions(config, **args)
+    if call == "PromptLayout.from_ranges":
+        return lambda args: PromptLayout.from_ranges(config, num_tokens, **args)
+
+    # admission: the request is removed again, so every call admits the same one
+    add = tracker.add_request if call == "add_request" else tracker.add_request_from_ranges
+    first = "token_ids" if call == "add_request" else "num_tokens"
+
+    def admit(args):
+        args = dict(args)
+        add("r", args.pop(first, num_tokens), **args)
+        tracker.remove_request("r")
+
+    return admit
+
+
+def _check_form(call: str, config, num_tokens: int, tracker, args: dict, expected, what: str) -> None:
+    if call == "prompt_positions":
+        _same(what, prompt_positions(config, **args), expected)
+    elif call == "PromptLayout.from_ranges":
+        layout = PromptLayout.from_ranges(config, num_tokens, **args)
+        _same(what, (layout.positions(), layout.delta), expected)
+    else:
+        args = dict(args)
+        if call == "add_request":
+            tracker.add_request("r", args.pop("token_ids"), **args)
+        else:
+            tracker.add_request_from_ranges("r", num_tokens, **args)
+        positions = tracker.prepare(["r"], [num_tokens])
+        _same(what, (positions, tracker.mrope_position_delta("r")), expected)
+        tracker.remove_request("r")
+
+
+def input_form_rows(rounds: int, target_s: float, progress=lambda message: None, plan=None) -> dict:
+    """Per (call, argument): the canonical call's median time and each form's
+    median ratio to it (with its spread), measured in interleaved rounds.
+    `plan` limits the rows (a list of (call, argument) pairs)."""
+    cases = form_cases()
+    # the calls take microseconds: rounds of a few milliseconds hold hundreds
+    target_s = min(target_s, 0.005)
+    trackers = {
+        key: PositionTracker(config, max_num_reqs=2, max_num_batched_tokens=prompt.num_tokens)
+        for key, (config, prompt) in cases.items()
+    }
     rows = []
-    for name, prompt in cases:
-        progress(f"prompt input forms: {name}")
-        ids, arrays, ranges = prompt.token_ids, prompt.kwargs, prompt.ranges
-        num_tokens = prompt.num_tokens
-        expected = prompt_positions(config, ids, **arrays)
-        contenders = {}
-        for form in FORMS:
-            kwargs = as_form(arrays, form)
-            _same(f"prompt_positions, grids as {form}, {name}", prompt_positions(config, ids, **kwargs), expected)
-            contenders[f"prompt_positions: grids as {form}"] = lambda kwargs=kwargs: prompt_positions(
-                config, ids, **kwargs
-            )
-        id_list = ids.tolist()
-        _same(f"prompt_positions, token ids as a list, {name}", prompt_positions(config, id_list, **arrays), expected)
-        contenders["prompt_positions: token ids as a list"] = lambda: prompt_positions(config, id_list, **arrays)
-        for form in ("array", "list", "tensor"):
-            kwargs = {**as_form(arrays, form), **as_form(ranges, form)}
-            layout = PromptLayout.from_ranges(config, num_tokens, **kwargs)
-            _same(f"from_ranges, {form} forms, {name}", (layout.positions(), layout.delta), expected)
-            contenders[f"from_ranges: ranges and grids as {form}s"] = lambda kwargs=kwargs: PromptLayout.from_ranges(
-                config, num_tokens, **kwargs
-            )
+    for call, label, key, varied in _form_plan():
+        if plan is not None and (call, label) not in plan:
+            continue
+        progress(f"prompt input forms: {call}, {label}")
+        config, prompt = cases[key]
+        tracker, num_tokens = trackers[key], prompt.num_tokens
+        base = {
+            **prompt.kwargs,
+            **({"token_ids": prompt.token_ids} if call in ("prompt_positions", "add_request") else {}),
+        }
+        if call in ("PromptLayout.from_ranges", "add_request_from_ranges"):
+            base.update(prompt.ranges)
+        if "second_per_grid_ts" not in varied:
+            # Only its own rows pass it (the videos use the default, 1.0): a
+            # float64 array takes prompt_positions' checked path, whose cost
+            # would hide what the other arguments' forms cost.
+            base.pop("second_per_grid_ts", None)
+        canonical = _canonical(base)
+        expected = prompt_positions(config, prompt.token_ids, **prompt.kwargs)
+        run = _form_call(call, config, num_tokens, tracker)
+        contenders = {"canonical": lambda args=canonical: run(args)}
+        for form, _ in FORMS:
+            args = {**canonical, **{name: in_form(canonical[name], form, name in TIME_ARGS) for name in varied}}
+            _check_form(call, config, num_tokens, tracker, args, expected, f"{call}, {label} as {form}")
+            contenders[form] = lambda args=args: run(args)
         samples = measure(contenders, rounds=rounds, target_s=target_s)
         us = medians_us(samples)
-        for contender in contenders:
-            base = (
-                "from_ranges: ranges and grids as arrays"
-                if contender.startswith("from_ranges")
-                else ("prompt_positions: grids as array")
-            )
-            rows.append(
-                {
-                    "case": name,
-                    "num_tokens": num_tokens,
-                    "call": contender,
-                    "us": us[contender],
-                    "vs_array": ratio(samples, contender, base),
-                }
-            )
-    return rows
+        rows.append(
+            {
+                "call": call,
+                "argument": label,
+                "case": FORM_CASE_NAMES[key],
+                "num_tokens": num_tokens,
+                "canonical_us": us["canonical"],
+                "us": {form: us[form] for form, _ in FORMS},
+                "vs_canonical": {form: ratio(samples, form, "canonical") for form, _ in FORMS},
+            }
+        )
+    return {
+        "config": "Qwen2.5-VL; audio_feature_lengths on Qwen2.5-Omni",
+        "cases": "; ".join(f"{name}, {cases[key][1].num_tokens:,} tokens" for key, name in FORM_CASE_NAMES.items()),
+        "forms": [list(form) for form in FORMS],
+        "rows": rows,
+    }
 
 
 # --------------------------------------------------------------------------
@@ -347,8 +480,7 @@ def run(quick: bool, progress) -> dict:
         ]
         rows += omni_rows(qwen2_5_omni(), rounds, target_s, progress)
         families = family_rows((("Qwen3-VL", qwen3_vl()), ("GLM-4.1V", glm4v())), rounds, target_s, progress)
-        picked = [case for case in vl_cases if case[0].split(",")[0] in FORM_CASES]
-        forms = input_form_rows(vl, picked, rounds, target_s, progress)
+        forms = input_form_rows(rounds, target_s, progress)
         picked = [case for case in vl_cases if case[0].split(",")[0] in BREAKDOWN_CASES]
         breakdown = breakdown_rows(vl, picked, rounds, target_s, progress)
     return {

@@ -89,8 +89,8 @@ def replay(scenario: Scenario, steps: list[Step], progress) -> dict:
         outputs = {}
         # lockstep: each design does this step in turn, starting with a
         # different one every step, so that none always runs just after a
-        # design that swept the caches (MRV2's table writes cost the next
-        # design's admission up to 2x when the order was fixed)
+        # design that swept the caches (MRV2's table writes slowed the next
+        # design's admission markedly when the order was fixed)
         first = k % len(designs)
         for d in designs[first:] + designs[:first]:
             w = watches[d.name]

@@ -48,8 +48,8 @@ def _median_run(runs: list[dict]) -> dict:
 
 def run(quick: bool, progress) -> dict:
     """Cold and warm starts as the median of three runs each (one with
-    --quick): a single compile measured 13.6-15.5 s on the same VM within
-    an hour."""
+    --quick): single compiles on one machine vary by several percent within
+    an hour, so one run says little."""
     repeats = 1 if quick else 3
     cold, warm = [], []
     for k in range(repeats):
@@ -69,26 +69,38 @@ def run(quick: bool, progress) -> dict:
 
 
 def tables(result: dict) -> str:
-    lines = [
-        f"On {result.get('cores', '?')} usable cores. numba's compiler set-up (its typing and lowering registries) "
-        "runs in a process that compiles; loading our cached kernels skips it.",
-        "",
-        "| numba cache | import mrope_tracker (s) | warmup() (s) | stages (s) |",
-        "|---|---|---|---|",
-    ]
+    from .report import paragraph, table
+
     runs = result["runs"]
     of = f", median of {runs}" if runs > 1 else ""
-    rows = [
-        ("cold", f"empty, default (compile forked where there are 2+ cores){of}"),
-        ("cold_one_process", "empty, `jobs=1` (one process)"),
-        ("warm", f"filled{of}"),
-    ]
-    for name, label in rows:
-        if name not in result:
-            continue
+    labels = {
+        "cold": "cold",
+        "cold_one_process": "cold, jobs=1",
+        "warm": "warm",
+    }
+    done = [name for name in labels if name in result]
+    head = paragraph(
+        f"On {result.get('cores', '?')} usable cores. cold: an empty numba cache, `warmup()` as it runs by default "
+        f"(the compile forked where there are 2+ cores){of}; cold, jobs=1: the same in one process; warm: the cache "
+        f"the cold run filled{of}. Times in seconds."
+    )
+    rows = []
+    for name in done:
         r = result[name]
-        stages = ", ".join(f"{k} {v:.2f}" for k, v in r["stages"].items())
         times = r.get("all_warmup_s", [])
         spread = f" ({times[0]:.2f}–{times[-1]:.2f})" if len(times) > 1 else ""
-        lines.append(f"| {label} | {r['import_s']:.2f} | **{r['warmup_s']:.2f}**{spread} | {stages} |")
-    return "\n".join(lines)
+        rows.append(
+            [
+                labels[name],
+                f"{r['import_s']:.2f}",
+                f"**{r['warmup_s']:.2f}**{spread}",
+            ]
+        )
+    runs_table = table(["numba cache", "import mrope_tracker", "warmup()"], rows)
+    stages = list(dict.fromkeys(stage for name in done for stage in result[name]["stages"]))
+    stage_rows = [
+        [stage, *(f"{result[name]['stages'][stage]:.2f}" if stage in result[name]["stages"] else "–" for name in done)]
+        for stage in stages
+    ]
+    stage_table = table(["warmup() stage", *(labels[name] for name in done)], stage_rows)
+    return head + "\n\n" + runs_table + "\n\n" + stage_table

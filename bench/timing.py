@@ -48,7 +48,7 @@ def measure(
                     fn()
                 samples[name].append((time.perf_counter() - start) / n)
             # the young generations only: a full collection walks every object
-            # torch and transformers created (0.3-0.5 s a time here)
+            # torch and transformers created, which would dwarf short rounds
             gc.collect(1)
     finally:
         if gc_was_enabled:

@@ -104,14 +104,39 @@ def test_frame_videos_match_the_reference(make_config):
     np.testing.assert_array_equal(got, expected.numpy())
 
 
-def test_input_forms_time_every_form(seed_cases):
-    """input_form_rows times every grid form, token ids as a list and the three from_ranges forms."""
-    rows = suite_prompt.input_form_rows(qwen2_5_vl(), seed_cases[1:2], **TINY)
-    calls = [r["call"] for r in rows]
-    assert calls[: len(suite_prompt.FORMS)] == [f"prompt_positions: grids as {f}" for f in suite_prompt.FORMS]
-    assert "prompt_positions: token ids as a list" in calls
-    assert sum(c.startswith("from_ranges") for c in calls) == 3
-    assert all(_is_spread(r["vs_array"]) for r in rows)
+def test_input_forms_cover_every_argument_in_every_form():
+    """input_form_rows checks and times each argument of prompt_positions, from_ranges and the tracker's
+    admission in every form, each as a ratio to the canonical call, and the report renders them within 120 columns."""
+    forms = suite_prompt.input_form_rows(**TINY)
+    keys = [key for key, _ in suite_prompt.FORMS]
+    assert {"list", "tuple", "32-bit", "strided", "read-only", "tensor", "tensor32"} == set(keys)
+    covered = {(r["call"], r["argument"]) for r in forms["rows"]}
+    for argument in ("token_ids", "image_grid_thw", "video_grid_thw", "second_per_grid_ts", "audio_feature_lengths"):
+        assert ("prompt_positions", argument) in covered
+    for call in ("PromptLayout.from_ranges", "add_request_from_ranges"):
+        assert {(call, a) for a in ("image/video_ranges", "image/video_grid_thw", "second_per_grid_ts")} <= covered
+    assert {("add_request", a) for a in ("token_ids", "image/video_grid_thw", "second_per_grid_ts")} <= covered
+    for r in forms["rows"]:
+        assert r["canonical_us"] > 0 and set(r["vs_canonical"]) == set(keys)
+        assert all(_is_spread(v) for v in r["vs_canonical"].values())
+    text = report.input_form_tables(json.loads(json.dumps(forms)))
+    assert "`add_request_from_ranges`" in text and "tensor, 32-bit" in text
+    assert max(len(line) for line in text.splitlines()) <= report.WIDTH
+
+
+def test_in_form_keeps_the_values():
+    """Every form holds the canonical values: strided views are not contiguous, read-only arrays not writable."""
+    grid = np.array([[1, 4, 6], [2, 8, 8]], np.int64)
+    times = np.array([0.5, 2.0])
+    for form, _ in suite_prompt.FORMS:
+        for value, time in ((grid, False), (times, True)):
+            got = suite_prompt.in_form(value, form, time)
+            as_array = got.numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+            np.testing.assert_array_equal(as_array, value)
+    assert not suite_prompt.in_form(grid, "strided").flags.c_contiguous
+    assert not suite_prompt.in_form(grid, "read-only").flags.writeable
+    assert suite_prompt.in_form(times, "32-bit", time=True).dtype == np.float32
+    assert suite_prompt.in_form(grid, "tensor32").dtype == torch.int32
 
 
 def test_breakdown_times_each_part(seed_cases):
@@ -141,23 +166,131 @@ def test_qwen3_vl_scheduler_scenario_agrees_with_the_tracker():
 
 
 def test_report_renders_a_prompt_result(seed_cases):
-    """The markdown report renders seed, reference and input-form tables, and the result is JSON-serialisable."""
+    """The markdown report renders seed and reference tables within 120 columns, and the result is JSON-serialisable."""
     config = qwen2_5_vl()
     seed = suite_prompt.seed_rows(seed_cases[:2], config, **TINY)
     result = {
         "seed": seed,
         "rows": [],
         "families": [],
-        "input_forms": suite_prompt.input_form_rows(config, seed_cases[1:2], **TINY),
+        "input_forms": suite_prompt.input_form_rows(**TINY, plan=[("prompt_positions", "token_ids")]),
     }
     text = report.prompt_tables(result)
-    assert "speedup, lists" in text and "from_ranges: ranges and grids as lists" in text
+    assert "speedup, lists" in text and "`prompt_positions`" in text
+    assert max(len(line) for line in text.splitlines()) <= report.WIDTH
     json.dumps(result)
+
+
+def test_every_table_fits_a_terminal():
+    """Descriptive text wraps and every suite's table stays within 120 columns, on long labels and large numbers."""
+    spread = {"median": 1234.5, "min": 1000.25, "max": 98765.4}
+    text = "\n".join(
+        [
+            report.decode_tables(
+                {
+                    "per_request": [{"method": "numpy (vLLM V1)", "step_us": 157.1, "speedup": 8.0}],
+                    "steps": [
+                        {
+                            "step": "mixed: 256 requests, 2252 tokens",
+                            **{k: 12345.6 for k in ("v1_us", "prepare_us", "prepare_new_batch_us", "prepare_slots_us")},
+                            **{k: spread for k in ("speedup_prepare", "speedup_prepare_new_batch", "speedup_slots")},
+                        }
+                    ],
+                    "forms": [
+                        {
+                            "step": "mixed: 256 requests, 2252 tokens",
+                            "entry": "prepare, list ids + list counts + num_computed_tokens list",
+                            "us": 14.4,
+                            "speedup": spread,
+                        }
+                    ],
+                    "dispatch": [{"call": "njit function, 8 arguments, numba runtime", "step_us": 1.4}],
+                }
+            ),
+            report.scheduler_tables(
+                {
+                    "scenarios": [
+                        {
+                            "scenario": "a",
+                            "title": "seed e2e: 200 text + 1 image (324) in, 200 out " * 3,
+                            **{k: 123456 for k in ("requests", "steps", "tokens", "max_num_seqs")},
+                            "max_num_batched_tokens": 8192,
+                            "designs": [
+                                {
+                                    "design": "MRV2-like (full table): ids to slots (outside its row)",
+                                    "total_ms": 12345.6,
+                                    "total_vs_tracker": 1234.5,
+                                    "admit_ms": 12345.6,
+                                    "steps_ms": 12345.6,
+                                    "step_median_us": 12345.6,
+                                    "step_vs_tracker": 1234.5,
+                                    "peak_bytes": 2**31,
+                                }
+                            ],
+                        }
+                    ]
+                }
+            ),
+            report.memory_tables(
+                {
+                    "rows": [
+                        {
+                            "max_num_reqs": 1024,
+                            "prompt_tokens": 8192,
+                            "max_model_len": 131072,
+                            "images_per_request": 8,
+                            **{k: 2**31 for k in ("v1_bytes", "mrv2_bytes", "tracker_request_state_bytes")},
+                            "tracker_bytes": 2**31,
+                            "v1_per_request_bytes": 196608,
+                            "tracker_per_request_bytes": 1416,
+                        }
+                    ]
+                }
+            ),
+        ]
+    )
+    assert max(len(line) for line in text.splitlines()) <= report.WIDTH
+
+
+def test_hf_and_startup_tables_are_aligned():
+    """The hf and startup suites render through the report's table: aligned columns within 120 columns."""
+    from mrope_tracker.bench import suite_hf, suite_startup
+
+    speedup = {"median": 827.0, "min": 801.0, "max": 837.0}
+    hf = suite_hf.tables(
+        {
+            "transformers": "4.57.6",
+            "semantics": "transformers-4.57",
+            "target": 50,
+            "rows": [
+                {
+                    "family": "qwen2_5_omni, audio in video",
+                    **{"batch": 8, "width": 10094, "tokens": 45893, "items": 40},
+                    **{"ours_us": 216.0, "transformers_us": 176720.0, "speedup": speedup, "target_met": True},
+                }
+            ],
+        }
+    )
+    run = {"import_s": 1.06, "warmup_s": 17.79, "all_warmup_s": [17.5, 17.79, 18.2]}
+    startup = suite_startup.tables(
+        {
+            "cores": 2,
+            "runs": 3,
+            "cold": {**run, "stages": {"compile (2 processes)": 17.64, "prompt_positions": 0.08}},
+            "warm": {**run, "stages": {"prompt_positions": 0.08}},
+        }
+    )
+    for text in (hf, startup):
+        assert max(len(line) for line in text.splitlines()) <= report.WIDTH
+        tables = [block.splitlines() for block in text.split("\n\n") if block.startswith("|")]
+        assert tables and all(len({len(line) for line in rows}) == 1 for rows in tables)  # aligned columns
+    assert "| compile (2 processes) | 17.64 | –" in startup
 
 
 def test_check_outputs(tmp_path):
     """check_outputs accepts writable file paths and names the flag of a directory or a missing folder."""
     assert report.check_outputs(str(tmp_path / "out.json"), None) is None
     assert report.check_outputs(None, None) is None
+    assert report.check_outputs("-", None) is None  # --json - is stdout
     assert report.check_outputs(str(tmp_path), None).startswith("--json")
     assert report.check_outputs(None, str(tmp_path / "missing" / "chart.png")).startswith("--plot")

@@ -1,5 +1,6 @@
 """PromptLayout built directly (e.g. after deserialising) is checked before any kernel reads it."""
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import given
@@ -95,6 +96,61 @@ def test_tracker_takes_a_checked_layout():
     assert a.prepare(["r"], [14]).tolist() == b.prepare(["r"], [14]).tolist()
 
 
+def _image_layout(config: MRopeConfig) -> PromptLayout:
+    ids = [1, config.vision_start_token_id] + [config.image_token_id] * 6 + [config.vision_end_token_id, 2]
+    return PromptLayout.from_tokens(config, ids, image_grid_thw=[[1, 4, 6]])
+
+
+@pytest.mark.parametrize(
+    ("built_for", "serving", "match"),
+    [
+        (
+            MRopeConfig(family="qwen2_5_vl"),
+            MRopeConfig(family="qwen3_vl", semantics="vllm-0.33"),
+            r"layout: built for qwen2_5_vl \(semantics 'reference'\), but this tracker serves qwen3_vl "
+            r"\(semantics 'vllm-0.33'\)",
+        ),
+        (
+            MRopeConfig(family="qwen2_5_vl"),
+            MRopeConfig(family="qwen2_5_vl", semantics="transformers-5"),
+            r"built for qwen2_5_vl \(semantics 'reference'\), but .* qwen2_5_vl \(semantics 'transformers-5'\)",
+        ),
+        (
+            MRopeConfig(family="qwen2_5_vl", tokens_per_second=2),
+            MRopeConfig(family="qwen2_5_vl"),
+            r"built for qwen2_5_vl \(semantics 'reference', tokens_per_second=2.0\), but .* tokens_per_second=",
+        ),
+    ],
+    ids=["family_and_semantics", "semantics", "parameters"],
+)
+@pytest.mark.parametrize("travelled", [False, True], ids=["built_here", "from_bytes"])
+def test_tracker_refuses_a_layout_built_under_another_config(built_for, serving, match, travelled):
+    """A layout built under another family, semantics preset or parameters is a
+    ValueError naming both configs, also after to_bytes/from_bytes, and the
+    refused call changes nothing."""
+    layout = _image_layout(built_for)
+    if travelled:
+        layout = PromptLayout.from_bytes(layout.to_bytes())
+    tracker = PositionTracker(serving, max_num_reqs=2, max_num_batched_tokens=32, layout_rows=1)
+    before = tracker.nbytes()
+    with pytest.raises(ValueError, match=match):
+        tracker.add_request_layout("r", layout)
+    assert len(tracker) == 0 and "r" not in tracker and tracker.nbytes() == before
+    tracker.check_invariants()
+    assert tracker.add_request_layout("r", _image_layout(serving)) == 0  # the same id and slot are still free
+
+
+def test_tracker_takes_a_layout_of_another_model_type_with_the_same_rules():
+    """model_type only names the checkpoint: a Qwen3-VL layout serves a Qwen3-VL-MoE tracker."""
+    dense = MRopeConfig(family="qwen3_vl", model_type="qwen3_vl")
+    moe = MRopeConfig(family="qwen3_vl", model_type="qwen3_vl_moe")
+    tracker = PositionTracker(moe, max_num_reqs=2, max_num_batched_tokens=32)
+    tracker.add_request_layout("r", PromptLayout.from_bytes(_image_layout(dense).to_bytes()))
+    twin = PositionTracker(dense, max_num_reqs=2, max_num_batched_tokens=32)
+    twin.add_request_layout("r", _image_layout(dense))
+    assert tracker.prepare(["r"], [10]).tolist() == twin.prepare(["r"], [10]).tolist()
+
+
 # --------------------------------------------------------------------------
 # layouts travel between processes: pickle and to_bytes / from_bytes
 # --------------------------------------------------------------------------
@@ -107,12 +163,18 @@ def test_bytes_and_pickle_round_trip(prompt):
 
     layout = PromptLayout.from_tokens(prompt.config, prompt.token_ids, **prompt.kwargs())
     data = layout.to_bytes()
-    assert len(data) == 32 + layout.num_rows * (8 * C.NUM_COLS + 4 * C.NUM_SCALE_COLS)
+    tables = 32 + layout.num_rows * (8 * C.NUM_COLS + 4 * C.NUM_SCALE_COLS)
+    assert tables < len(data) < tables + 1024  # then the config, in a size of its own
     for back in (PromptLayout.from_bytes(data), pickle.loads(pickle.dumps(layout))):
         np.testing.assert_array_equal(back.rows, layout.rows)
         np.testing.assert_array_equal(back.scales, layout.scales)
         assert (back.num_tokens, back.delta) == (layout.num_tokens, layout.delta)
+        assert back.config == layout.config is not None
         np.testing.assert_array_equal(back.positions(), layout.positions())
+    # a layout of unknown origin writes the tables alone (version 1), and reads back without a config
+    direct = PromptLayout(*attrs.astuple(layout))
+    assert direct.config is None and len(direct.to_bytes()) == tables
+    assert PromptLayout.from_bytes(direct.to_bytes()).config is None
 
 
 @pytest.mark.parametrize(
@@ -123,8 +185,9 @@ def test_bytes_and_pickle_round_trip(prompt):
         (lambda b: b"XXXX" + b[4:], "magic"),
         (lambda b: b + b"\0" * 80, "bytes"),
         (lambda b: b[:32] + (7).to_bytes(8, "little") + b[40:], "rows"),  # first row starts at token 7
+        (lambda b: b[:-4] + b"}}}}", "config"),  # the recorded config is not JSON
     ],
-    ids=["truncated", "short_header", "foreign", "extra_row_bytes", "bad_row"],
+    ids=["truncated", "short_header", "foreign", "extra_row_bytes", "bad_row", "bad_config"],
 )
 def test_bad_bytes_are_refused(mangle, match):
     """A truncated, foreign or inconsistent buffer is a ValueError, never a layout."""
@@ -270,8 +333,6 @@ def test_layout_attrs_fields_are_its_four_public_ones():
     """asdict, astuple and evolve see rows, scales, num_tokens and delta only
     (the writable tables behind the read-only views stay private), and a
     layout rebuilt from its own dict is the same layout, checked."""
-    import attrs
-
     config = MRopeConfig(family="qwen2_5_vl")
     ids = [1, config.vision_start_token_id, config.image_token_id, config.image_token_id, config.vision_end_token_id, 2]
     layout = PromptLayout.from_tokens(config, ids, image_grid_thw=[[1, 2, 4]])

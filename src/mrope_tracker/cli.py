@@ -1,4 +1,9 @@
-"""`mrope-tracker` command line: `bench` (the main job), `warmup`, and `compare`."""
+"""`mrope-tracker` command line: `bench` (the main job), `warmup`, and `compare`.
+
+`bench` and `compare` share one output convention: Markdown tables on
+stdout, and with `--json PATH` the full result as JSON in PATH too; `--json -`
+(or a bare `--json`) puts the JSON on stdout and the tables on stderr.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,33 @@ def _progress_printer():
     return progress
 
 
+def _write_json(result: dict, path: str) -> None:
+    """The result as JSON in `path`, or on stdout for "-"."""
+    text = json.dumps(result, indent=1)
+    if path == "-":
+        print(text)
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text + "\n")
+
+
+def _json_path_problem(path: str | None) -> str | None:
+    """Why `--json` could not be written, or None (the check `bench` makes)."""
+    from .bench.report import check_outputs
+
+    return check_outputs(path, None)
+
+
+def _add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help=f"also write {what} as JSON to PATH; '-' (or no PATH): the JSON on stdout, the tables on stderr",
+    )
+
+
 def _bench(args) -> int:
     from .bench import report, runner  # the suites import matplotlib only to plot
 
@@ -33,15 +65,17 @@ def _bench(args) -> int:
         return 2
     results = runner.run(list(dict.fromkeys(suites)), args.quick, _progress_printer())
     m = results["machine"]
+    tables = sys.stderr if args.json == "-" else sys.stdout  # stdout is the JSON's alone
     print(
         f"\nmrope-tracker bench{' --quick' if args.quick else ''}: {m['cpu']}, {m['cores']} cores, "
-        f"torch {m['torch']}, numba {m['numba']}, {results['elapsed_s']:.0f} s\n"
+        f"torch {m['torch']}, numba {m['numba']}, {results['elapsed_s']:.0f} s\n",
+        file=tables,
     )
-    print(report.markdown(results))
+    print(report.markdown(results), file=tables)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
-        print(f"\nresults: {args.json}", file=sys.stderr)
+        _write_json(results, args.json)
+        if args.json != "-":
+            print(f"\nresults: {args.json}", file=sys.stderr)
     if args.plot:
         report.plot(results, args.plot)
         print(f"chart: {args.plot}", file=sys.stderr)
@@ -67,13 +101,19 @@ def _compare(args) -> int:
     from .hf import compare as hf_compare
 
     presets = [p for item in args.presets.split(",") for p in [item.strip()] if p] if args.presets else list(SEMANTICS)
+    problem = _json_path_problem(args.json)  # before the comparison runs, not after
+    if problem:
+        print(f"mrope-tracker compare: {problem}", file=sys.stderr)
+        return 2
     try:
         prompts = hf_compare.read_prompts(args.prompts) if args.prompts else None
         result = hf_compare.compare(args.config, prompts, presets, num_prompts=args.num_prompts, seed=args.seed)
     except (ValueError, TypeError, KeyError) as exc:
         print(f"mrope-tracker compare: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=1) if args.json else hf_compare.markdown(result))
+    print(hf_compare.markdown(result), file=sys.stderr if args.json == "-" else sys.stdout)
+    if args.json:
+        _write_json(result, args.json)
     return 0
 
 
@@ -93,7 +133,7 @@ def main(argv=None) -> int:
         help="prompt, decode, admission, scheduler, memory, hf or startup (repeat or comma-separate; default: all)",
     )
     bench.add_argument("--quick", action="store_true", help="smaller workloads and fewer rounds (under a minute)")
-    bench.add_argument("--json", metavar="PATH", help="write every result and ratio as JSON")
+    _add_json_option(bench, "every result and ratio")
     bench.add_argument("--plot", metavar="PATH", help="draw a PNG chart (needs matplotlib)")
     bench.set_defaults(handler=_bench)
     warm = sub.add_parser("warmup", help="compile every kernel into numba's cache (e.g. at image build time)")
@@ -121,7 +161,7 @@ def main(argv=None) -> int:
     comp.add_argument("--presets", metavar="LIST", help="comma-separated presets (default: all four)")
     comp.add_argument("--num-prompts", type=int, default=200, metavar="N", help="size of the built-in sample (200)")
     comp.add_argument("--seed", type=int, default=0, help="seed of the built-in sample (0)")
-    comp.add_argument("--json", action="store_true", help="print the result as JSON instead of a Markdown table")
+    _add_json_option(comp, "the comparison")
     comp.set_defaults(handler=_compare)
     args = parser.parse_args(argv)
     return args.handler(args)

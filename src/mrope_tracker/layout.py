@@ -9,6 +9,7 @@ rows in its pool.
 
 from __future__ import annotations
 
+import json
 import struct
 
 import attrs
@@ -188,11 +189,24 @@ def _read_only_view(table: np.ndarray) -> np.ndarray:
     kernel once per argument type, read-only arrays being a type of their
     own, and the tracker's step kernel already calls the fill with its
     writable pool. One signature instead of two saves a compilation of the
-    fill and the segment writers it inlines (about 1.4 s of a cold start
-    on 2 cores)."""
+    fill and the segment writers it inlines, a noticeable part of a cold
+    start."""
     view = table.view()
     view.setflags(write=False)
     return view
+
+
+def _read_config(data: bytes) -> MRopeConfig:
+    """The config a version-2 buffer records (see `PromptLayout.to_bytes`)."""
+    try:
+        fields = json.loads(data.decode())
+        if not isinstance(fields, dict):
+            raise TypeError(f"a JSON object, got {type(fields).__name__}")
+        return MRopeConfig(**fields)
+    except (ValueError, TypeError) as exc:  # JSON and UTF-8 errors are ValueErrors
+        raise ValueError(
+            f"data: expected the config the layout was built under, got one that cannot be read ({exc})"
+        ) from None
 
 
 @attrs.frozen(eq=False, slots=False)
@@ -203,17 +217,26 @@ class PromptLayout:
     Built by `from_tokens` or `from_ranges`; a layout constructed directly
     (e.g. deserialised in another process) is checked in O(rows) before use,
     since the kernels that read it run without bounds checks. The tables are
-    private read-only copies."""
+    private read-only copies.
+
+    ``config`` is the `MRopeConfig` the layout was built under (kept through
+    `to_bytes` and pickling), so that a tracker can refuse a layout built for
+    another model or semantics preset; it is None for a layout constructed
+    directly from its tables, whose origin is unknown. It is not an attrs
+    field: `asdict`, `astuple` and `evolve` see the four tables and counts
+    only (and `evolve` gives a layout of unknown origin)."""
 
     rows: np.ndarray = attrs.field(converter=lambda v: _checked_table(v, "rows", np.int64, C.NUM_COLS))
     scales: np.ndarray = attrs.field(converter=lambda v: _checked_table(v, "scales", np.float32, C.NUM_SCALE_COLS))
     num_tokens: int = attrs.field(converter=lambda v: as_index(v, "num_tokens", minimum=1))
     delta: int = attrs.field(converter=lambda v: as_index(v, "delta", minimum=-(2**62)))
     # Not slotted: the writable tables behind `rows` and `scales`, for the
-    # fill kernel only, live in the instance dict, outside the attrs fields
-    # (so that asdict, astuple and evolve see only the four fields above).
+    # fill kernel only, and `config`, live in the instance dict, outside the
+    # attrs fields (so that asdict, astuple and evolve see only the four
+    # fields above).
 
     def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "config", None)
         object.__setattr__(self, "_fill_rows", self.rows.base)
         object.__setattr__(self, "_fill_scales", self.scales.base)
         if self.scales.shape[0] != self.rows.shape[0]:
@@ -230,15 +253,24 @@ class PromptLayout:
             )
 
     # to_bytes: magic, version, then num_tokens, delta, num_rows (int64), then
-    # the rows (int64) and scales (float32), all little-endian
+    # the rows (int64) and scales (float32), all little-endian. Version 2
+    # (a layout that records its config) follows them with the config: its
+    # length (uint32) and its fields that are not None, as UTF-8 JSON.
     _MAGIC = b"MRLY"
     _HEADER = struct.Struct("<4sBxxxqqq")
+    _CONFIG_LENGTH = struct.Struct("<I")
 
     def to_bytes(self) -> bytes:
         """A compact, O(rows) serialisation (for sending a layout built in a
         front-end process to a worker); `from_bytes` reads it back, checked."""
-        header = self._HEADER.pack(self._MAGIC, 1, self.num_tokens, self.delta, self.num_rows)
-        return header + self.rows.astype("<i8").tobytes() + self.scales.astype("<f4").tobytes()
+        config = b""
+        if self.config is not None:
+            # None fields are left out: the constructor's default for each is None
+            fields = attrs.asdict(self.config, filter=lambda field, value: field.init and value is not None)
+            config = json.dumps(fields, separators=(",", ":")).encode()
+            config = self._CONFIG_LENGTH.pack(len(config)) + config
+        header = self._HEADER.pack(self._MAGIC, 2 if config else 1, self.num_tokens, self.delta, self.num_rows)
+        return header + self.rows.astype("<i8").tobytes() + self.scales.astype("<f4").tobytes() + config
 
     @classmethod
     def from_bytes(cls, data) -> PromptLayout:
@@ -251,32 +283,43 @@ class PromptLayout:
         if len(data) < size:
             raise ValueError(f"data: expected a serialised PromptLayout of at least {size} bytes, got {len(data)}")
         magic, version, num_tokens, delta, num_rows = cls._HEADER.unpack_from(data)
-        if magic != cls._MAGIC or version != 1:
+        if magic != cls._MAGIC or version not in (1, 2):
             raise ValueError(
-                f"data: expected a PromptLayout buffer (magic {cls._MAGIC!r}, version 1), got {magic!r}, {version}"
+                f"data: expected a PromptLayout buffer (magic {cls._MAGIC!r}, version 1 or 2), got {magic!r}, {version}"
             )
         row_bytes = 8 * C.NUM_COLS + 4 * C.NUM_SCALE_COLS
-        if not 0 < num_rows <= (len(data) - size) // row_bytes or len(data) != size + num_rows * row_bytes:
+        end = size + num_rows * row_bytes
+        config_size = 0
+        if version == 2 and 0 < num_rows and len(data) >= end + cls._CONFIG_LENGTH.size:
+            config_size = cls._CONFIG_LENGTH.size + cls._CONFIG_LENGTH.unpack_from(data, end)[0]
+        if not 0 < num_rows <= (len(data) - size) // row_bytes or len(data) != end + config_size:
+            what = " and its config" if version == 2 else ""
             raise ValueError(
-                f"data: expected {size} + num_rows x {row_bytes} bytes for the {num_rows} rows it announces, got "
-                f"{len(data)}"
+                f"data: expected {size} + num_rows x {row_bytes} bytes{what} for the {num_rows} rows it announces, "
+                f"got {len(data)}"
             )
         split = size + num_rows * 8 * C.NUM_COLS
         rows = np.frombuffer(data, "<i8", num_rows * C.NUM_COLS, size).reshape(num_rows, C.NUM_COLS).astype(np.int64)
         scales = np.frombuffer(data, "<f4", num_rows * C.NUM_SCALE_COLS, split).reshape(num_rows, C.NUM_SCALE_COLS)
-        return cls(rows, scales.astype(np.float32), num_tokens, delta)
+        layout = cls(rows, scales.astype(np.float32), num_tokens, delta)
+        if version == 2:
+            object.__setattr__(layout, "config", _read_config(data[end + cls._CONFIG_LENGTH.size :]))
+        return layout
 
     def __reduce__(self):
         # through from_bytes, so an unpickled layout is checked like any other
         return (PromptLayout.from_bytes, (self.to_bytes(),))
 
     @classmethod
-    def _built(cls, rows: np.ndarray, scales: np.ndarray, num_tokens: int, delta: int) -> PromptLayout:
-        """A layout the builders just produced into fresh tables: it needs
-        neither the O(rows) check nor a private copy (both cost more than a
-        small build)."""
+    def _built(
+        cls, config: MRopeConfig, rows: np.ndarray, scales: np.ndarray, num_tokens: int, delta: int
+    ) -> PromptLayout:
+        """A layout the builders just produced into fresh tables under
+        `config`: it needs neither the O(rows) check nor a private copy (both
+        cost more than a small build)."""
         layout = object.__new__(cls)
         for name, value in (
+            ("config", config),
             ("rows", _read_only_view(rows)),
             ("scales", _read_only_view(scales)),
             ("num_tokens", num_tokens),
@@ -314,7 +357,7 @@ class PromptLayout:
             config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
         rows, scales, n, top = build_rows_from_tokens(config, ids, items)
-        return cls._built(rows[:n], scales[:n], ids.shape[0], top + 1 - ids.shape[0])
+        return cls._built(config, rows[:n], scales[:n], ids.shape[0], top + 1 - ids.shape[0])
 
     @classmethod
     def from_ranges(
@@ -358,7 +401,7 @@ class PromptLayout:
         rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
         if token_ids is not None:
             check_ranges_against_tokens(config, items, ranges, token_ids)
-        return cls._built(rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
+        return cls._built(config, rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
 
     def positions(self, start: int = 0, end: int | None = None) -> np.ndarray:
         """Positions of tokens [start, end) as a new (3, end - start) int64 array."""

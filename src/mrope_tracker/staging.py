@@ -19,7 +19,7 @@ specialise on contiguity, as vLLM does.
     with max_num_tokens (131 KB a step at 8192 int64 tokens). Kept for
     comparison (bench/gpu_check.py --copy span).
   The views each copy needs are cached by n, since slicing a tensor costs
-  about 1 us and steps repeat their sizes.
+  far more than a dict lookup and steps repeat their sizes.
 - A CUDA event per ring slot, recorded after its copies, is waited on before
   the slot is written again, so an in-flight copy is never overwritten
   however many steps are queued.
@@ -68,8 +68,8 @@ class PositionBuffers:
         self._host_flat = [buf.view(-1) for buf in self._host]
         self._next = 0
         self._current = 0
-        # views positions[:, :n] by n: slicing a tensor costs ~1 us, a dict
-        # lookup ~50 ns, and steps repeat their sizes (decode batches)
+        # views positions[:, :n] by n: slicing a tensor costs far more than a
+        # dict lookup, and steps repeat their sizes (decode batches)
         self._views: dict[int, torch.Tensor] = {}
         # per ring slot, by n: the (device row, host row) view pairs of a "rows" copy
         self._row_copies: list[dict[int, tuple]] = [{} for _ in self._host]
