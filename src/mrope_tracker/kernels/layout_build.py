@@ -32,6 +32,7 @@ from .layout_emit import (
     av_vllm_shifted,
     check_items,
     check_run,
+    emit_checked_grid,
     emit_frame,
     emit_grid,
     flush_text,
@@ -167,18 +168,21 @@ def build_from_tokens(
             if n >= state[S_TOTAL + m]:
                 return C.ERR_EXTRA_ITEM, m, i, 0, 0
             t, h, w, size = grid_tokens(grids, n, merge, num_tokens)
-            bad, missing = scan_item(ids, i, size, tok)
-            if bad >= 0:
-                return C.ERR_PLACEHOLDER_SHORT, m, n, bad, 0
-            if missing > 0:
+            if i + size > num_tokens:  # cut off (a foreign token before the end is reported first)
+                bad, missing = scan_item(ids, i, size, tok)
+                if bad >= 0:
+                    return C.ERR_PLACEHOLDER_SHORT, m, n, bad, 0
                 return C.ERR_CUT_OFF, m, n, missing, 0
             flush_text(rows, scales, state, out, i)
             if m == C.MOD_IMAGE:  # images are never time-scaled
-                emit_grid(
-                    rows, scales, state, out, i, t, h, w, np.int64(C.TAU_FRAME), np.float32(1), np.float32(1), next_rule
-                )
+                item_mode, item_sp, item_r = np.int64(C.TAU_FRAME), np.float32(1), np.float32(1)
             else:
-                emit_grid(rows, scales, state, out, i, t, h, w, mode, video_sp_of(video_sp, n), r, next_rule)
+                item_mode, item_sp, item_r = mode, video_sp_of(video_sp, n), r
+            bad = emit_checked_grid(
+                rows, scales, state, out, ids, i, t, h, w, item_mode, item_sp, item_r, next_rule, tok
+            )
+            if bad >= 0:
+                return C.ERR_PLACEHOLDER_SHORT, m, n, bad, 0
             state[S_COUNT + m] = n + 1
             i += size
         elif tok == video_id:  # a video outside an audio-in-video block

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import layout_codes as C
 from .jit_options import inner, tiny
-from .position_rules import block_end, grid_range_max, temporal_index, write_segment
+from .position_rules import block_end, grid_range_max, temporal_index, write_grid_hw, write_segment, write_t_checked
 
 TAU_LIMIT = 0.999 * 2.0**31  # tau bound, with room for float32 rounding
 
@@ -125,17 +125,48 @@ def flush_text(rows, scales, state, out, upto):
     state[S_TEXT_START] = upto
 
 
+@tiny
+def _close_block(state, tok_start, s, t, h, w, mode, sp, r, next_rule):
+    """Advance the state past a whole block placed at base s. The next base
+    is one past the block's largest position (R-max), or s + max(h', w')
+    (R-hw)."""
+    top, state[S_BASE] = block_end(s, t, h, w, mode, sp, r, next_rule)
+    state[S_MAX] = max(state[S_MAX], top)
+    state[S_TEXT_START] = tok_start + t * h * w
+
+
 @inner
 def emit_grid(rows, scales, state, out, tok_start, t, h, w, mode, sp, r, next_rule):
-    """A whole (t', h', w') block at the current base. The next base is one
-    past the block's largest position (R-max), or s + max(h', w') (R-hw)."""
+    """A whole (t', h', w') block at the current base."""
     s = state[S_BASE]
     push_row(
         rows, scales, state, out, tok_start, t * h * w, np.int64(C.KIND_GRID), s, np.int64(0), t, h, w, mode, sp, r
     )
-    top, state[S_BASE] = block_end(s, t, h, w, mode, sp, r, next_rule)
-    state[S_MAX] = max(state[S_MAX], top)
-    state[S_TEXT_START] = tok_start + t * h * w
+    _close_block(state, tok_start, s, t, h, w, mode, sp, r, next_rule)
+
+
+@inner
+def emit_checked_grid(rows, scales, state, out, ids, tok_start, t, h, w, mode, sp, r, next_rule, token):
+    """`emit_grid` for a block whose t'h'w' placeholder tokens (all within
+    `ids`) are not checked yet. Returns the index of the first that is not
+    `token`, or -1 once the block is emitted.
+
+    Where only positions are written (no table, as for `prompt_positions`),
+    the check rides in the pass that writes the T row: one read of the ids
+    instead of two. Otherwise the run is checked first, in a pass of its own."""
+    size = t * h * w
+    if out.shape[1] == 0 or rows.shape[0] != 0:
+        bad = check_run(ids, tok_start, tok_start + size, token)
+        if bad < 0:
+            emit_grid(rows, scales, state, out, tok_start, t, h, w, mode, sp, r, next_rule)
+        return bad
+    s = state[S_BASE]
+    if write_t_checked(out, ids, tok_start, s, t, h * w, token, mode, sp, r):
+        return check_run(ids, tok_start, tok_start + size, token)
+    write_grid_hw(out, tok_start, s, np.int64(0), size, h, w)
+    state[S_NUM_ROWS] += 1  # as push_row counts a row past a table's capacity
+    _close_block(state, tok_start, s, t, h, w, mode, sp, r, next_rule)
+    return np.int64(-1)
 
 
 @tiny

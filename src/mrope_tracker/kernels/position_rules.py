@@ -167,7 +167,10 @@ def write_grid(out, col, base, g0, count, h, w, scaled, sp, r):
     first = offset
     while done < count:
         run = min(hw - first, count - done)
-        out[0, col + done : col + done + run] = base + temporal_index(frame, scaled, sp, r)
+        value = base + temporal_index(frame, scaled, sp, r)
+        t_row = out[0, col + done : col + done + run]
+        for n in range(run):
+            t_row[n] = value
         done += run
         frame += 1
         first = 0

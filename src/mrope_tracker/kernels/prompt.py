@@ -97,6 +97,9 @@ def prompt_from_records(out, ids, params, records, images_only, scratch):
     state = scratch[:NUM_STATE]
     work = scratch[NUM_STATE:]
     no_audio = scratch[:0]
+    # False, as a value rather than a literal: numba would compile the
+    # builder once more for a literal False (a type of its own).
+    no_audio_in_video = no_audio.shape[0] != 0
     if images_only:
         num_images = sequence_header(records, np.int64(0))
         if num_images < 0 or 3 * num_images > work.shape[0]:
@@ -105,7 +108,9 @@ def prompt_from_records(out, ids, params, records, images_only, scratch):
         if read_int_rows_at(records, np.int64(0), image_grid) != len(records):
             return UNREADABLE
         no_times = params.view(np.float32)[:0]
-        return _write_positions(out, ids, params, image_grid, image_grid[:0], no_times, no_audio, False, state)
+        return _write_positions(
+            out, ids, params, image_grid, image_grid[:0], no_times, no_audio, no_audio_in_video, state
+        )
     if sequence_header(records, np.int64(0)) != 3:
         return UNREADABLE
     # A grid record of n valid rows takes 5 + 20 n bytes, so the offsets of
@@ -137,4 +142,4 @@ def prompt_from_records(out, ids, params, records, images_only, scratch):
         return FAILED
     if params[C.P_SP_DEFAULT] < 0:
         video_sp = video_sp[:0]
-    return _write_positions(out, ids, params, image_grid, video_grid, video_sp, no_audio, False, state)
+    return _write_positions(out, ids, params, image_grid, video_grid, video_sp, no_audio, no_audio_in_video, state)
