@@ -87,7 +87,12 @@ def prompt_positions(
     if type(config) is not MRopeConfig:
         config = as_config(config)
     ids = token_ids
-    if type(ids) is not _NDARRAY or ids.dtype is not _INT64 or ids.strides != _IDS_STRIDES or not _usable(ids):
+    if (
+        type(ids) is not _NDARRAY
+        or ids.dtype is not _INT64
+        or ids.strides != _IDS_STRIDES
+        or not ((flags := ids.flags).writeable and flags.aligned)  # (_usable, inline: a call costs as much)
+    ):
         ids = as_token_ids(token_ids)
     params = config.kernel_params
     out = _empty((3, len(ids)), _INT64)
@@ -98,7 +103,11 @@ def prompt_positions(
         elif images is None:
             delta = prompt_from_records(out, ids, params, _NO_IMAGES, True, _SCRATCH)
         elif (
-            type(images) is _NDARRAY and images.dtype is _INT64 and images.strides == _GRID_STRIDES and _usable(images)
+            type(images) is _NDARRAY
+            and images.dtype is _INT64
+            and images.strides == _GRID_STRIDES
+            and (flags := images.flags).writeable
+            and flags.aligned
         ):
             delta = prompt_from_arrays(out, ids, params, images, EMPTY_GRID, EMPTY_FLOAT, _NO_AUDIO, False, _SCRATCH)
         elif type(images) in _SEQUENCES:
@@ -107,6 +116,9 @@ def prompt_positions(
             delta = UNREADABLE
         if delta == UNREADABLE:  # (records the kernel does not decode, or another form)
             delta = _other_forms(out, ids, config, images, None, None, None, False)
+    elif type(video_grid_thw) is _NDARRAY and audio_feature_lengths is None and use_audio_in_video is False:
+        items = _canonical_items(config, images, video_grid_thw, second_per_grid_ts, None, False)
+        delta = prompt_from_arrays(out, ids, params, *items, _SCRATCH)
     else:
         delta = _other_forms(
             out, ids, config, images, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
@@ -178,8 +190,8 @@ def _canonical_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts,
     if not (
         _is_canonical(times, _FLOAT32, _TIMES_STRIDES)
         and len(times) == len(videos)
-        and config.kernel_params[C.P_SP_DEFAULT] >= 0
-        and config.kernel_params[C.P_SP_TRUNC] == 0
+        and config.spec.scaled_time  # (else as_second_per_grid_ts refuses them)
+        and "int_sp" not in config.switches  # (else it truncates them)
     ):
         times = as_second_per_grid_ts(times, len(videos), config)
     return images, videos, times, _NO_AUDIO, False
