@@ -39,9 +39,9 @@ from .tracker import PositionTracker
 
 __all__ = ["warmup"]
 
-# The work splits into two groups (9.7-11.0 s for the builders, 10.1-10.7 s
-# for the rest, side by side in three runs on the 2-core development VM); a
-# third process would only repeat the helpers both groups share.
+# The work splits into two groups (the builders and the prompt entries that
+# call them; the rest); a third process would only repeat the helpers the
+# groups share (docs/benchmarks.md has the groups' compile times).
 MAX_JOBS = 2
 
 
@@ -246,8 +246,8 @@ def _cache_is_cold() -> bool:
     return False
 
 
-# A group compiles in about 11 s on 2 cores; a child still running after
-# this long is stuck (a lock it inherited held), and is ended.
+# A group compiles in seconds; a child still running after this long is
+# stuck (a lock it inherited held), and is ended.
 CHILD_DEADLINE_S = 300.0
 
 

@@ -348,8 +348,8 @@ def next_special(ids, start, a, b, c, d):
     few ids of each other), and only a block holding a candidate is searched
     token by token. The blocks start small and double: items are often a few
     dozen tokens apart, and a first block of 256 tokens cost more than the
-    writes of a one-image prompt (measured: 80-100 ns against 20-30 ns to
-    find a token 21 tokens on; four compares a token cost 3x one)."""
+    writes of a one-image prompt (docs/benchmarks.md, "Measurements behind
+    design choices")."""
     num_tokens = ids.shape[0]
     hi = max(max(a, b), max(c, d))
     if hi < 0:

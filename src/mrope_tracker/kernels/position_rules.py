@@ -65,7 +65,7 @@ def grid_range_max(k0, k1, h, w, tau_last):
 
 # Every writer takes 1-D views of the output rows and indexes them from 0:
 # an index numba cannot prove non-negative gets a wraparound branch per
-# access, which stops LLVM from vectorising (3-4x slower, measured).
+# access, which stops LLVM from vectorising (several times slower).
 
 
 @tiny
@@ -97,10 +97,8 @@ def _write_hw_rows(out, col, base, offset, count, w):
     """H and W rows of grid tokens offset .. offset+count-1 within one frame."""
     if offset + count <= _FLOAT_ROWS_EXACT:
         # One vectorised pass, the row index from a float reciprocal: rows
-        # a dozen or two tokens wide are too short for a loop per row. The
-        # image walk took 0.8x the time of row-by-row writes with 18-wide
-        # rows, 0.95x with 36- to 128-wide ones, 0.66x with 4-wide ones
-        # (paired runs, each version compiled fresh; 2-core EPYC).
+        # a dozen or two tokens wide are too short for a loop per row, and
+        # the narrower the rows, the more this gains.
         h_row = out[1, col : col + count]
         w_row = out[2, col : col + count]
         inv_w = 1.0 / np.float64(w)
@@ -157,8 +155,8 @@ def write_grid(out, col, base, g0, count, h, w, scaled, sp, r):
 
     T is one constant run per frame. H and W repeat from frame to frame, so
     they are written for the first full frame and copied to the others, one
-    row after the other (one store stream at a time: 20% faster than frame
-    by frame on a 200-frame video)."""
+    row after the other (one store stream at a time, faster than frame by
+    frame on long videos)."""
     hw = h * w
     frame = g0 // hw
     offset = g0 - frame * hw
@@ -209,9 +207,8 @@ def write_t_checked(out, ids, col, base, t, hw, token, scaled, sp, r):
     """The T row of a whole (t', h', w') block placed at column `col`, written
     in the same pass that checks its tokens: returns True if any of
     ids[col:col + t'h'w'] is not `token` (one read of the ids, not two)."""
-    # The bits of every id that differ from `token`, OR-ed together: 0.91-0.98x
-    # the time of OR-ing comparisons on a 200-frame video (three paired
-    # runs, 2-core EPYC), the same on one image.
+    # The bits of every id that differ from `token`, OR-ed together: no
+    # branch and no compare per token, so LLVM vectorises it.
     differ = np.int64(0)
     for frame in range(t):
         start = col + frame * hw

@@ -4,10 +4,9 @@ Per-request bookkeeping lives in one int64 table, `slot_state`
 [max_num_reqs, NUM_SLOT_FIELDS], whose rows are request slots; layouts live in
 a shared row pool (see layout_codes). A struct of arrays passed to an njit
 function compiled without numba's runtime rather than a numba jitclass: with
-the same body, the call costs half a jitclass method's (1.5 us against 2.9
-us on the 2-core development machine, `mrope-tracker bench --suite decode`,
-dispatch table), and every buffer stays a plain numpy array the tracker
-owns. The step's limits and its counter travel in one small int64 array,
+the same body, the call costs about half a jitclass method's
+(`mrope-tracker bench --suite decode`, dispatch table), and every buffer
+stays a plain numpy array the tracker owns. The step's limits and its counter travel in one small int64 array,
 `params`.
 
 The kernel validates the whole batch before writing anything, so a rejected
@@ -68,7 +67,7 @@ STEP_ERR_COUNTS_LENGTH = 10  # num_scheduled and slots differ in length
 STEP_ERR_TOO_MANY_REQS = 11  # more entries than slots
 
 
-@helper  # allocates nothing: without numba's runtime, no reference counting of its 7 arrays (0.4 us a call)
+@helper  # allocates nothing: without numba's runtime, no reference counting of its 7 arrays
 def prepare_step(out, slots, num_scheduled, num_computed, slot_state, pool_rows, pool_scales, params):
     """Write positions for every scheduled token, batch order, into out[:, :total].
 
