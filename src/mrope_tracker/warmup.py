@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 import torch
-from numba.core import config as numba_config
+from numba import config as numba_config
 
 from .config import MRopeConfig
 from .inputs import as_grid, as_token_ids
@@ -79,7 +79,10 @@ def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float
 
     num_jobs = _num_jobs(jobs)
     if num_jobs > 1 and _cache_is_cold():
-        groups = (lambda: _general_builders(config, ids, kwargs, ranges), lambda: _fast_paths(config, dtypes))
+        groups = (
+            lambda: _general_builders(config, ids, kwargs, ranges),
+            lambda: _fast_paths(config, dtypes, ids, kwargs, ranges),
+        )
         stage(f"compile ({num_jobs} processes)", lambda: _compile_in_children(groups))
 
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
@@ -167,24 +170,21 @@ def _tracker_round(config, ids, kwargs, ranges, dtype) -> None:
 
 
 def _general_builders(config, ids, kwargs, ranges) -> None:
-    """Group 1: the builders from tokens and from ranges, which share their
-    emitters, and the prompt entries, which call the builder from tokens
-    (not through `positions()`, the other group's fill). This is the longer
-    group, so the entry points the builders do not call (the frame locator
-    and the list decoder a per-frame video's ranges take) are the other
-    group's."""
+    """Group 1: the builder from tokens and the prompt entries, which call
+    it (not through `positions()`, the other group's fill). This is the
+    longer group."""
     PromptLayout.from_tokens(config, ids, **kwargs)
-    PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
     image_ids = [1, config.image_token_id, config.image_token_id, 2]
     prompt_positions(config, np.array(image_ids), image_grid_thw=np.array([[1, 2, 4]]))
     prompt_positions(config, np.array(image_ids), image_grid_thw=[[1, 2, 4]])
 
 
-def _fast_paths(config, dtypes) -> None:
-    """Group 2: the list decoders, the frame locator,
-    the decode kernel, and from their signatures (no tracker, so no torch in
-    the child) the step kernel, the pool compaction and the fill of a
-    layout's rows."""
+def _fast_paths(config, dtypes, ids, kwargs, ranges) -> None:
+    """Group 2: the builder from ranges (its emitters, shared with the
+    builder from tokens, compile in both groups: the groups balance better
+    so), the list decoders, the frame locator, the decode kernel, and from
+    their signatures (no tracker, so no torch in the child) the step kernel,
+    the pool compaction and the fill of a layout's rows."""
     from numba import float32, int64
 
     from .kernels.frames import locate_frames
@@ -192,6 +192,7 @@ def _fast_paths(config, dtypes) -> None:
     from .kernels.pool import compact_pool
     from .kernels.tracker_step import prepare_step, step_signatures
 
+    PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
     as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of grids and ranges
     as_token_ids([1, 2])  # the list decoder of token ids
     locate_frames(np.array([0, 1, 1, 0], np.uint8), 1, 2, np.empty(1, np.int64))  # a per-frame video's frames
