@@ -189,7 +189,7 @@ def input_form_tables(forms: dict) -> str:
             "(C-contiguous int64 arrays, float64 times), in interleaved rounds; `canonical` is that call's time. "
             "Integer arguments: `32-bit` an int32 array, `strided` and `read-only` int64 arrays, `tensor` torch "
             "int64, `tensor, 32-bit` torch int32; times: `32-bit` float32, `tensor` float64, `tensor, 32-bit` "
-            "float32. second_per_grid_ts is passed in its own rows only (the videos use the default, 1.0). "
+            "float32. "
             f"Cases: {forms['cases']}."
         )
     ]

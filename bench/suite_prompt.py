@@ -352,11 +352,6 @@ def input_form_rows(rounds: int, target_s: float, progress=lambda message: None,
         }
         if call in ("PromptLayout.from_ranges", "add_request_from_ranges"):
             base.update(prompt.ranges)
-        if "second_per_grid_ts" not in varied:
-            # Only its own rows pass it (the videos use the default, 1.0): a
-            # float64 array takes prompt_positions' checked path, whose cost
-            # would hide what the other arguments' forms cost.
-            base.pop("second_per_grid_ts", None)
         canonical = _canonical(base)
         expected = prompt_positions(config, prompt.token_ids, **prompt.kwargs)
         run = _form_call(call, config, num_tokens, tracker)
