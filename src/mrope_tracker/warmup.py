@@ -7,11 +7,11 @@ serving; the seed PR compiled lazily, during the engine's profiling run.
 `mrope-tracker warmup` runs this from the command line (e.g. at image build
 time, so that containers start with a filled cache).
 
-On a cold cache the compile is split in two groups of about equal cost (the
-general builders; the fast prompt walk with the step, decode, fill and pool
-kernels), each compiled in a forked child process, so that two cores do it
-in half the time; numba's compiler holds one lock per process, so threads
-would not help. The children only compile and write numba's cache (no torch,
+On a cold cache the compile is split in two groups (the builder from tokens
+and the prompt kernels that call it; the builder from ranges with the step,
+decode, fill and pool kernels), each compiled in a forked child process, so
+that two cores share it; numba's compiler holds one lock per process, so
+threads would not help. The children only compile and write numba's cache (no torch,
 no device); the parent then runs every stage, which loads what they wrote.
 Anything that goes wrong in a child costs only time: the parent compiles
 whatever is still missing itself.

@@ -1,7 +1,7 @@
 """Kernels behind `mrope_tracker.hf.get_rope_index`: a padded batch in one call.
 
-`batch_kernel` positions every row of a (B, L) batch with the prompt builder
-(`kernels.prompt`), the rows' items taken in batch order from the
+`batch_kernel` positions every row of a (B, L) batch with the layout builder
+(`layout_build.build_from_tokens`), the rows' items taken in batch order from the
 concatenated grids, and writes the (3, B, L) result with the padding value;
 `float_batch` computes Qwen3-Omni's float32 positions for chosen rows the
 way transformers computes them (`float_row`). Which tokens a row keeps is a
