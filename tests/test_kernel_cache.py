@@ -2,7 +2,6 @@
 modules and under NUMBA_CACHE_DIR alike (numba itself checks only each entry
 point's own file)."""
 
-import hashlib
 import os
 import pathlib
 import subprocess
@@ -10,29 +9,29 @@ import sys
 
 import mrope_tracker.kernels as kernels
 
-HERE = pathlib.Path(kernels.__file__).resolve().parent
+
+def _numba_subfolder(cache_dir: pathlib.Path, monkeypatch) -> pathlib.Path:
+    """The sub-folder the package says numba caches its kernels in under NUMBA_CACHE_DIR."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache_dir))
+    beside, under = kernels.cache_folders()
+    assert beside == pathlib.Path(kernels.SOURCE_FOLDER, "__pycache__")
+    return under
 
 
-def _numba_subfolder(cache_dir: pathlib.Path) -> pathlib.Path:
-    """The sub-folder numba caches this package's kernels in under NUMBA_CACHE_DIR."""
-    return cache_dir / f"{HERE.name}_{hashlib.sha1(str(HERE).encode()).hexdigest()}"
-
-
-def test_numba_cache_dir_folder_is_the_one_numba_writes(tmp_path):
-    """Our guess of numba's sub-folder is where a compile under NUMBA_CACHE_DIR lands."""
+def test_numba_cache_dir_folder_is_the_one_numba_writes(tmp_path, monkeypatch):
+    """The folder the stale-cache drop cleans is where numba writes a compile under NUMBA_CACHE_DIR."""
     script = (
         "import numpy as np; from mrope_tracker import next_positions; "
         "next_positions(np.zeros((3, 2), np.int64), 0, 0, 0, 2)"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
-    assert list(_numba_subfolder(tmp_path).glob("next_positions.*.nbi"))
+    assert list(_numba_subfolder(tmp_path, monkeypatch).glob("next_positions.*.nbi"))
 
 
 def test_stale_entries_are_dropped_in_both_folders(tmp_path, monkeypatch):
     """A stamp from other sources drops the cached entries and writes the current digest."""
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
-    folder = _numba_subfolder(tmp_path)
+    folder = _numba_subfolder(tmp_path, monkeypatch)
     folder.mkdir()
     (folder / "kernels-source.sha256").write_text("an older digest")
     stale = [folder / "prompt.prompt_from_arrays-40.py311.nbi", folder / "prompt.prompt_from_arrays-40.py311.1.nbc"]
@@ -44,7 +43,7 @@ def test_stale_entries_are_dropped_in_both_folders(tmp_path, monkeypatch):
     assert not any(path.exists() for path in stale)
     assert kept.exists()
     stamp = (folder / "kernels-source.sha256").read_text()
-    assert stamp == (HERE / "__pycache__" / "kernels-source.sha256").read_text()
+    assert stamp == pathlib.Path(kernels.SOURCE_FOLDER, "__pycache__", "kernels-source.sha256").read_text()
     # with the digest current, nothing is dropped
     stale[0].write_bytes(b"fresh")
     kernels._drop_stale_cache()

@@ -14,6 +14,7 @@ checks both against the reference.
 from __future__ import annotations
 
 import threading
+from collections import namedtuple
 
 import attrs
 import numpy as np
@@ -74,12 +75,17 @@ def _sp_forms(sp: np.ndarray):
     }
 
 
+_Row = namedtuple("_Row", "t h w")
+
+
 def _grid_forms(grid: np.ndarray):
     return {
         "array": grid,
         "list": grid.tolist(),
         "tuple": tuple(map(tuple, grid.tolist())),
         "list_of_arrays": list(grid),  # numpy rows: not plain ints, so the checked path takes them
+        "list_of_tensors": [torch.tensor(row) for row in grid.tolist()],  # rows marshal cannot write
+        "named_rows": [_Row(*row) for row in grid.tolist()],  # tuples of another type: marshal refuses them
         "tensor": torch.from_numpy(grid.copy()),
         "tensor_int32": torch.from_numpy(grid.astype(np.int32)),
         "tensor_strided": torch.from_numpy(np.repeat(grid, 2, axis=0))[::2],
@@ -91,7 +97,18 @@ def _grid_forms(grid: np.ndarray):
     prompt=prompts(max_items=4, use_audio_in_video=False),
     semantics=st.sampled_from(SEMANTICS),
     grid_form=st.sampled_from(
-        ("array", "list", "tuple", "list_of_arrays", "tensor", "tensor_int32", "tensor_strided", "int32")
+        (
+            "array",
+            "list",
+            "tuple",
+            "list_of_arrays",
+            "list_of_tensors",
+            "named_rows",
+            "tensor",
+            "tensor_int32",
+            "tensor_strided",
+            "int32",
+        )
     ),
     sp_form=st.sampled_from(("array", "list", "tuple", "mixed", "float64", "tensor", "tensor64", "omitted")),
 )
@@ -280,6 +297,9 @@ def test_kernels_compile_one_signature_each():
     _assert_same(QWEN2_5, read_only, image_grid_thw=odd_grid.astype(np.int32))
     _assert_same(QWEN2_5, VIDEO_IDS, video_grid_thw=odd_grid * [2, 1, 1], second_per_grid_ts=np.ones(1))
     _assert_same(QWEN2_5, VIDEO_IDS, video_grid_thw=[[2, 2, 4]], second_per_grid_ts=(1,))
+    narrow = np.array([[1, 2, 4, 9], [1, 4, 2, 9]])[:, :3]  # width 3, strides (32, 8)
+    _assert_same(QWEN2_5, TWO_IMAGE_IDS, image_grid_thw=narrow)
+    _assert_same(QWEN2_5, TWO_IMAGE_IDS, image_grid_thw=np.array([[1, 2, 4], [1, 4, 2]])[:, :2])  # refused
     assert len(prompt_from_arrays.signatures) == 1
     assert len(prompt_from_records.signatures) == 1
 
@@ -308,6 +328,7 @@ def _array_layouts(values, dtype) -> dict[str, np.ndarray]:
         forms["fortran"] = np.asfortranarray(base)
         forms["odd_row_stride"] = np.concatenate([base, np.zeros((len(base), 2), dtype)], axis=1)[:, :3]  # (40, 8)
         forms["wide"] = np.concatenate([base, base], axis=1)  # (n, 6): strides (48, 8)
+        forms["narrow"] = base[:, :2]  # (n, 2) with the strides of an (n, 3) array: (24, 8)
     return forms
 
 

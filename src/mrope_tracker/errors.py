@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .config import MRopeConfig
-from .inputs import MODALITY_NAMES, Items, _count
+from .inputs import MODALITY_NAMES, Items, count_items
 from .kernels import layout_codes as C
 
 _GRID_NAMES = {C.MOD_IMAGE: "image_grid_thw", C.MOD_VIDEO: "video_grid_thw", C.MOD_AUDIO: "audio_feature_lengths"}
@@ -104,7 +104,7 @@ def layout_error(
         )
     if code == C.ERR_EXTRA_ITEM:  # token scan only: the range form matches counts before building
         start, end = _run_bounds(ids, b, int(ids[b]))
-        n_given = _count(items, a)
+        n_given = count_items(items, a)
         hint = ""
         if start < b and n_given:  # the run continues past the last item that took part of it
             hint = _merge_hint(end - start, expected_tokens(a, n_given - 1), m) if a != C.MOD_AUDIO else ""

@@ -33,7 +33,7 @@ EMPTY_OUT = np.zeros((3, 0), np.int64)  # "write no positions" for the builders
 MODALITY_NAMES = {C.MOD_IMAGE: "image", C.MOD_VIDEO: "video", C.MOD_AUDIO: "audio"}
 
 
-def _describe(value) -> str:
+def describe(value) -> str:
     if isinstance(value, (np.ndarray, torch.Tensor)):
         return f"{type(value).__name__} of dtype {value.dtype} and shape {tuple(value.shape)}"
     return f"{type(value).__name__} {value!r}"[:200]
@@ -77,12 +77,12 @@ def _to_numpy(value, name: str) -> np.ndarray:
         return value
     if tv is list or tv is tuple:
         if _has_bool(value):
-            raise TypeError(f"{name}: expected integers, got a bool inside {_describe(value)}")
+            raise TypeError(f"{name}: expected integers, got a bool inside {describe(value)}")
         try:
             return np.array(value)
         except (ValueError, TypeError, OverflowError) as exc:
             raise ValueError(
-                f"{name}: expected a rectangular array of numbers, got {_describe(value)} ({exc})"
+                f"{name}: expected a rectangular array of numbers, got {describe(value)} ({exc})"
             ) from None
     if isinstance(value, torch.Tensor):
         try:
@@ -90,17 +90,17 @@ def _to_numpy(value, name: str) -> np.ndarray:
                 return value.numpy()  # a view: no detach/cpu round trip (microseconds on small tensors)
             return value.detach().cpu().numpy()
         except (RuntimeError, NotImplementedError, TypeError) as exc:  # a meta tensor, an unsupported dtype, ...
-            raise TypeError(f"{name}: expected a tensor numpy can read, got {_describe(value)} ({exc})") from None
+            raise TypeError(f"{name}: expected a tensor numpy can read, got {describe(value)} ({exc})") from None
     if isinstance(value, np.ndarray):
         return plain_ndarray(value, name)
     if isinstance(value, (str, bytes, dict, set)) or not hasattr(value, "__len__"):
-        raise TypeError(f"{name}: expected a list, numpy array or torch tensor, got {_describe(value)}")
+        raise TypeError(f"{name}: expected a list, numpy array or torch tensor, got {describe(value)}")
     if isinstance(value, (list, tuple)) and _has_bool(value):
-        raise TypeError(f"{name}: expected integers, got a bool inside {_describe(value)}")
+        raise TypeError(f"{name}: expected integers, got a bool inside {describe(value)}")
     try:
         return np.asarray(value)
     except (ValueError, TypeError, OverflowError) as exc:
-        raise ValueError(f"{name}: expected a rectangular array of numbers, got {_describe(value)} ({exc})") from None
+        raise ValueError(f"{name}: expected a rectangular array of numbers, got {describe(value)} ({exc})") from None
 
 
 def _as_int64(arr: np.ndarray) -> np.ndarray:
@@ -141,11 +141,11 @@ def as_int_array(value, name: str, ndim: int, shape_hint: str) -> np.ndarray:
         if arr.size == 0 and kind == "f" and not isinstance(value, (np.ndarray, torch.Tensor)):
             arr = arr.astype(np.int64)  # an empty list has no dtype of its own
         elif kind != "u":
-            raise TypeError(f"{name}: expected integers, got {_describe(value)}")
+            raise TypeError(f"{name}: expected integers, got {describe(value)}")
         elif arr.size and arr.max() > np.iinfo(np.int64).max:
             raise ValueError(f"{name}: expected values below 2**63, got {arr.max()}")
     if arr.ndim != ndim:
-        raise ValueError(f"{name}: expected shape {shape_hint}, got {_describe(value)}")
+        raise ValueError(f"{name}: expected shape {shape_hint}, got {describe(value)}")
     return _as_int64(arr)
 
 
@@ -186,8 +186,8 @@ def as_grid(value, name: str) -> np.ndarray:
         return EMPTY_GRID
     if arr.ndim != 2 or arr.shape[1] != 3:
         if arr.dtype.kind not in "iu":
-            raise TypeError(f"{name}: expected integer (t, h, w) rows, got {_describe(value)}")
-        raise ValueError(f"{name}: expected shape (num_items, 3) of (t, h, w) rows, got {_describe(value)}")
+            raise TypeError(f"{name}: expected integer (t, h, w) rows, got {describe(value)}")
+        raise ValueError(f"{name}: expected shape (num_items, 3) of (t, h, w) rows, got {describe(value)}")
     return as_int_array(arr, name, 2, "(num_items, 3)")
 
 
@@ -212,8 +212,8 @@ def as_ranges(value, name: str) -> np.ndarray:
         return EMPTY_RANGES
     if arr.ndim != 2 or arr.shape[1] != 2:
         if arr.dtype.kind not in "iu":
-            raise TypeError(f"{name}: expected integer (offset, length) rows, got {_describe(value)}")
-        raise ValueError(f"{name}: expected shape (num_items, 2) of (offset, length) rows, got {_describe(value)}")
+            raise TypeError(f"{name}: expected integer (offset, length) rows, got {describe(value)}")
+        raise ValueError(f"{name}: expected shape (num_items, 2) of (offset, length) rows, got {describe(value)}")
     return as_int_array(arr, name, 2, "(num_items, 2)")
 
 
@@ -226,7 +226,7 @@ def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.nda
             return EMPTY_FLOAT
         raise ValueError(
             f"second_per_grid_ts: {config.family} takes no time scale (its frames are numbered, or timed by text); "
-            f"expected None, got {_describe(value)}"
+            f"expected None, got {describe(value)}"
         )
     if value is None:
         if num_videos == 0:
@@ -237,8 +237,8 @@ def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.nda
     arr = _to_numpy(value, "second_per_grid_ts")
     if arr.dtype.kind not in "iuf" or arr.ndim != 1:
         if arr.dtype.kind not in "iuf":
-            raise TypeError(f"second_per_grid_ts: expected real numbers, got {_describe(value)}")
-        raise ValueError(f"second_per_grid_ts: expected shape (num_videos,), got {_describe(value)}")
+            raise TypeError(f"second_per_grid_ts: expected real numbers, got {describe(value)}")
+        raise ValueError(f"second_per_grid_ts: expected shape (num_videos,), got {describe(value)}")
     if arr.shape[0] != num_videos:
         raise ValueError(f"second_per_grid_ts: expected one value per video ({num_videos}), got {arr.shape[0]}")
     if not ready(arr, _FLOAT32, 1):
@@ -255,7 +255,7 @@ def as_audio_lengths(value, config: MRopeConfig) -> np.ndarray:
         return value
     arr = as_int_array(value, "audio_feature_lengths", 1, "(num_audio_tracks,)")
     if arr.shape[0] and not config.is_omni:
-        raise ValueError(f"audio_feature_lengths: {config.family} has no audio; expected None, got {_describe(value)}")
+        raise ValueError(f"audio_feature_lengths: {config.family} has no audio; expected None, got {describe(value)}")
     return arr
 
 
@@ -271,7 +271,7 @@ def audio_token_counts(config: MRopeConfig, audio_lengths: np.ndarray) -> np.nda
 def as_flag(value, name: str) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise TypeError(f"{name}: expected a bool, got {_describe(value)}")
+    raise TypeError(f"{name}: expected a bool, got {describe(value)}")
 
 
 def as_config(config) -> MRopeConfig:
@@ -286,7 +286,7 @@ _INDEX_LIMIT = 2**62  # keeps every sum of indices inside int64 in the kernels
 def as_index(value, name: str, minimum: int = 0, maximum: int = _INDEX_LIMIT) -> int:
     """A plain int in [minimum, maximum] (numpy integers accepted, bools refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {_describe(value)}")
+        raise TypeError(f"{name}: expected an int, got {describe(value)}")
     value = operator.index(value)
     if not minimum <= value <= maximum:
         raise ValueError(f"{name}: expected an int in [{minimum}, {maximum}], got {value}")
@@ -345,10 +345,7 @@ class Items:
         )
 
 
-NO_ITEMS = (EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)  # normalized items of a prompt given none
-
-
-def _count(items: Items, modality: int) -> int:
+def count_items(items: Items, modality: int) -> int:
     if modality == C.MOD_IMAGE:
         return items.image_grid.shape[0]
     if modality == C.MOD_VIDEO:

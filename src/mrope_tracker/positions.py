@@ -43,7 +43,8 @@ _TENSOR = torch.Tensor
 _empty = np.empty
 _dumps = marshal.dumps
 # Strides this exact imply the dimensions and C order of the kernels' one
-# compiled layout (1-D ids, (n, 3) grids, 1-D times), in one test.
+# compiled layout (1-D ids, 1-D times), in one test; a grid needs its width
+# checked too (a column slice of an (n, 3) array has the same strides).
 _IDS_STRIDES = (_INT64.itemsize,)
 _GRID_STRIDES = (3 * _INT64.itemsize, _INT64.itemsize)
 _TIMES_STRIDES = (_FLOAT32.itemsize,)
@@ -53,7 +54,9 @@ _TIMES_STRIDES = (_FLOAT32.itemsize,)
 _SEQUENCES = (list, tuple) if MARSHAL_INTS else ()
 _SEQUENCES_OR_NONE = (*_SEQUENCES, type(None))
 # The builder's state and the records kernel's decoded items. Shared by
-# every call: both kernels keep the GIL for their whole run.
+# every call: both kernels keep the GIL for their whole run, and call no
+# Python. (A free-threaded CPython build, without a GIL, would need one
+# buffer per thread; we support none yet.)
 _SCRATCH = np.empty(SCRATCH_SIZE, np.int64)
 _NO_IMAGES = marshal.dumps([], 2)  # the records of a text prompt
 
@@ -106,12 +109,16 @@ def prompt_positions(
             type(images) is _NDARRAY
             and images.dtype is _INT64
             and images.strides == _GRID_STRIDES
+            and images.shape[1] == 3
             and (flags := images.flags).writeable
             and flags.aligned
         ):
             delta = prompt_from_arrays(out, ids, params, images, EMPTY_GRID, EMPTY_FLOAT, _NO_AUDIO, False, _SCRATCH)
         elif type(images) in _SEQUENCES:
-            delta = prompt_from_records(out, ids, params, _dumps(images, 2), True, _SCRATCH)
+            try:
+                delta = prompt_from_records(out, ids, params, _dumps(images, 2), True, _SCRATCH)
+            except ValueError:  # objects marshal cannot write (tensors, named tuples, ...): converted below
+                delta = UNREADABLE
         else:
             delta = UNREADABLE
         if delta == UNREADABLE:  # (records the kernel does not decode, or another form)
@@ -143,15 +150,19 @@ def _other_forms(out, ids, config, images, videos, times, audio_feature_lengths,
     arrays (converted where they are not)."""
     params = config.kernel_params
     if audio_feature_lengths is None and use_audio_in_video is False:
+        # (new names: a conversion below must describe the user's arguments)
+        image_values, video_values, time_values = images, videos, times
         if type(images) is _TENSOR or type(videos) is _TENSOR or type(times) is _TENSOR:
-            images, videos, times = (_tensor_list(v) if type(v) is _TENSOR else v for v in (images, videos, times))
+            image_values, video_values, time_values = (
+                _tensor_list(v) if type(v) is _TENSOR else v for v in (images, videos, times)
+            )
         if (
-            type(images) in _SEQUENCES_OR_NONE
-            and type(videos) in _SEQUENCES_OR_NONE
-            and type(times) in (_SEQUENCES_OR_NONE)
+            type(image_values) in _SEQUENCES_OR_NONE
+            and type(video_values) in _SEQUENCES_OR_NONE
+            and type(time_values) in _SEQUENCES_OR_NONE
         ):
             try:
-                records = _dumps((images, videos, times), 2)
+                records = _dumps((image_values, video_values, time_values), 2)
             except ValueError:  # objects marshal cannot write (numpy scalars, ...): converted below
                 pass
             else:
@@ -164,9 +175,15 @@ def _other_forms(out, ids, config, images, videos, times, audio_feature_lengths,
 
 def _is_canonical(value, dtype, strides) -> bool:
     """Whether `value` is a numpy array the kernels take as is: exactly
-    `dtype`, exactly the strides of their C-ordered layout (strides this
-    exact imply the dimensions too), writable and aligned."""
-    return type(value) is _NDARRAY and value.dtype is dtype and value.strides == strides and _usable(value)
+    `dtype`, exactly the strides of their C-ordered layout (with the width
+    of a grid's rows), writable and aligned."""
+    return (
+        type(value) is _NDARRAY
+        and value.dtype is dtype
+        and value.strides == strides
+        and (len(strides) == 1 or value.shape[1] == 3)
+        and _usable(value)
+    )
 
 
 def _canonical_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, av):
@@ -234,6 +251,11 @@ _NUMPY_DTYPES = frozenset(
 )
 
 
+# Past this many elements a tensor's numpy() view costs less than its
+# Python values: a grid of a few hundred items still goes as a list.
+_LIST_ELEMENTS = 1024
+
+
 def _tensor_list(value):
     """A small tensor's values as nested lists of Python numbers (torch's
     tolist() costs less than its numpy() view, and the records kernel
@@ -241,7 +263,7 @@ def _tensor_list(value):
     judge it: a dtype numpy cannot read, a negative-bit view (numpy()
     refuses both), an empty tensor (whose shape the list would lose), a meta
     tensor."""
-    if value.dtype not in _NUMPY_DTYPES or value.is_neg():
+    if value.dtype not in _NUMPY_DTYPES or value.is_neg() or value.numel() > _LIST_ELEMENTS:
         return value
     try:
         values = value.tolist()

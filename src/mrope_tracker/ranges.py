@@ -24,7 +24,7 @@ import torch
 
 from .config import MRopeConfig
 from .families import RUN_AUDIO, RUN_VIDEO
-from .inputs import EMPTY_RANGES, Items, _describe, as_ranges, ready
+from .inputs import EMPTY_RANGES, Items, as_ranges, describe, ready
 from .kernels import layout_codes as C
 from .kernels.frames import locate_frames
 
@@ -44,7 +44,7 @@ def _as_mask(value, name: str, length: int) -> np.ndarray | None:
     mask = np.asarray(value)
     if mask.dtype != np.bool_:
         if mask.dtype.kind not in "iu" or (mask.size and not np.isin(mask, (0, 1)).all()):
-            raise TypeError(f"{name}: expected a bool mask (sequence, array or tensor), got {_describe(value)}")
+            raise TypeError(f"{name}: expected a bool mask (sequence, array or tensor), got {describe(value)}")
         mask = mask.astype(bool)
     if mask.ndim != 1 or mask.shape[0] != length:
         raise ValueError(f"{name}: expected a 1-D mask of the range's length {length}, got shape {mask.shape}")
@@ -76,7 +76,7 @@ def _split(value, name: str) -> tuple[np.ndarray, list | None]:
                     masks.append(item[2] if len(item) == 3 else None)
                 else:
                     raise TypeError(
-                        f"{name}[{k}]: expected (offset, length) or (offset, length, is_embed), got {_describe(item)}"
+                        f"{name}[{k}]: expected (offset, length) or (offset, length, is_embed), got {describe(item)}"
                     )
             rows = as_ranges(pairs, name)
             if all(m is None for m in masks):
@@ -169,7 +169,7 @@ def _explicit_runs(value, n: int, num_video: int, num_audio: int) -> list[tuple[
     except (TypeError, ValueError):
         raise ValueError(
             f"interleave[{n}]: expected (kind, count) pairs with kind 'video' or 'audio' and count >= 0, got "
-            f"{_describe(value)}"
+            f"{describe(value)}"
         ) from None
     got_video = sum(c for k, c in runs if k == RUN_VIDEO)
     got_audio = sum(c for k, c in runs if k == RUN_AUDIO)
@@ -249,7 +249,7 @@ class Ranges:
         elif not isinstance(interleave, Sequence) or len(interleave) != num_videos:
             raise ValueError(
                 f"interleave: expected a convention name or one run list per video ({num_videos}), "
-                f"got {_describe(interleave)}"
+                f"got {describe(interleave)}"
             )
         # which audio track each video carries: tracks and clips in prompt order
         order = sorted(

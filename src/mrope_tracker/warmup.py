@@ -20,7 +20,6 @@ whatever is still missing itself.
 from __future__ import annotations
 
 import os
-import pathlib
 import signal
 import sys
 import threading
@@ -29,7 +28,6 @@ import warnings
 
 import numpy as np
 import torch
-from numba import config as numba_config
 
 from .config import MRopeConfig
 from .inputs import as_grid, as_token_ids
@@ -80,8 +78,8 @@ def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float
     num_jobs = _num_jobs(jobs)
     if num_jobs > 1 and _cache_is_cold():
         groups = (
-            lambda: _general_builders(config, ids, kwargs, ranges),
-            lambda: _fast_paths(config, dtypes, ids, kwargs, ranges),
+            lambda: _token_builder_group(config, ids, kwargs, ranges),
+            lambda: _other_kernels_group(config, dtypes, ids, kwargs, ranges),
         )
         stage(f"compile ({num_jobs} processes)", lambda: _compile_in_children(groups))
 
@@ -169,7 +167,7 @@ def _tracker_round(config, ids, kwargs, ranges, dtype) -> None:
 # --------------------------------------------------------------------------
 
 
-def _general_builders(config, ids, kwargs, ranges) -> None:
+def _token_builder_group(config, ids, kwargs, ranges) -> None:
     """Group 1: the builder from tokens and the prompt entries, which call
     it (not through `positions()`, the other group's fill). This is the
     longer group."""
@@ -179,7 +177,7 @@ def _general_builders(config, ids, kwargs, ranges) -> None:
     prompt_positions(config, np.array(image_ids), image_grid_thw=[[1, 2, 4]])
 
 
-def _fast_paths(config, dtypes, ids, kwargs, ranges) -> None:
+def _other_kernels_group(config, dtypes, ids, kwargs, ranges) -> None:
     """Group 2: the builder from ranges (its emitters, shared with the
     builder from tokens, compile in both groups: the groups balance better
     so), the list decoders, the frame locator, the decode kernel, and from
@@ -225,11 +223,13 @@ def _cache_is_cold() -> bool:
     points: both prompt entries, both builders, the step kernel (the best
     sign of a first start; a cache lacking only lesser kernels is completed
     in process). numba names its index files ``<module>.<function>-<line>.
-    py<version>.nbi``, in the module's __pycache__ or under NUMBA_CACHE_DIR.
-    An index written on another machine or numba counts as warm: nothing is
-    forked then, which is always correct, only slower."""
-    from .kernels import layout_build, prompt, tracker_step
+    py<version>.nbi``, in the folder numba uses (the last of
+    `kernels.cache_folders()`). An index written on another machine or numba
+    counts as warm: nothing is forked then, which is always correct, only
+    slower."""
+    from .kernels import cache_folders, layout_build, prompt, tracker_step
 
+    folder = cache_folders()[-1]
     suffix = f"py{sys.version_info[0]}{sys.version_info[1]}.nbi"
     for module, names in (
         (prompt, ("prompt_from_arrays", "prompt_from_records")),
@@ -237,12 +237,8 @@ def _cache_is_cold() -> bool:
         (tracker_step, ("prepare_step",)),
     ):
         stem = module.__name__.rsplit(".", 1)[-1]
-        if numba_config.CACHE_DIR:  # one sub-folder per source folder, named by numba
-            folder, find = pathlib.Path(numba_config.CACHE_DIR), pathlib.Path.rglob
-        else:
-            folder, find = pathlib.Path(module.__file__).resolve().parent / "__pycache__", pathlib.Path.glob
         for name in names:
-            if not any(find(folder, f"{stem}.{name}-*.{suffix}")):
+            if not any(folder.glob(f"{stem}.{name}-*.{suffix}")):
                 return True
     return False
 
@@ -266,8 +262,10 @@ def _compile_in_children(groups) -> None:
     gone in the child, and the child takes no lock but numba's. Whatever
     happens to a child (a failure, the deadline, an interrupt of the
     parent), the parent reaps it and compiles what is still missing itself."""
-    from numba.core.compiler_lock import global_compiler_lock
-
+    try:  # numba's compiler lock: not a documented name, so without it nothing is forked
+        from numba.core.compiler_lock import global_compiler_lock
+    except ImportError:  # pragma: no cover (a numba that moved it: the parent compiles everything)
+        return
     children = []
     try:
         for group in groups:

@@ -14,19 +14,28 @@ import hashlib
 import os
 import pathlib
 
+# The folder of these sources as numba names it: absolute, links kept.
+SOURCE_FOLDER = os.path.dirname(os.path.abspath(__file__))
 
-def _cache_folders(here: pathlib.Path) -> list[pathlib.Path]:
+
+def cache_folders() -> list[pathlib.Path]:
+    """Where numba caches this package's kernels: the __pycache__ beside them,
+    and under NUMBA_CACHE_DIR the sub-folder numba names after the source
+    folder and a SHA-1 of its path. The last is the one numba reads and
+    writes now (NUMBA_CACHE_DIR, where set, comes first in its search)."""
+    here = pathlib.Path(SOURCE_FOLDER)
     folders = [here / "__pycache__"]
     cache_dir = os.environ.get("NUMBA_CACHE_DIR")
     if cache_dir:
-        folders.append(pathlib.Path(cache_dir, f"{here.name}_{hashlib.sha1(str(here).encode()).hexdigest()}"))
+        digest = hashlib.sha1(SOURCE_FOLDER.encode()).hexdigest()
+        folders.append(pathlib.Path(cache_dir, f"{here.name}_{digest}"))
     return folders
 
 
 def _drop_stale_cache() -> None:
-    here = pathlib.Path(__file__).resolve().parent
+    here = pathlib.Path(SOURCE_FOLDER)
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(here.glob("*.py")))).hexdigest()
-    for cache in _cache_folders(here):
+    for cache in cache_folders():
         stamp = cache / "kernels-source.sha256"
         try:
             if stamp.read_text() == digest:

@@ -29,25 +29,17 @@ The decorators, by who calls the function:
 
 `_nrt=False` is the one option here with a leading underscore: numba has
 accepted it since long before the oldest version we support, and CI runs
-the suite on the oldest and the newest numba we declare. If a numba ever
-refuses it, the kernels compile with the NRT: slower calls, same results.
+the suite on the oldest and the newest numba we declare, so a release that
+dropped it would fail CI (numba checks options when it compiles, not when
+it decorates, so no import-time fallback could tell).
 """
 
 import numba
 
-
-def _without_nrt() -> dict:
-    try:
-        numba.njit(_nrt=False)(lambda: None)
-    except (KeyError, TypeError, ValueError):  # an option this numba no longer knows
-        return {}
-    return {"_nrt": False}
-
-
-_NO_NRT = _without_nrt()
-
 jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-helper = numba.njit(cache=True, nogil=True, boundscheck=False, **_NO_NRT)
-inner = numba.njit(cache=True, nogil=True, boundscheck=False, no_cpython_wrapper=True, no_cfunc_wrapper=True, **_NO_NRT)
-tiny = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always", **_NO_NRT)
-helper_with_gil = numba.njit(cache=True, nogil=False, boundscheck=False, **_NO_NRT)
+helper = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False)
+inner = numba.njit(
+    cache=True, nogil=True, boundscheck=False, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True
+)
+tiny = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False, inline="always")
+helper_with_gil = numba.njit(cache=True, nogil=False, boundscheck=False, _nrt=False)

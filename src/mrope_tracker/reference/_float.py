@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from ._inputs import Rules
-from ._integer import _last_run_start, temporal, vision
+from ._integer import last_run_start, temporal, vision
 from ._scan import Audio, AudioInVideo, Item, Vision
 
 
@@ -64,7 +64,7 @@ def _content(rules: Rules, s: torch.Tensor, item: Item) -> tuple[torch.Tensor, t
     block = torch.empty(3, is_video.numel(), dtype=torch.float32)
     block[:, is_video] = video
     block[:, ~is_video] = audio
-    return block, block[:, _last_run_start(is_video) :].max()
+    return block, block[:, last_run_start(is_video) :].max()
 
 
 def check_brackets(rules: Rules, ids: torch.Tensor, items: list[Item]) -> None:

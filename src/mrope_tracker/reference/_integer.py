@@ -56,7 +56,7 @@ def tau(rules: Rules, item: Vision | AudioInVideo) -> torch.Tensor:
     return temporal(rules, item.t, item.sp).long()  # trunc toward zero; the values are >= 0
 
 
-def _last_run_start(is_video: torch.Tensor) -> int:
+def last_run_start(is_video: torch.Tensor) -> int:
     """Index where the final run of same-kind tokens of an interleave begins."""
     changes = (is_video[1:] != is_video[:-1]).nonzero()
     return int(changes[-1]) + 1 if changes.numel() else 0
@@ -69,7 +69,7 @@ def audio_in_video(rules: Rules, s: int, item: AudioInVideo) -> tuple[torch.Tens
     block = torch.empty(3, item.is_video.numel(), dtype=torch.int64)
     block[:, item.is_video] = video  # boolean-mask assignment keeps prompt order
     block[:, ~item.is_video] = audio
-    e = int(block[:, _last_run_start(item.is_video) :].max()) + 1
+    e = int(block[:, last_run_start(item.is_video) :].max()) + 1
     return block, e
 
 
