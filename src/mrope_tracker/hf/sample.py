@@ -127,7 +127,7 @@ class _Builder:
 
     def audio_clip(self) -> None:
         c = self.c
-        frames = int(self.rng.integers(100, 3001))  # 1 to 30 s of 10 ms mel frames
+        frames = int(self.rng.integers(100, 3001))  # mel frames: clips of one to thirty seconds
         self.audio.append(frames)
         n = int(c.spec.audio_tokens(np.array([frames], np.int64), c)[0])
         self.ids += [c.audio_start_token_id] + [c.audio_token_id] * n + [c.audio_end_token_id]
