@@ -21,9 +21,7 @@ from .inputs import (
     EMPTY_GRID,
     Items,
     as_config,
-    as_grid,
     as_index,
-    as_second_per_grid_ts,
     as_token_ids,
     normalize_items,
 )
@@ -37,17 +35,15 @@ from .kernels.records import MARSHAL_INTS
 __all__ = ["prompt_positions", "next_positions"]
 
 _INT64 = np.dtype(np.int64)
-_FLOAT32 = np.dtype(np.float32)
 _NDARRAY = np.ndarray
 _TENSOR = torch.Tensor
 _empty = np.empty
 _dumps = marshal.dumps
 # Strides this exact imply the dimensions and C order of the kernels' one
-# compiled layout (1-D ids, 1-D times), in one test; a grid needs its width
+# compiled layout (1-D ids), in one test; a grid needs its width
 # checked too (a column slice of an (n, 3) array has the same strides).
 _IDS_STRIDES = (_INT64.itemsize,)
 _GRID_STRIDES = (3 * _INT64.itemsize, _INT64.itemsize)
-_TIMES_STRIDES = (_FLOAT32.itemsize,)
 # Lists and tuples of items go to the records kernel where marshal writes
 # the records it decodes (every CPython we know of); elsewhere they are
 # converted like any other form.
@@ -124,7 +120,7 @@ def prompt_positions(
         if delta == UNREADABLE:  # (records the kernel does not decode, or another form)
             delta = _other_forms(out, ids, config, images, None, None, None, False)
     elif type(video_grid_thw) is _NDARRAY and audio_feature_lengths is None and use_audio_in_video is False:
-        items = _canonical_items(config, images, video_grid_thw, second_per_grid_ts, None, False)
+        items, _ = normalize_items(config, images, video_grid_thw, second_per_grid_ts, None, False)
         delta = prompt_from_arrays(out, ids, params, *items, _SCRATCH)
     else:
         delta = _other_forms(
@@ -169,49 +165,9 @@ def _other_forms(out, ids, config, images, videos, times, audio_feature_lengths,
                 delta = prompt_from_records(out, ids, params, records, False, _SCRATCH)
                 if delta != UNREADABLE:
                     return delta
-    items = _canonical_items(config, images, videos, times, audio_feature_lengths, use_audio_in_video)
+    # (ready arrays pass through the converters untouched)
+    items, _ = normalize_items(config, images, videos, times, audio_feature_lengths, use_audio_in_video)
     return prompt_from_arrays(out, ids, params, *items, _SCRATCH)
-
-
-def _is_canonical(value, dtype, strides) -> bool:
-    """Whether `value` is a numpy array the kernels take as is: exactly
-    `dtype`, exactly the strides of their C-ordered layout (with the width
-    of a grid's rows), writable and aligned."""
-    return (
-        type(value) is _NDARRAY
-        and value.dtype is dtype
-        and value.strides == strides
-        and (len(strides) == 1 or value.shape[1] == 3)
-        and _usable(value)
-    )
-
-
-def _canonical_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, av):
-    """The kernels' arguments for a prompt's items: canonical arrays pass
-    straight through, every other form is checked and converted."""
-    if audio_feature_lengths is not None or av is not False:
-        return normalize_items(config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, av)[0]
-    images = image_grid_thw
-    if images is None:
-        images = EMPTY_GRID
-    elif not _is_canonical(images, _INT64, _GRID_STRIDES):
-        images = as_grid(images, "image_grid_thw")
-    videos = video_grid_thw
-    if videos is None:
-        if second_per_grid_ts is None:
-            return images, EMPTY_GRID, EMPTY_FLOAT, _NO_AUDIO, False
-        videos = EMPTY_GRID
-    elif not _is_canonical(videos, _INT64, _GRID_STRIDES):
-        videos = as_grid(videos, "video_grid_thw")
-    times = second_per_grid_ts
-    if not (
-        _is_canonical(times, _FLOAT32, _TIMES_STRIDES)
-        and len(times) == len(videos)
-        and config.spec.scaled_time  # (else as_second_per_grid_ts refuses them)
-        and "int_sp" not in config.switches  # (else it truncates them)
-    ):
-        times = as_second_per_grid_ts(times, len(videos), config)
-    return images, videos, times, _NO_AUDIO, False
 
 
 _NO_AUDIO = np.zeros(0, np.int64)
