@@ -105,6 +105,12 @@ MODEL_TYPES = {
     "glm46v": "glm4v",
     "qwen3_omni_moe": "qwen3_omni",
     "qwen3_omni_moe_thinker": "qwen3_omni",
+    # vLLM 0.33's rules only (tests/vllm_families.py draws their prompts)
+    "keye": "keye",
+    "keye_vl1_5": "keye_vl1_5",
+    "KeyeVL1_5": "keye_vl1_5",
+    "isaac": "isaac",
+    "openpangu_vl": "openpangu_vl",
 }
 # family -> audio-in-video layout conventions it can be generated with
 INTERLEAVES = {"qwen2_5_omni": ("transformers", "model", "vllm"), "qwen3_omni": ("transformers",)}

@@ -54,7 +54,8 @@ _WARNED_DEFAULTS: set[tuple[str, str]] = set()
 
 
 def _warn_default(model_type: str, spec: Family, name: str) -> None:
-    if (model_type, name) in _WARNED_DEFAULTS:
+    if (model_type, name) in _WARNED_DEFAULTS or spec.defaults[name] is None:
+        # (no default: an id nobody published; the token form refuses, naming it)
         return
     note = spec.fallback_notes.get(name)
     warnings.warn(
@@ -164,12 +165,13 @@ class MRopeConfig:
         switches = self.switches
         params = np.full(codes.NUM_PARAMS, -1, dtype=np.float64)
         params[codes.P_MERGE] = self.spatial_merge_size
-        params[codes.P_IMAGE] = self.image_token_id
-        # frames that reuse the image token: the video token marks nothing
-        params[codes.P_VIDEO] = -1 if spec.video_brackets else self.video_token_id
-        params[codes.P_VISION_START] = self.vision_start_token_id
-        params[codes.P_VISION_END] = self.vision_end_token_id
+        # an id the family lacks, or whose value is unknown (None), stays -1: no token matches it
         for slot, value in (
+            (codes.P_IMAGE, self.image_token_id),
+            # frames that reuse the image token: the video token marks nothing
+            (codes.P_VIDEO, None if spec.video_brackets else self.video_token_id),
+            (codes.P_VISION_START, self.vision_start_token_id),
+            (codes.P_VISION_END, self.vision_end_token_id),
             (codes.P_AUDIO, self.audio_token_id),
             (codes.P_AUDIO_START, self.audio_start_token_id),
             (codes.P_AUDIO_END, self.audio_end_token_id),
@@ -197,6 +199,7 @@ class MRopeConfig:
         params[codes.P_AV_MERGE] = "av_merge_tau" in switches
         params[codes.P_SP_DEFAULT] = spec.default_second_per_grid_ts if spec.scaled_time else -1
         params[codes.P_SP_TRUNC] = "int_sp" in switches
+        params[codes.P_RAW_SPATIAL] = spec.raw_spatial
         params.setflags(write=True)  # writable on purpose: numba types read-only arrays apart
         return params
 

@@ -114,6 +114,13 @@ def layout_error(
             f"an extra one starts at token_ids[{b}]{hint}"
         )
     if code == C.ERR_MISSING_ITEMS:  # token scan only
+        if placeholder.get(a, 0) is None:  # an id nobody published (openPangu-VL)
+            name = "image_token_id" if a == C.MOD_IMAGE else "video_token_id" if a == C.MOD_VIDEO else "audio_token_id"
+            return ValueError(
+                f"{name}: unknown for {config.family} (the config gives none), so token_ids cannot show where its "
+                f"{c} {mod} items sit; set {name} in the config, or give placeholder ranges instead "
+                "(PromptLayout.from_ranges, PositionTracker.add_request_from_ranges, mrope_tracker.vllm)"
+            )
         return ValueError(f"{_GRID_NAMES[a]}: got {c} {mod} entries but token_ids hold only {b} {mod} items")
     if code == C.ERR_AV_NOT_IN_BLOCK:
         return ValueError(

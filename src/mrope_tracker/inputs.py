@@ -302,6 +302,11 @@ def normalize_items(
     inline rather than through a call."""
     image_grid = EMPTY_GRID if image_grid_thw is None else as_grid(image_grid_thw, "image_grid_thw")
     video_grid = EMPTY_GRID if video_grid_thw is None else as_grid(video_grid_thw, "video_grid_thw")
+    if video_grid.shape[0] and "video_token_id" not in config.spec.defaults and not config.spec.video_brackets:
+        raise ValueError(
+            f"video_grid_thw: {config.family} takes images only (its model has no video input); expected None, "
+            f"got {video_grid.shape[0]} videos"
+        )
     if second_per_grid_ts is None and video_grid_thw is None:
         video_sp = EMPTY_FLOAT
     else:

@@ -9,7 +9,7 @@ a token:
 - for families whose every video frame is its own block (Qwen3-VL, GLM),
   one range per frame. A video's range spans its frames and the timestamp
   text between them; its `is_embed` mask locates the frames (without a mask
-  the frames must be back to back);
+  the frames must be back to back, or `Family.frame_gap` tokens apart);
 - for an audio-in-video block, the interleave as runs of (kind, count),
   recomputed by the processor convention that laid it out
   (`families.interleave`), or given explicitly.
@@ -122,12 +122,15 @@ def _frame_ranges(config: MRopeConfig, video_grid: np.ndarray, rows: np.ndarray,
                 f"{tuple(int(v) for v in video_grid[n])}"
             )
         if mask is None:
-            if length != t * hw:
+            gap = config.spec.frame_gap  # text tokens between frames (openPangu's [ve][vs])
+            if length != t * hw + gap * (t - 1):
+                how = f"{gap} tokens apart" if gap else "back to back"
                 raise ValueError(
-                    f"video_ranges[{n}]: without is_embed, expected the video's {t} frames of {hw} tokens back to back "
-                    f"(length {t * hw}), got length {length}; pass is_embed to locate frames among timestamp text"
+                    f"video_ranges[{n}]: without is_embed, expected the video's {t} frames of {hw} tokens {how} "
+                    f"(length {t * hw + gap * (t - 1)}), got length {length}; pass is_embed to locate frames "
+                    "among other text"
                 )
-            out[q : q + t, 0] = offset + hw * np.arange(t)
+            out[q : q + t, 0] = offset + (hw + gap) * np.arange(t)
             out[q : q + t, 1] = hw
             q += t
             continue

@@ -135,6 +135,47 @@ class _Feature:
             )
         return [int(x) for x in grid]
 
+    def frame_groups(self, merge: int) -> list[tuple[int, int, list[int]]]:
+        """(offset, length, [1, h, w]) of every frame of a video whose grid holds
+        one (t, h, w) row per group of frames (Keye-VL-1.5; a row of t frames
+        is t frames of [1, h, w], as vLLM's split_thw makes them), located by
+        the is_embed runs as vLLM 0.33 does (no mask: back to back)."""
+        name = "video_grid_thw"
+        where = f"mm_features[{self.index}].data[{name!r}]"
+        grid = self.field(name)
+        if grid.ndim == 1:
+            grid = grid.reshape(1, -1)
+        if grid.ndim != 2 or grid.shape[1] != 3 or grid.shape[0] == 0 or grid.dtype.kind not in "iu":
+            raise ValueError(f"{where}: expected (n, 3) ints, one (t, h, w) row per frame group, got {_describe(grid)}")
+        rows = [[int(x) for x in row] for row in grid]
+        sizes = []
+        for k, (t, h, w) in enumerate(rows):
+            if min(t, h, w) < 1 or h % merge or w % merge:
+                raise ValueError(
+                    f"{where}[{k}]: expected positive (t, h, w) with h and w divisible by {merge}, got {(t, h, w)}"
+                )
+            sizes += [(h // merge) * (w // merge)] * t
+        if self.is_embed is None:
+            runs = [] if sum(sizes) != self.length else [(0, self.length)]
+        else:
+            flags = np.concatenate(([False], self.is_embed, [False]))
+            edges = np.flatnonzero(flags[1:] != flags[:-1])
+            runs = [(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+        if self.is_embed is None and runs:
+            # no mask: the frames follow each other back to back
+            runs, at = [], 0
+            for size in sizes:
+                runs.append((at, size))
+                at += size
+        found = [n for _, n in runs]
+        if found != sizes:
+            raise ValueError(
+                f"mm_features[{self.index}].mm_position.is_embed: expected runs of {sizes} embedding tokens "
+                f"(one per frame of {where}), got {found}"
+            )
+        frames = [[1, h, w] for t, h, w in rows for _ in range(t)]  # vLLM's split_thw
+        return [(self.offset + start, n, grid) for (start, n), grid in zip(runs, frames, strict=True)]
+
     def scalar(self, name: str, kinds: str, required: bool = True):
         value = self.field(name, required)
         if value is None:
@@ -219,6 +260,12 @@ def layout_from_features(config, num_tokens: int, mm_features) -> PromptLayout:
         if f.modality == "image":
             image_ranges.append((f.offset, f.length, f.is_embed))
             image_grids.append(f.grid())
+        elif f.modality == "video" and family.per_frame_grids:
+            # Keye-VL-1.5: one grid row per frame group; each becomes a video of its own
+            for offset, length, grid in f.frame_groups(config.spatial_merge_size):
+                video_ranges.append((offset, length))
+                video_grids.append(grid)
+                video_sp.append(None)
         elif f.modality == "video":
             video_grids.append(f.grid())
             video_sp.append(f.scalar("second_per_grid_ts", "fiu", required=False))

@@ -5,11 +5,13 @@ every supported ``model_type`` to (family name, key of the nested config
 that holds the ids). Adding a family is one new module plus a line below.
 """
 
-from . import glm4v, qwen2_5_omni, qwen2_5_vl, qwen2_vl, qwen3_omni, qwen3_vl
+from . import glm4v, isaac, keye, keye_vl1_5, openpangu_vl, qwen2_5_omni, qwen2_5_vl, qwen2_vl, qwen3_omni, qwen3_vl
 from ._spec import CONVENTIONS, RUN_AUDIO, RUN_VIDEO, SEMANTICS, BatchRules, Family, get
 
 FAMILIES: dict[str, Family] = {
-    module.FAMILY.name: module.FAMILY for module in (qwen2_vl, qwen2_5_vl, qwen2_5_omni, qwen3_vl, glm4v, qwen3_omni)
+    module.FAMILY.name: module.FAMILY
+    for module in (qwen2_vl, qwen2_5_vl, qwen2_5_omni, qwen3_vl, glm4v, qwen3_omni)
+    + (keye, keye_vl1_5, isaac, openpangu_vl)  # (vLLM 0.33's rules only)
 }
 
 MODEL_TYPES: dict[str, tuple[str, str]] = {

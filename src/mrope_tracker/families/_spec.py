@@ -249,6 +249,16 @@ class Family:
     interleaves: Mapping[str, Callable] = attrs.field(
         factory=dict, validator=_mapping(_str, _a_callable, what="convention name -> callable")
     )
+    # per-frame videos: text tokens between consecutive frames inside a video's
+    # placeholder range, where no is_embed mask locates the frames (openPangu: 2)
+    frame_gap: int = attrs.field(default=0, validator=_of_type(int, what="an int"))
+    # a video item's grid field holds (n, 3) rows, each a group of frames of
+    # its own size (Keye-VL-1.5: one [1, h, w] row per frame); the vLLM
+    # adapter splits such a video into one video per row
+    per_frame_grids: bool = attrs.field(default=False, validator=_BOOL)
+    # images at (s, i, j): H and W are the raw row and column without the
+    # base, and text after the last item resumes at its T + 1 (Isaac)
+    raw_spatial: bool = attrs.field(default=False, validator=_BOOL)
     default_second_per_grid_ts: float = attrs.field(default=1.0, validator=_positive)
     # semantics preset -> the switches it turns on for this family (see
     # PRESET_SWITCHES); "reference" turns on none
@@ -298,6 +308,10 @@ class Family:
                 f"{where}: fallback_notes: expected keys from defaults ({', '.join(self.defaults)}), "
                 f"got {', '.join(unknown)}"
             )
+        if self.frame_gap < 0 or (self.frame_gap and self.video_blocks != "frames"):
+            raise ValueError(f"{where}: frame_gap: expected 0, or a positive int with video_blocks 'frames'")
+        if self.per_frame_grids and self.video_blocks != "frames":
+            raise ValueError(f"{where}: per_frame_grids: expected False unless video_blocks is 'frames'")
         if self.float_times and not self.float_positions:
             raise ValueError(f"{where}: float_times: expected an empty set unless float_positions is True")
 

@@ -10,7 +10,8 @@ Two front ends share the emitters of layout_emit.py:
 Both read a family's switches from the packed config (layout_codes.P_*):
 which tokens open items, whether video frames are blocks of their own (and
 bracketed by begin/end-of-video tokens), the temporal rule, the next-base
-rule, and how audio-in-video pairs and eos behave. Errors are returned as
+rule, how audio-in-video pairs and eos behave, and whether images are
+raw-index grids (Isaac). Errors are returned as
 (code, a, b, c, d), never raised; d is the frame of a per-frame video.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 from . import layout_codes as C
 from .jit_options import helper, inner, tiny
 from .layout_emit import (
+    S_BASE,
     S_COUNT,
     S_FRAME,
     S_FRAMES_SEEN,
@@ -35,6 +37,7 @@ from .layout_emit import (
     emit_checked_grid,
     emit_frame,
     emit_grid,
+    emit_raw_grid,
     flush_text,
     grid_tokens,
     next_special,
@@ -125,6 +128,8 @@ def build_from_tokens(
     shift = params[C.P_AV_SHIFT] != 0
     merge_tau = params[C.P_AV_MERGE] != 0
     chunk = np.int64(params[C.P_CHUNK])
+    raw = params[C.P_RAW_SPATIAL] != 0
+    tail = np.int64(-1)  # raw: where text after the last item resumes (its T + 1)
     av = use_audio_in_video and audio_id >= 0
     bracketed = video_open >= 0
     # the tokens that can open an item (or a bracket); -1 matches nothing
@@ -174,6 +179,14 @@ def build_from_tokens(
                     return C.ERR_PLACEHOLDER_SHORT, m, n, bad, 0
                 return C.ERR_CUT_OFF, m, n, missing, 0
             flush_text(rows, scales, state, out, i)
+            if raw and m == C.MOD_IMAGE:
+                bad = check_run(ids, i, i + size, tok)
+                if bad >= 0:
+                    return C.ERR_PLACEHOLDER_SHORT, m, n, bad, 0
+                tail = emit_raw_grid(rows, scales, state, out, i, t, h, w) + 1
+                state[S_COUNT + m] = n + 1
+                i += size
+                continue
             if m == C.MOD_IMAGE:  # images are never time-scaled
                 item_mode, item_sp, item_r = np.int64(C.TAU_FRAME), np.float32(1), np.float32(1)
             else:
@@ -257,6 +270,8 @@ def build_from_tokens(
             i += 1
     if in_video or state[S_FRAME] != 0:
         return C.ERR_VIDEO_OPEN, state[S_COUNT + C.MOD_VIDEO], num_tokens, state[S_FRAME], 0
+    if tail >= 0:
+        state[S_BASE] = tail
     flush_text(rows, scales, state, out, num_tokens)
     for m in range(3):
         if state[S_COUNT + m] < state[S_TOTAL + m]:
@@ -306,6 +321,8 @@ def build_from_ranges(
     shift = params[C.P_AV_SHIFT] != 0
     merge_tau = params[C.P_AV_MERGE] != 0
     chunk = np.int64(params[C.P_CHUNK])
+    raw = params[C.P_RAW_SPATIAL] != 0
+    tail = np.int64(-1)  # raw: where text after the last item resumes (its T + 1)
     av_mode = use_audio_in_video and params[C.P_AUDIO] >= 0
     state[S_TOTAL + C.MOD_AUDIO] = audio_ranges.shape[0]
     audio_used = 0  # audio token counts consumed (clips and video tracks)
@@ -391,7 +408,9 @@ def build_from_ranges(
             if length != size:
                 return C.ERR_RANGE_LENGTH, m, k, size, 0
             flush_text(rows, scales, state, out, offset)
-            if m == C.MOD_IMAGE:
+            if raw and m == C.MOD_IMAGE:
+                tail = emit_raw_grid(rows, scales, state, out, offset, t, h, w) + 1
+            elif m == C.MOD_IMAGE:
                 emit_grid(
                     rows,
                     scales,
@@ -410,5 +429,7 @@ def build_from_ranges(
                 emit_grid(rows, scales, state, out, offset, t, h, w, mode, video_sp_of(video_sp, n), r, next_rule)
             state[S_COUNT + m] = n + 1
         prev_end = offset + length + lead
+    if tail >= 0:
+        state[S_BASE] = tail
     flush_text(rows, scales, state, out, num_tokens)
     return C.OK, 0, 0, 0, 0

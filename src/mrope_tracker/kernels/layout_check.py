@@ -44,7 +44,7 @@ def check_layout(rows, scales, num_tokens):
             row_top = base + length - 1
         elif kind == C.KIND_CONST:
             row_top = base
-        elif kind == C.KIND_GRID:
+        elif kind == C.KIND_GRID or kind == C.KIND_GRID_RAW:
             t = rows[r, C.COL_T]
             h = rows[r, C.COL_H]
             w = rows[r, C.COL_W]
@@ -62,7 +62,11 @@ def check_layout(rows, scales, num_tokens):
                 if np.float64(t - 1) * np.float64(sp) * np.float64(rate) >= TAU_LIMIT:
                     return CHECK_SCALE, r, 0
             last_frame = (offset + length - 1) // (h * w)
-            row_top = base + grid_range_max(offset, offset + length, h, w, temporal_index(last_frame, scaled, sp, rate))
+            tau_last = temporal_index(last_frame, scaled, sp, rate)
+            if kind == C.KIND_GRID:
+                row_top = base + grid_range_max(offset, offset + length, h, w, tau_last)
+            else:  # H and W without the base
+                row_top = max(base + tau_last, grid_range_max(offset, offset + length, h, w, np.int64(0)))
         else:
             return CHECK_KIND, r, 0
         if row_top > _POSITION_LIMIT:

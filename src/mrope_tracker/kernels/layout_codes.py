@@ -8,6 +8,8 @@ in token order, covering the prompt without gaps (see docs/design.md):
     CONST   every token of the row sits at base (Omni's shared bos/eos pair)
     GRID    tokens grid_offset ... grid_offset + len - 1 of a (t', h', w')
             vision grid: (base + tau(f), base + i, base + j)
+    GRID_RAW the same tokens at (base + tau(f), i, j): H and W are the raw
+            row and column, without the base (Isaac)
 
 tau(f) follows the row's tau mode (TAU_* below); the per-row float32 pair
 (sp, r) lives in a parallel float32 array.
@@ -35,6 +37,7 @@ NUM_SCALE_COLS = 2
 KIND_LINEAR = 0
 KIND_CONST = 1
 KIND_GRID = 2
+KIND_GRID_RAW = 3  # (base + tau(f), i, j): no base on H and W (Isaac, vLLM 0.33)
 
 # --- packed config (MRopeConfig.kernel_params, float64) ----------------------
 # One float64 array carries the ids (exact below 2**53; -1 for an id the
@@ -62,7 +65,10 @@ P_CHUNK = 17  # Qwen2.5-Omni interleave chunk in positions (0 when none)
 P_AV_MERGE = 18  # 1: vLLM 0.33's Qwen3-Omni audio-in-video (merge on truncated tau)
 P_SP_DEFAULT = 19  # second_per_grid_ts of a video given none; -1: the family takes no time scale
 P_SP_TRUNC = 20  # 1: second_per_grid_ts truncated to an integer first (transformers 4.57)
-NUM_PARAMS = 21
+# 1: images are GRID_RAW rows, the next base is 1 + the block's largest
+# position, and text after the last item resumes at its T + 1 (Isaac, vLLM 0.33)
+P_RAW_SPATIAL = 21
+NUM_PARAMS = 22
 
 TAU_FRAME = 0  # tau(f) = f
 TAU_F32 = 1  # trunc(float32(float32(f) * sp) * r), as torch computes it

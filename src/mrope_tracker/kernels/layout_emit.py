@@ -169,6 +169,24 @@ def emit_checked_grid(rows, scales, state, out, ids, tok_start, t, h, w, mode, s
     return np.int64(-1)
 
 
+@inner
+def emit_raw_grid(rows, scales, state, out, tok_start, t, h, w):
+    """A whole (t', h', w') image block at the current base s whose H and W
+    are the raw row and column (GRID_RAW): tokens at (s + f, i, j). The next
+    base is one past the block's largest position. Returns the last T."""
+    s = state[S_BASE]
+    one = np.float32(1)
+    push_row(
+        rows, scales, state, out, tok_start, t * h * w, np.int64(C.KIND_GRID_RAW), s, np.int64(0), t, h, w,
+        np.int64(C.TAU_FRAME), one, one,
+    )  # fmt: skip
+    top = max(s + t - 1, max(h, w) - 1)
+    state[S_MAX] = max(state[S_MAX], top)
+    state[S_BASE] = top + 1
+    state[S_TEXT_START] = tok_start + t * h * w
+    return s + t - 1
+
+
 @tiny
 def emit_frame(rows, scales, state, out, tok_start, h, w):
     """One video frame of a per-frame family: its own tau = 0 block."""

@@ -149,9 +149,10 @@ def _repeat_forward(row, start, done, count):
 
 
 @inner
-def write_grid(out, col, base, g0, count, h, w, scaled, sp, r):
+def write_grid(out, col, base, hw_base, g0, count, h, w, scaled, sp, r):
     """Grid tokens g0 .. g0+count-1 of a (t', h', w') block at `base`:
-    (base + tau(f), base + i, base + j).
+    (base + tau(f), hw_base + i, hw_base + j), where hw_base is the base
+    (GRID rows) or 0 (GRID_RAW rows).
 
     T is one constant run per frame. H and W repeat from frame to frame, so
     they are written for the first full frame and copied to the others, one
@@ -172,7 +173,7 @@ def write_grid(out, col, base, g0, count, h, w, scaled, sp, r):
         done += run
         frame += 1
         first = 0
-    write_grid_hw(out, col, base, g0, count, h, w)
+    write_grid_hw(out, col, hw_base, g0, count, h, w)
 
 
 @inner
@@ -198,8 +199,10 @@ def write_segment(out, col, n0, count, kind, base, grid_offset, h, w, scaled, sp
         write_linear(out, col, base + n0, count)
     elif kind == C.KIND_CONST:
         write_const(out, col, base, count)
-    else:
-        write_grid(out, col, base, grid_offset + n0, count, h, w, scaled, sp, r)
+    elif kind == C.KIND_GRID:
+        write_grid(out, col, base, base, grid_offset + n0, count, h, w, scaled, sp, r)
+    else:  # KIND_GRID_RAW
+        write_grid(out, col, base, np.int64(0), grid_offset + n0, count, h, w, scaled, sp, r)
 
 
 @inner

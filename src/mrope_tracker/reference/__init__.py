@@ -120,6 +120,8 @@ def prompt_positions(
 
     images = grids("image_grid_thw", image_grid_thw, rules.merge, image=True)
     videos = grids("video_grid_thw", video_grid_thw, rules.merge, image=False)
+    if videos and rules.images_only:
+        raise ValueError(f"video_grid_thw: expected None for {rules.family} (images only), got {len(videos)} videos")
     sps = video_scales(rules, second_per_grid_ts, videos)
     audios = audio_lengths(rules, audio_feature_lengths)
     items = scan(rules, ids, images, videos, sps, audios, use_audio_in_video)

@@ -18,12 +18,29 @@ import torch
 
 _INT64_MAX = np.iinfo(np.int64).max
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen2_5_omni", "qwen3_vl", "glm4v", "qwen3_omni")
+FAMILIES = (
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen2_5_omni",
+    "qwen3_vl",
+    "glm4v",
+    "qwen3_omni",
+    "keye",
+    "keye_vl1_5",
+    "isaac",
+    "openpangu_vl",
+)
 OMNI = ("qwen2_5_omni", "qwen3_omni")
 # Families whose video frames sit at s + trunc(f * sp * r) (sp: second_per_grid_ts).
 SCALED = ("qwen2_5_vl", "qwen2_5_omni", "qwen3_omni")
 # Families whose every video frame is its own block with tau = 0 (time is text).
-PER_FRAME = ("qwen3_vl", "glm4v")
+# Keye-VL and Keye-VL-1.5 frames follow each other with no text between them,
+# or with timestamps; openPangu-VL's are separated by an end/start pair.
+PER_FRAME = ("qwen3_vl", "glm4v", "keye", "keye_vl1_5", "openpangu_vl")
+# Families whose images have no video counterpart.
+IMAGES_ONLY = ("isaac",)
+# Families whose image blocks sit at (s, i, j), H and W without the base (Isaac, as vLLM 0.33).
+RAW_SPATIAL = ("isaac",)
 
 # Seconds per temporal patch when second_per_grid_ts is not given: what each
 # family's transformers 4.57 processor sends with its default fps and
@@ -79,6 +96,14 @@ class Rules:
     def per_frame(self) -> bool:
         return self.family in PER_FRAME
 
+    @property
+    def images_only(self) -> bool:
+        return self.family in IMAGES_ONLY
+
+    @property
+    def raw_spatial(self) -> bool:
+        return self.family in RAW_SPATIAL
+
 
 def _field(config, name: str, required: bool):
     value = getattr(config, name, None)
@@ -120,7 +145,7 @@ def read_config(config) -> Rules:
         n_window = int(n_window)
     ids = {
         "image": _token_id(config, "image_token_id", True),
-        "video": None if glm else _token_id(config, "video_token_id", True),
+        "video": None if glm or family in IMAGES_ONLY else _token_id(config, "video_token_id", True),
         # The Omni audio-in-video block is recognised by its brackets; elsewhere they are text.
         "vision_start": _token_id(config, "vision_start_token_id", omni),
         "vision_end": _token_id(config, "vision_end_token_id", omni),

@@ -18,6 +18,12 @@
   appends the interleave chunk by chunk and restarts after the last one):
   Qwen2.5-Omni puts audio_end and vision_end both at e and continues at e + 1;
   Qwen3-Omni puts them at e and e + 1 and continues at e + 2.
+* Isaac (vLLM 0.33): an image at base s sits at (s, i, j), H and W without
+  the base; the next base is still 1 + the block's maximum over all rows,
+  but text after the last item resumes at that item's T + 1, even where
+  its H and W rows went higher.
+* Keye-VL, Keye-VL-1.5 and openPangu-VL frames are per-frame blocks like
+  Qwen3-VL's: frame f at s_f, the next text or frame at 1 + its maximum.
 * delta = max over all rows and tokens + 1 - L.
 """
 
@@ -77,6 +83,7 @@ def positions(rules: Rules, length: int, items: list[Item]) -> tuple[torch.Tenso
     """(3, length) int64 positions and delta of a prompt with these items."""
     segments: list[torch.Tensor] = []
     st, base = 0, 0  # next token index without a position, next base position
+    last_t = None  # Isaac: T of the last item's last token
     for item in items:
         if isinstance(item, AudioInVideo) and rules.family == "qwen2_5_omni":
             # Text through vision_start (at b), then audio_start again at b.
@@ -96,12 +103,17 @@ def positions(rules: Rules, length: int, items: list[Item]) -> tuple[torch.Tenso
             base = s + item.length
         elif isinstance(item, Vision):
             block = vision(s, tau(rules, item), item.h, item.w)
+            if rules.raw_spatial:
+                block[1:] -= s  # the raw row and column
             segments.append(block)
             base = int(block.max()) + 1
+            last_t = int(block[0, -1])
         else:  # Qwen3-Omni audio in video: audio_end, vision_end are text from e
             block, base = audio_in_video(rules, s, item)
             segments.append(block)
         st = item.end
+    if rules.raw_spatial and last_t is not None:
+        base = last_t + 1  # Isaac: trailing text after the last image's T
     segments.append(linear(base, length - st))  # trailing text
     out = torch.cat(segments, dim=1)
     return out, int(out.max()) + 1 - length
