@@ -62,7 +62,8 @@ def _split(value, name: str) -> tuple[np.ndarray, list | None]:
         return value, None
     if isinstance(value, (list, tuple)) and value:
         first = value[0]
-        if hasattr(first, "offset") or (isinstance(first, (list, tuple)) and len(first) == 3):
+        if hasattr(first, "offset") or any(isinstance(item, (list, tuple)) and len(item) == 3 for item in value):
+            # (some items may carry a mask and others not)
             pairs, masks = [], []
             for k, item in enumerate(value):
                 if hasattr(item, "offset"):
