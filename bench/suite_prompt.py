@@ -11,6 +11,8 @@ rounds:
   must do: allocate the (3, L) int64 output and write it once.
 - `rows`: `prompt_positions` against the torch reference
   (`mrope_tracker.reference`), Qwen2/2.5-VL and Qwen2.5-Omni.
+  Keye-VL, Keye-VL-1.5, Isaac and openPangu-VL join this table: vLLM 0.33's
+  rule is their only one (no transformers implementation).
 - `families`: Qwen3-VL and GLM-4.1V (one image, a 64-frame video with
   timestamp text, ten images) against the torch reference and, when
   transformers can be imported, its own `get_rope_index`.
@@ -37,7 +39,16 @@ from mrope_tracker import PositionTracker, PromptLayout, prompt_positions, refer
 
 from . import seed_design, transformers_rope
 from .timing import measure, medians_us, ratio, torch_threads
-from .workloads import PromptBuilder, family_prompt_cases, glm4v, qwen2_5_omni, qwen2_5_vl, qwen3_vl, seed_prompt_cases
+from .workloads import (
+    PromptBuilder,
+    family_prompt_cases,
+    glm4v,
+    qwen2_5_omni,
+    qwen2_5_vl,
+    qwen3_vl,
+    seed_prompt_cases,
+    vllm_family_cases,
+)
 
 NUM_LARGE = 3  # the seed cases held to the write-floor target: the three largest
 
@@ -148,6 +159,31 @@ def omni_rows(config, rounds: int, target_s: float, progress=lambda message: Non
             target_s=target_s,
         )
         rows.append(reference_row("Qwen2.5-Omni", name, prompt, samples))
+    return rows
+
+
+def vllm_family_rows(rounds: int, target_s: float, progress=lambda message: None, cases=None) -> list[dict]:
+    """Keye-VL, Keye-VL-1.5, Isaac and openPangu-VL against the torch reference
+    (`cases` overrides `vllm_family_cases`)."""
+    rows = []
+    for label, config, name, prompt in cases or vllm_family_cases():
+        progress(f"prompt {label}: {name}")
+        ids, kwargs = prompt.token_ids, prompt.kwargs
+        _same(
+            f"torch reference, {label}, {name}",
+            reference.prompt_positions(config, ids, **kwargs),
+            prompt_positions(config, ids, **kwargs),
+        )
+        samples = measure(
+            {
+                "reference": lambda: reference.prompt_positions(config, ids, **kwargs),
+                "ours": lambda: prompt_positions(config, ids, **kwargs),
+                "floor": lambda: write_floor(ids.shape[0]),
+            },
+            rounds=rounds,
+            target_s=target_s,
+        )
+        rows.append(reference_row(label, name, prompt, samples))
     return rows
 
 
@@ -474,6 +510,7 @@ def run(quick: bool, progress) -> dict:
             for r in seed
         ]
         rows += omni_rows(qwen2_5_omni(), rounds, target_s, progress)
+        rows += vllm_family_rows(rounds, target_s, progress)
         families = family_rows((("Qwen3-VL", qwen3_vl()), ("GLM-4.1V", glm4v())), rounds, target_s, progress)
         forms = input_form_rows(rounds, target_s, progress)
         picked = [case for case in vl_cases if case[0].split(",")[0] in BREAKDOWN_CASES]

@@ -245,6 +245,61 @@ def family_prompt_cases(config: MRopeConfig) -> list[tuple[str, Prompt]]:
 
 
 # --------------------------------------------------------------------------
+# Families served by vLLM 0.33's rules only (no transformers implementation)
+# --------------------------------------------------------------------------
+
+# openPangu-VL's ids were never published: stand-ins (tests/data/configs/openpangu_vl.json)
+_PANGU_IDS = {"image_token_id": 45819, "video_token_id": 45832, "vision_start_token_id": 45818,
+              "vision_end_token_id": 45820}  # fmt: skip
+_KEYE_FRAME_IDS = (151670, 151671, 151672)  # <frame>, <fast_start>, <fast_end>: stand-ins, text either way
+
+
+def _between_text(ids: list[int]) -> np.ndarray:
+    return np.array([TEXT_ID] * 20 + ids + [TEXT_ID] * 20, dtype=np.int64)
+
+
+def vllm_family_cases() -> list[tuple[str, MRopeConfig, str, Prompt]]:
+    """(label, config, case, prompt): one case each of Keye-VL, Keye-VL-1.5,
+    Isaac and openPangu-VL, laid out as their processors do (docs/semantics.md),
+    between 20 text tokens. Token form only: the ranges stay empty."""
+    out = []
+    keye = MRopeConfig(family="keye")
+    ids = [keye.vision_start_token_id] + [keye.video_token_id] * (16 * 144) + [keye.vision_end_token_id]
+    video = {"video_grid_thw": np.array([[16, 24, 24]], np.int64)}
+    out.append(("Keye-VL", keye, "1 video of 16 frames, 16 x 144 tokens", Prompt(_between_text(ids), video, {})))
+
+    keye15 = MRopeConfig(family="keye_vl1_5")
+    frame, fast_start, fast_end = _KEYE_FRAME_IDS
+    ids, rows = [keye15.vision_start_token_id], []
+    for f in range(16):  # slow frames of 24 x 24 patches, fast ones of 12 x 12
+        fast = f % 2 == 1
+        side = 12 if fast else 24
+        ids += [frame, *_timestamp(f)] + [fast_start] * fast
+        ids += [keye15.video_token_id] * (side // 2) ** 2 + [fast_end] * fast
+        rows.append([1, side, side])
+    ids.append(keye15.vision_end_token_id)
+    grids = {"video_grid_thw": np.array(rows, np.int64)}
+    out.append(("Keye-VL-1.5", keye15, "1 video of 16 slow and fast frames", Prompt(_between_text(ids), grids, {})))
+
+    isaac = MRopeConfig(family="isaac")
+    ids = []
+    for k in range(10):
+        ids += [TEXT_ID] * (20 if k else 0) + [isaac.image_token_id] * 324
+    images = {"image_grid_thw": np.array([[1, 36, 36]] * 10, np.int64)}
+    out.append(("Isaac", isaac, "10 images, 3,240 tokens", Prompt(_between_text(ids), images, {})))
+
+    pangu = MRopeConfig(family="openpangu_vl", **_PANGU_IDS)
+    frames = [[pangu.video_token_id] * 144] * 16
+    ids = [pangu.vision_start_token_id]
+    for f, frame_ids in enumerate(frames):
+        ids += [pangu.vision_end_token_id, pangu.vision_start_token_id] * (f > 0) + frame_ids
+    ids.append(pangu.vision_end_token_id)
+    video = {"video_grid_thw": np.array([[16, 24, 24]], np.int64)}
+    out.append(("openPangu-VL", pangu, "1 video of 16 frames, 16 x 144 tokens", Prompt(_between_text(ids), video, {})))
+    return out
+
+
+# --------------------------------------------------------------------------
 # Scheduler scenarios
 # --------------------------------------------------------------------------
 

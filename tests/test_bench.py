@@ -93,6 +93,17 @@ def test_family_rows_cover_qwen3_vl_and_glm():
         assert (r["speedup_transformers"] is None) == (not transformers_rope.available())
 
 
+def test_vllm_family_rows_cover_the_four_vllm_only_families():
+    """vllm_family_rows checks Keye-VL, Keye-VL-1.5, Isaac and openPangu-VL against the reference, with spreads."""
+    from mrope_tracker.bench.workloads import vllm_family_cases
+
+    cases = vllm_family_cases()
+    assert sorted(config.family for _, config, _, _ in cases) == ["isaac", "keye", "keye_vl1_5", "openpangu_vl"]
+    rows = suite_prompt.vllm_family_rows(cases=cases, **TINY)
+    assert [r["family"] for r in rows] == ["Keye-VL", "Keye-VL-1.5", "Isaac", "openPangu-VL"]
+    assert all(_is_spread(r["speedup"]) for r in rows)
+
+
 @pytest.mark.parametrize("make_config", [qwen3_vl, glm4v])
 def test_frame_videos_match_the_reference(make_config):
     """The 64-frame timestamped video workload is positioned alike by prompt_positions and the reference."""
