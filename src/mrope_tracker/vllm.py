@@ -19,9 +19,13 @@ How vLLM's placeholder ranges map onto `PromptLayout.from_ranges`
 (docs/semantics.md; vLLM's ``PlaceholderFeaturesInfo.to_range``):
 
 - images, plain videos and audio clips: the range is the pad run; passed as is.
-- Qwen3-VL and GLM videos: the range spans the frames with the text between
-  them (timestamps, per-frame start/end tokens); ``is_embed`` marks the pads,
-  one run per frame. Passed with its ``is_embed``.
+- Qwen3-VL, GLM and openPangu-VL videos: the range spans the frames with the
+  text between them (timestamps, per-frame start/end tokens); ``is_embed``
+  marks the pads, one run per frame. Passed with its ``is_embed``.
+- Keye-VL-1.5 videos: ``video_grid_thw`` holds one row per frame (frames of
+  differing sizes); each frame becomes a video of its own, its range the
+  frame's ``is_embed`` run, as vLLM's own code locates them.
+- No token id is read, so families whose ids are unknown (openPangu-VL) work.
 - Omni audio-in-video: the video and its audio track carry the same range,
   from ``audio_start`` to ``audio_end`` inclusive (vLLM PR #26334 put both
   placeholders there). Our range is the interleave alone, one token in from
