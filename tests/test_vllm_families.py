@@ -317,6 +317,28 @@ def test_openpangu_range_without_mask_must_fit_the_gaps():
         PromptLayout.from_ranges(config, 12, video_ranges=[(1, 8)], video_grid_thw=[[2, 4, 4]])
 
 
+def test_checked_ranges_need_the_ids():
+    """from_ranges(token_ids=...) checks ranges against tokens, which openPangu's unknown ids cannot."""
+    vector = next(v for v in VECTORS if v["family"] == "openpangu_vl" and v["image_grid_thw"])
+    features = vector_features(vector)
+    ranges = [(f.mm_position.offset, f.mm_position.length) for f in features if f.modality == "image"]
+    kwargs = {"image_ranges": ranges, "image_grid_thw": vector["image_grid_thw"]}
+    if vector["video_grid_thw"]:
+        kwargs["video_grid_thw"] = vector["video_grid_thw"]
+        kwargs["video_ranges"] = [
+            (f.mm_position.offset, f.mm_position.length, f.mm_position.is_embed)
+            for f in features
+            if f.modality == "video"
+        ]
+    num_tokens = len(vector["token_ids"])
+    with pytest.raises(ValueError, match=r"token_ids: image_ranges\[0\] cannot be checked.*image_token_id is unknown"):
+        PromptLayout.from_ranges(range_config(vector), num_tokens, token_ids=vector["token_ids"], **kwargs)
+    layout = PromptLayout.from_ranges(
+        token_config(vector["config"]), num_tokens, token_ids=vector["token_ids"], **kwargs
+    )
+    assert_same((layout.positions(), layout.delta), expected(vector))
+
+
 def test_raw_grid_rows_are_checked():
     """A GRID_RAW row that did not come from a builder is checked like a GRID row."""
     config = token_config(load_config("isaac"))
@@ -328,3 +350,20 @@ def test_raw_grid_rows_are_checked():
     rows[1, C.COL_H] = 0
     with pytest.raises(ValueError, match="rows"):
         attrs.evolve(layout, rows=rows, scales=layout.scales.copy())
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        ({"frame_gap": -1}, ValueError, "frame_gap: expected 0, or a positive int"),
+        ({"frame_gap": 2, "video_blocks": "block"}, ValueError, "frame_gap: expected 0"),
+        ({"frame_gap": 1.0}, TypeError, "frame_gap: expected an int"),
+        ({"frame_gap": 0, "per_frame_grids": True, "video_blocks": "block"}, ValueError, "per_frame_grids: expected"),
+        ({"raw_spatial": 1}, TypeError, "raw_spatial: expected a bool"),
+    ],
+)
+def test_new_family_fields_are_validated(change, error, match):
+    from mrope_tracker.families import FAMILIES as RECORDS
+
+    with pytest.raises(error, match=match):
+        attrs.evolve(RECORDS["openpangu_vl"], **change)

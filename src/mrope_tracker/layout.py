@@ -113,6 +113,12 @@ def check_ranges_against_tokens(config: MRopeConfig, items: Items, ranges: Range
         return int(np.count_nonzero(ids[offset : offset + length] == token))
 
     def check(name, k, offset, length, token, what):
+        if token is None:  # an id nobody published (openPangu-VL)
+            field = "image_token_id" if what == "image" else f"{what}_token_id"
+            raise ValueError(
+                f"token_ids: {name}[{k}] cannot be checked against the tokens, {config.family}'s {field} is unknown "
+                f"(the config gives none); set {field}, or leave token_ids out"
+            )
         if offset + length > ids.shape[0]:
             raise ValueError(
                 f"{name}[{k}]: expected {length} {what} tokens from token_ids[{offset}], "
@@ -163,7 +169,7 @@ _CHECK_MESSAGES = {
     check.CHECK_EMPTY: "expected at least one row",
     check.CHECK_TILING: "expected rows that tile the prompt in order (each starting where the last ended)",
     check.CHECK_LENGTH: "expected rows of positive length ending exactly at num_tokens",
-    check.CHECK_KIND: "expected kinds LINEAR, CONST or GRID",
+    check.CHECK_KIND: "expected kinds LINEAR, CONST, GRID or GRID_RAW",
     check.CHECK_GRID: "expected a grid row with positive t, h, w, its tokens inside the grid and a 0/1 scaled flag",
     check.CHECK_SCALE: "expected finite, non-negative time scales keeping temporal positions below 2**31",
     check.CHECK_BASE: "expected positions in [0, 2**62]",
