@@ -19,6 +19,7 @@ from . import (
     baselines,
     suite_admission,
     suite_decode,
+    suite_evs,
     suite_hf,
     suite_memory,
     suite_prompt,
@@ -34,6 +35,7 @@ SUITES = {
     "memory": suite_memory.run,
     "hf": suite_hf.run,
     "startup": suite_startup.run,
+    "evs": suite_evs.run,
 }
 
 

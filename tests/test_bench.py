@@ -305,3 +305,13 @@ def test_check_outputs(tmp_path):
     assert report.check_outputs("-", None) is None  # --json - is stdout
     assert report.check_outputs(str(tmp_path), None).startswith("--json")
     assert report.check_outputs(None, str(tmp_path / "missing" / "chart.png")).startswith("--plot")
+
+
+def test_evs_suite_agrees_with_the_vllm_restatement_and_renders():
+    """The suite checks our vllm-0.33 positions against its torch re-statement
+    of vLLM's recompute before timing; a quick run must get through that."""
+    from mrope_tracker.bench import suite_evs
+
+    result = suite_evs.run(True, lambda message: None)
+    assert [row["pruning_rate"] for row in result["rows"]] == list(suite_evs.RATES)
+    assert "vLLM-like" in report.markdown({"suites": {"evs": result}})

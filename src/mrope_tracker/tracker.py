@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .admission import RequestSlots, check_layout, check_num_computed
+from .evs import PendingPrune, PrunedPrompt
 from .inputs import Items, as_config, as_index, as_token_ids
 from .kernels import layout_codes as C
 from .kernels import tracker_step as K
@@ -125,6 +126,8 @@ class PositionTracker:
         self._params[K.P_MAX_POSITION] = self._max_position
         self._params[K.P_MAX_INDEX] = _INDEX_LIMIT if self.max_model_len is None else self.max_model_len
         self._kernel = K.step_kernel(np.int32 if dtype == torch.int32 else np.int64)
+        # slot -> PendingPrune, for requests with a pruned video whose retention mask has not come
+        self._pending: dict[int, PendingPrune] = {}
 
     @property
     def pool_rows(self) -> np.ndarray:
@@ -216,6 +219,52 @@ class PositionTracker:
 
         return self._admit(req_id, layout.num_tokens, num_computed_tokens, layout.num_rows, copy_rows)
 
+    def add_request_pruned(self, req_id, prompt: PrunedPrompt, *, num_computed_tokens=0, retention_masks=None) -> int:
+        """Admit a prompt whose videos vLLM pruned (EVS), before or after its
+        retention masks are known (`mrope_tracker.evs`). Until
+        `set_retention_mask` gives video k's mask, a step that schedules any
+        of the tokens its mask decides is refused; every other token is
+        exact already."""
+        if not isinstance(prompt, PrunedPrompt):
+            raise TypeError(f"prompt: expected an mrope_tracker.evs.PrunedPrompt, got {type(prompt).__name__}")
+        pending = PendingPrune(prompt, retention_masks)
+        slot = self.add_request_layout(req_id, pending.layout(), num_computed_tokens=num_computed_tokens)
+        if pending.spans():
+            self._pending[slot] = pending
+        return slot
+
+    def set_retention_mask(self, req_id, video_index: int, retention_mask) -> None:
+        """Video `video_index`'s retention mask (one bit per token of its
+        unpruned grid, frame-major), once the vision encoder has chosen: the
+        request's layout rows are rebuilt, O(items + runs of kept tokens).
+        Tokens already computed keep their positions: what the mask decides
+        was never handed out."""
+        slot = self.slot(req_id)
+        pending = self._pending.get(slot)
+        if pending is None:
+            raise ValueError(
+                f"req_id: expected a request with a pruned video still waiting for its mask, got {req_id!r}"
+            )
+        updated = pending.with_mask(video_index, retention_mask)
+        layout = updated.layout()
+
+        def copy_rows(rows, scales):
+            n = layout.num_rows
+            rows[:n] = layout.rows
+            scales[:n] = layout.scales
+            return rows, scales, n, layout.max_position
+
+        top, n, _ = self._pool.build_at_top(layout.num_rows, copy_rows, self.slot_state)
+        state = self.slot_state[slot]
+        state[K.F_ROW_START] = top
+        state[K.F_ROW_COUNT] = n
+        state[K.F_DELTA] = layout.delta
+        self._pool.commit(top, n)
+        if updated.spans():
+            self._pending[slot] = updated
+        else:
+            del self._pending[slot]
+
     def _admit(self, req_id, num_tokens: int, num_computed: int, estimate: int, build) -> int:
         # Build straight into the free top of the pool. Nothing is committed
         # until the build succeeds, so a rejected request leaves no trace.
@@ -242,6 +291,7 @@ class PositionTracker:
         """Forget a request; its slot and layout rows are reused."""
         slot = self.slot(req_id)
         self.slot_state[slot, K.F_ACTIVE] = 0
+        self._pending.pop(slot, None)
         self._args.last_req_ids = None  # the slot may soon hold another request
         self._slots.release(req_id)
         if not self._slot_of:
@@ -339,6 +389,8 @@ class PositionTracker:
                 else:
                     computed = None
                 if computed is not None:
+                    if self._pending:
+                        self._refuse_pending(slots, num_scheduled_tokens, computed, None)
                     buffers, pool = self.buffers, self._pool
                     try:
                         if num_computed_tokens is not None and len(computed) != len(slots):
@@ -373,6 +425,8 @@ class PositionTracker:
         return self._step(slots, counts, computed, None)
 
     def _step(self, slots: np.ndarray, counts: np.ndarray, computed: np.ndarray, req_ids) -> torch.Tensor:
+        if self._pending:
+            self._refuse_pending(slots, counts, computed, req_ids)
         buffers, pool = self.buffers, self._pool
         total = self._kernel(
             buffers.acquire(), slots, counts, computed, self.slot_state, pool.rows, pool.scales, self._params
@@ -380,6 +434,24 @@ class PositionTracker:
         if total < 0:
             raise self._step_error(-total, slots, counts, computed, req_ids)
         return buffers.publish(total)
+
+    def _refuse_pending(self, slots, counts, computed, req_ids) -> None:
+        """Refuse a step that schedules tokens a retention mask still to come
+        decides (only while a pruned request waits for one). Entries the step
+        kernel refuses anyway (bad slots, lengths) are left to it."""
+        n = min(len(slots), len(counts), len(computed) if len(computed) else len(slots))
+        for slot, pending in self._pending.items():
+            for b in np.flatnonzero(np.asarray(slots[:n]) == slot).tolist():
+                start = int(computed[b]) if len(computed) else int(self.slot_state[slot, K.F_NUM_COMPUTED])
+                end = start + int(counts[b])
+                for k, (lo, hi) in pending.spans():
+                    if start < hi and end > lo:
+                        who = f"req_ids[{b}] = {req_ids[b]!r}" if req_ids is not None else f"slots[{b}] = {slot}"
+                        raise ValueError(
+                            f"num_scheduled_tokens[{b}]: {who} schedules tokens [{start}, {end}), but tokens "
+                            f"[{lo}, {hi}) belong to pruned video {k}, whose retention mask has not come "
+                            "(call set_retention_mask first)"
+                        )
 
     def _step_error(self, code, slots, counts, computed, req_ids) -> Exception:
         return step_error(code, slots, counts, computed, req_ids, self._params, self.slot_state, self.dtype)

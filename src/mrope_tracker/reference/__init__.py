@@ -10,7 +10,8 @@ written out in `docs/semantics.md`; the modules here say which part they own:
 * `_inputs`: the config's raw fields and the item arguments, checked;
 * `_scan`: where the items sit in the token ids (no positions);
 * `_integer`: integer positions by the reference rules, every family;
-* `_float`: Qwen3-Omni float32 positions as transformers 4.57.6 computes them.
+* `_float`: Qwen3-Omni float32 positions as transformers 4.57.6 computes them;
+* `_evs`: a pruned video prompt's unpruned prompt and the tokens that survive.
 
 It was written from the rules alone and shares no code with the fast path
 (`mrope_tracker.kernels`, `inputs`, `layout`), so that the fast path can be
@@ -30,11 +31,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import _float, _integer
+from . import _evs, _float, _integer
 from ._inputs import as_tensor, audio_count, audio_lengths, describe, grids, read_config, video_scales
 from ._scan import scan
 
-__all__ = ["audio_token_count", "next_positions", "prompt_positions"]
+__all__ = ["audio_token_count", "next_positions", "pruned_prompt_positions", "prompt_positions"]
 
 
 def audio_token_count(num_mel_frames: int, *, n_window: int | None = None) -> int:
@@ -128,3 +129,36 @@ def prompt_positions(
     if float_positions:
         return _float.positions(rules, ids, items)
     return _integer.positions(rules, length, items)
+
+
+def pruned_prompt_positions(
+    config, token_ids, *, video_grid_thw, retention_masks, image_grid_thw=None, second_per_grid_ts=None
+) -> tuple[torch.Tensor, int]:
+    """Positions of a prompt whose videos were pruned (EVS), by the reference
+    rule: every token keeps its position in the unpruned prompt.
+
+    `token_ids` is the pruned prompt as vLLM 0.33 lays it out (see `_evs`),
+    `video_grid_thw` the unpruned grids, `retention_masks` one 0/1 mask per
+    video over its t*h'*w' tokens, frame-major. Returns ((3, L) int64, delta),
+    delta = max + 1 - L over the pruned prompt.
+    """
+    if getattr(config, "family", None) is None:
+        from ..config import MRopeConfig  # a dict, path or transformers config: read it first
+
+        config = MRopeConfig.from_hf_config(config)
+    rules = read_config(config)
+    ids = as_tensor("token_ids", token_ids, "int", 1)
+    if ids.numel() == 0:
+        raise ValueError("token_ids: expected a non-empty prompt, got 0 tokens")
+    videos = grids("video_grid_thw", video_grid_thw, rules.merge, image=False)
+    kept = _evs.masks("retention_masks", retention_masks, videos)
+    full_ids, keep = _evs.unpruned(rules, ids, videos, kept)
+    full, _ = prompt_positions(
+        config,
+        full_ids,
+        image_grid_thw=image_grid_thw,
+        video_grid_thw=video_grid_thw,
+        second_per_grid_ts=second_per_grid_ts,
+    )
+    positions = full[:, keep].contiguous()
+    return positions, int(positions.max()) + 1 - ids.numel()

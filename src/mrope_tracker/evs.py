@@ -1,0 +1,292 @@
+"""EVS video pruning (vLLM's ``--video-pruning-rate``) as layout rows.
+
+vLLM 0.33 lays a pruned video out with only K placeholders (the tokens it
+will keep), before the vision encoder has chosen which ones: Qwen2.5-VL as
+``vision_start``, K video tokens, ``vision_end``; Qwen3-VL as its usual
+per-frame text and ``vision_start``/``vision_end`` pairs, all K tokens in
+frame 0's run and the later frames' runs empty. The retention mask (one bit
+per token of the unpruned t*h'*w' grid, frame-major) comes once the encoder
+has run.
+
+Our rule (the default): pruning deletes tokens. The pruned prompt is the
+unpruned prompt with the dropped tokens removed, and every token left keeps
+its unpruned position; for Qwen3-VL the span's tokens are the frames in
+order, each with its own kept tokens (the order in which vLLM hands the
+model its embeddings). Positions never depend on how prefill is chunked,
+and nothing already computed changes. In layout terms, `delete_tokens`
+splits the unpruned layout's rows around the deleted tokens: a GRID row
+becomes one row per run of kept tokens (its grid offset says where the run
+starts), text rows keep their bases.
+
+Under ``semantics="vllm-0.33"``, a Qwen2.5-VL prompt with one video and no
+item after it takes vLLM 0.33's recompute result instead, which does not
+depend on chunking there: ``second_per_grid_ts`` truncated to an integer,
+and text from ``vision_end`` on at the video's base + w'. Elsewhere vLLM's
+result depends on chunk boundaries and our rule applies
+(docs/semantics.md, "EVS").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .inputs import as_config, as_token_ids, describe
+from .kernels import layout_check as check
+from .kernels import layout_codes as C
+from .layout import PromptLayout
+
+__all__ = ["PendingPrune", "PrunedPrompt", "delete_tokens"]
+
+PRUNABLE = ("qwen2_5_vl", "qwen3_vl")
+
+
+def delete_tokens(layout: PromptLayout, keep) -> PromptLayout:
+    """`layout` with the tokens where `keep` is False removed, each kept token
+    at its old position. O(rows + runs of kept tokens), plus O(tokens) numpy
+    work to find the runs."""
+    keep = np.asarray(keep)
+    if keep.dtype != np.bool_ or keep.shape != (layout.num_tokens,):
+        raise ValueError(f"keep: expected a bool array of shape ({layout.num_tokens},), got {describe(keep)}")
+    if not keep.any():
+        raise ValueError("keep: expected at least one token kept, got none")
+    rows, scales = layout.rows, layout.scales
+    row_starts = rows[:, C.COL_TOK_START]
+    edges = np.flatnonzero(np.diff(keep.view(np.int8), prepend=0, append=0))
+    run_starts, run_ends = edges[0::2], edges[1::2]
+    # cut the kept runs at row boundaries: each piece lies in one row
+    cuts = np.union1d(np.concatenate([run_starts, run_ends]), row_starts)
+    cuts = np.append(cuts, layout.num_tokens) if cuts[-1] != layout.num_tokens else cuts
+    piece_starts, piece_ends = cuts[:-1], cuts[1:]
+    kept = keep[piece_starts]
+    piece_starts, piece_ends = piece_starts[kept], piece_ends[kept]
+    owner = np.searchsorted(row_starts, piece_starts, side="right") - 1
+    offset = piece_starts - row_starts[owner]
+    lengths = piece_ends - piece_starts
+    new_rows = rows[owner].copy()
+    new_rows[:, C.COL_TOK_START] = np.cumsum(lengths) - lengths
+    new_rows[:, C.COL_TOK_LEN] = lengths
+    kind = new_rows[:, C.COL_KIND]
+    new_rows[:, C.COL_BASE] += np.where(kind == C.KIND_LINEAR, offset, 0)
+    new_rows[:, C.COL_GRID_OFFSET] += np.where(kind == C.KIND_GRID, offset, 0)
+    return _layout(layout.config, new_rows, scales[owner].copy(), int(lengths.sum()))
+
+
+def _layout(config, rows: np.ndarray, scales: np.ndarray, num_tokens: int) -> PromptLayout:
+    code, row, top = check.check_layout(rows, scales, num_tokens)
+    if code:  # the rows come from a checked layout: an internal invariant
+        raise RuntimeError(f"evs: rows[{row}] failed the layout check (code {code})")
+    layout = PromptLayout(rows, scales, num_tokens, top + 1 - num_tokens)
+    object.__setattr__(layout, "config", config)
+    return layout
+
+
+class PrunedPrompt:
+    """A prompt whose videos vLLM pruned, read once at admission.
+
+    `token_ids` is the pruned prompt as vLLM lays it out, `video_grid_thw`
+    the videos' unpruned grids. It keeps the unpruned prompt's layout rows
+    and where each video's grid tokens sit in it: O(items + frames), no
+    token ids. `layout(masks)` gives the pruned prompt's layout once the
+    retention masks are known; `video_starts[k]` is the first token of video
+    k's span in the pruned prompt, the first whose position depends on its
+    mask.
+    """
+
+    def __init__(self, config, token_ids, *, video_grid_thw, image_grid_thw=None, second_per_grid_ts=None) -> None:
+        config = as_config(config)
+        if config.family not in PRUNABLE:
+            raise ValueError(f"config.family: expected one of {', '.join(PRUNABLE)} (EVS), got {config.family!r}")
+        ids = as_token_ids(token_ids)
+        grid = np.asarray(video_grid_thw, dtype=np.int64) if video_grid_thw is not None else None
+        if grid is None or grid.ndim != 2 or grid.shape[1] != 3 or grid.shape[0] == 0:
+            raise ValueError(f"video_grid_thw: expected an (n, 3) grid with n >= 1, got {describe(video_grid_thw)}")
+        m = config.spatial_merge_size
+        if (grid <= 0).any() or (grid[:, 1:] % m).any():
+            raise ValueError(
+                f"video_grid_thw: expected positive t, h, w with h, w divisible by {m}, got {grid.tolist()}"
+            )
+        self.config = config
+        self.num_tokens = int(ids.shape[0])
+        self.frame_sizes = [int(h // m) * int(w // m) for _, h, w in grid.tolist()]
+        self.num_frames = [int(t) for t in grid[:, 0].tolist()]
+        full_ids, self.video_starts, self.video_ends, self.num_kept, self._grid_spans = self._unpruned(ids)
+        self._full = PromptLayout.from_tokens(
+            config,
+            full_ids,
+            image_grid_thw=image_grid_thw,
+            video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
+        )
+        self._vllm_recompute = (
+            config.semantics == "vllm-0.33"
+            and config.family == "qwen2_5_vl"
+            and len(self.num_frames) == 1
+            and not (full_ids[self._grid_spans[0][0][0] :] == config.image_token_id).any()
+        )
+
+    def _unpruned(self, ids: np.ndarray):
+        """(unpruned ids, per video: the start and end of the tokens whose
+        positions its mask decides and its kept count (pruned prompt), and the
+        (start, length) of its grid runs (unpruned prompt))."""
+        video = self.config.video_token_id
+        per_frame = self.config.family == "qwen3_vl"
+        is_video = ids == video
+        pieces, starts, ends, kept, spans = [], [], [], [], []
+        at = shift = 0
+        for k, (t, size) in enumerate(zip(self.num_frames, self.frame_sizes)):
+            found = np.flatnonzero(is_video[at:])
+            if found.shape[0] == 0:
+                raise ValueError(f"video_grid_thw: expected {len(self.num_frames)} videos in token_ids, found {k}")
+            first = at + int(found[0])
+            run = int(np.argmin(is_video[first:])) if not is_video[first:].all() else ids.shape[0] - first
+            pieces.append(ids[at:first])
+            starts.append(first)
+            kept.append(run)
+            if not per_frame:
+                pieces.append(np.full(t * size, video, np.int64))
+                spans.append([(first + shift, t * size)])
+                shift += t * size - run
+                at = first + run
+                ends.append(at)
+                continue
+            # Qwen3-VL: frame 0's run holds every kept token; frames 1.. are empty start/end pairs
+            frame_spans = [(first + shift, size)]
+            pieces.append(np.full(size, video, np.int64))
+            shift += size - run
+            at = first + run
+            pairs = np.flatnonzero(
+                (ids[at:-1] == self.config.vision_start_token_id) & (ids[at + 1 :] == self.config.vision_end_token_id)
+            )
+            if pairs.shape[0] < t - 1:
+                raise ValueError(
+                    f"token_ids: expected video {k} to have {t} frames, frame 0 with the kept tokens and the others "
+                    f"an empty vision_start, vision_end pair, found {1 + pairs.shape[0]}"
+                )
+            for p in (at + pairs[: t - 1] + 1).tolist():  # each later frame's vision_end
+                pieces.append(ids[at:p])
+                frame_spans.append((p + shift, size))
+                pieces.append(np.full(size, video, np.int64))
+                shift += size
+                at = p
+            # the frames' text moves with the split of the kept tokens; the last vision_end does not
+            ends.append(at)
+            spans.append(frame_spans)
+        if is_video[at:].any():
+            extra = at + int(np.flatnonzero(is_video[at:])[0])
+            raise ValueError(
+                f"token_ids: expected {len(self.num_frames)} pruned videos, got another video token at index {extra}"
+            )
+        pieces.append(ids[at:])
+        return np.concatenate(pieces), starts, ends, kept, spans
+
+    def keep(self, retention_masks) -> np.ndarray:
+        """Which tokens of the unpruned prompt survive, from one mask per video."""
+        if not isinstance(retention_masks, (list, tuple)) or len(retention_masks) != len(self.num_frames):
+            raise ValueError(
+                f"retention_masks: expected a list of {len(self.num_frames)} masks (one per video), "
+                f"got {describe(retention_masks)}"
+            )
+        keep = np.ones(self._full.num_tokens, np.bool_)
+        for k, mask in enumerate(retention_masks):
+            mask = _checked_mask(mask, k, self.num_frames[k] * self.frame_sizes[k], self.num_kept[k])
+            done = 0
+            for start, length in self._grid_spans[k]:
+                keep[start : start + length] = mask[done : done + length]
+                done += length
+        return keep
+
+    def layout(self, retention_masks) -> PromptLayout:
+        """The pruned prompt's layout (our rule, or vLLM 0.33's recompute where
+        that applies, see the module docstring)."""
+        layout = delete_tokens(self._full, self.keep(retention_masks))
+        if layout.num_tokens != self.num_tokens:  # _checked_mask counted every video's kept tokens
+            raise RuntimeError(f"evs: expected {self.num_tokens} tokens after pruning, got {layout.num_tokens}")
+        if not self._vllm_recompute:
+            return layout
+        return _vllm_recompute(layout, self.video_starts[0], self.video_starts[0] + self.num_kept[0])
+
+    def stand_in_mask(self, k: int) -> np.ndarray:
+        """A mask keeping video k's first kept-count tokens: it stands in for a
+        mask still to come (the tokens it decides must not be scheduled)."""
+        mask = np.zeros(self.num_frames[k] * self.frame_sizes[k], np.bool_)
+        mask[: self.num_kept[k]] = True
+        return mask
+
+    @property
+    def num_videos(self) -> int:
+        return len(self.num_frames)
+
+
+def _checked_mask(mask, k: int, size: int, kept: int) -> np.ndarray:
+    name = f"retention_masks[{k}]"
+    if hasattr(mask, "detach"):  # a torch tensor, possibly on a device
+        mask = mask.detach().cpu().numpy()
+    array = np.asarray(mask)
+    if array.ndim != 1 or array.shape[0] != size or array.dtype.kind not in "biu":
+        raise ValueError(f"{name}: expected a 1-D bool or 0/1 array of {size} entries (t*h'*w'), got {describe(mask)}")
+    if array.dtype != np.bool_:
+        if ((array != 0) & (array != 1)).any():
+            raise ValueError(f"{name}: expected 0/1 entries, got values {np.unique(array)[:4].tolist()}")
+        array = array != 0
+    if int(np.count_nonzero(array)) != kept:
+        raise ValueError(
+            f"{name}: expected {kept} kept tokens (the video's placeholders in token_ids), "
+            f"got {int(np.count_nonzero(array))}"
+        )
+    return array
+
+
+def _vllm_recompute(layout: PromptLayout, video_start: int, video_end: int) -> PromptLayout:
+    """vLLM 0.33's Qwen2.5-VL recompute of a one-video prompt whose video
+    tokens are [video_start, video_end): the video's time scale truncated to
+    an integer, and every token from `video_end` (its vision_end) on at the
+    video's base + w', counting up by one."""
+    rows, scales = layout.rows.copy(), layout.scales.copy()
+    starts = rows[:, C.COL_TOK_START]
+    video = (starts >= video_start) & (starts < video_end)
+    scales[video, C.SCALE_SP] = np.trunc(scales[video, C.SCALE_SP])
+    base = int(rows[video, C.COL_BASE][0])
+    width = int(rows[video, C.COL_W][0])
+    after = starts >= video_end
+    rows[after, C.COL_BASE] = base + width + starts[after] - video_end
+    return _layout(layout.config, rows, scales, layout.num_tokens)
+
+
+class PendingPrune:
+    """A pruned prompt and the masks known so far (None: still to come).
+    `with_mask` returns a new one, so a refused mask changes nothing."""
+
+    def __init__(self, prompt: PrunedPrompt, retention_masks=None) -> None:
+        self.prompt = prompt
+        if retention_masks is None:
+            self.masks = (None,) * prompt.num_videos
+        else:
+            prompt.keep(retention_masks)  # checks each mask
+            self.masks = tuple(retention_masks)
+
+    def with_mask(self, video_index, mask) -> PendingPrune:
+        if isinstance(video_index, bool) or not isinstance(video_index, (int, np.integer)):
+            raise TypeError(f"video_index: expected an int, got {describe(video_index)}")
+        if not 0 <= video_index < self.prompt.num_videos:
+            raise ValueError(f"video_index: expected a video in [0, {self.prompt.num_videos}), got {video_index}")
+        if self.masks[video_index] is not None:
+            raise ValueError(f"video_index: video {video_index}'s retention mask was given already")
+        k = int(video_index)
+        checked = _checked_mask(
+            mask, k, self.prompt.num_frames[k] * self.prompt.frame_sizes[k], self.prompt.num_kept[k]
+        )
+        updated = PendingPrune(self.prompt)
+        updated.masks = self.masks[:k] + (checked,) + self.masks[k + 1 :]
+        return updated
+
+    def spans(self) -> list[tuple[int, tuple[int, int]]]:
+        """(video, (start, end)) of every video whose mask is still to come."""
+        return [
+            (k, (self.prompt.video_starts[k], self.prompt.video_ends[k]))
+            for k, mask in enumerate(self.masks)
+            if mask is None
+        ]
+
+    def layout(self) -> PromptLayout:
+        masks = [self.prompt.stand_in_mask(k) if m is None else m for k, m in enumerate(self.masks)]
+        return self.prompt.layout(masks)
