@@ -302,6 +302,8 @@ def normalize_items(
     inline rather than through a call."""
     image_grid = EMPTY_GRID if image_grid_thw is None else as_grid(image_grid_thw, "image_grid_thw")
     video_grid = EMPTY_GRID if video_grid_thw is None else as_grid(video_grid_thw, "video_grid_thw")
+    if config.video_token_id is None or config.image_token_id is None:
+        check_served_modalities(config, image_grid, video_grid)
     if second_per_grid_ts is None and video_grid_thw is None:
         video_sp = EMPTY_FLOAT
     else:
@@ -317,6 +319,22 @@ def normalize_items(
                 f"{config.family}"
             )
     return (image_grid, video_grid, video_sp, audio_token_counts(config, audio_lengths), av), audio_lengths
+
+
+def check_served_modalities(config, image_grid, video_grid) -> None:
+    """Refuse items of a modality the family is served without (its config has
+    no placeholder id for it): videos of the image-only families, anything for
+    text_only."""
+    for name, grid, token in (
+        ("image_grid_thw", image_grid, config.image_token_id),
+        ("video_grid_thw", video_grid, config.video_token_id),
+    ):
+        if token is None and grid.shape[0]:
+            what = "no vision items: every token sits at its index" if config.image_token_id is None else "images only"
+            raise ValueError(
+                f"{name}: expected None for {config.family} ({what}; vLLM 0.33 lays out no such item for it), "
+                f"got {grid.shape[0]} item(s)"
+            )
 
 
 class Items:

@@ -62,7 +62,8 @@ P_CHUNK = 17  # Qwen2.5-Omni interleave chunk in positions (0 when none)
 P_AV_MERGE = 18  # 1: vLLM 0.33's Qwen3-Omni audio-in-video (merge on truncated tau)
 P_SP_DEFAULT = 19  # second_per_grid_ts of a video given none; -1: the family takes no time scale
 P_SP_TRUNC = 20  # 1: second_per_grid_ts truncated to an integer first (transformers 4.57)
-NUM_PARAMS = 21
+P_VIDEO_T_MERGE = 21  # a video's t' = t // this (ERNIE-4.5-VL's temporal_conv_size; 1 elsewhere)
+NUM_PARAMS = 22
 
 TAU_FRAME = 0  # tau(f) = f
 TAU_F32 = 1  # trunc(float32(float32(f) * sp) * r), as torch computes it
@@ -102,3 +103,4 @@ ERR_AUDIO_SHORT = 19  # a: audio index, b: tokens (fewer than one)
 ERR_RANGE_NEGATIVE = 20  # a: modality, b: item index, c: bad value
 ERR_AV_COUNT = 21  # a: video index, b: video tokens found, c: audio tokens found, d: audio expected
 ERR_VIDEO_OPEN = 22  # a: video index, b: token index of the bracket, c: frames seen
+ERR_VIDEO_T_MERGE = 23  # a: video index, b: t (not divisible by the temporal merge size)
