@@ -14,6 +14,10 @@ rounds:
 - `families`: Qwen3-VL and GLM-4.1V (one image, a 64-frame video with
   timestamp text, ten images) against the torch reference and, when
   transformers can be imported, its own `get_rope_index`.
+- `more_families`: the families served to vLLM 0.33's rules (PaddleOCR-VL,
+  ERNIE-4.5-VL, GLM-OCR, Bailing-MoE-V3-VL, Cohere Compass: one image, ten
+  images, a 64-frame video where the family has videos) against the torch
+  reference.
 - `input_forms`: what the form of the inputs costs: every argument of
   `prompt_positions`, `PromptLayout.from_ranges` and the tracker's
   `add_request` / `add_request_from_ranges`, one at a time, as a list, a
@@ -37,7 +41,17 @@ from mrope_tracker import PositionTracker, PromptLayout, prompt_positions, refer
 
 from . import seed_design, transformers_rope
 from .timing import measure, medians_us, ratio, torch_threads
-from .workloads import PromptBuilder, family_prompt_cases, glm4v, qwen2_5_omni, qwen2_5_vl, qwen3_vl, seed_prompt_cases
+from .workloads import (
+    PromptBuilder,
+    family_prompt_cases,
+    glm4v,
+    qwen2_5_omni,
+    qwen2_5_vl,
+    qwen3_vl,
+    seed_prompt_cases,
+    vllm_families,
+    vllm_family_cases,
+)
 
 NUM_LARGE = 3  # the seed cases held to the write-floor target: the three largest
 
@@ -156,10 +170,13 @@ def omni_rows(config, rounds: int, target_s: float, progress=lambda message: Non
 # --------------------------------------------------------------------------
 
 
-def family_rows(configs, rounds: int, target_s: float, progress=lambda message: None, cases=None) -> list[dict]:
+def family_rows(
+    configs, rounds: int, target_s: float, progress=lambda message: None, cases=None, with_hf=None
+) -> list[dict]:
     """`configs`: (label, MRopeConfig) pairs; `cases` overrides the workload
-    (a function of the config returning (name, prompt) pairs)."""
-    with_hf = transformers_rope.available()
+    (a function of the config returning (name, prompt) pairs); `with_hf`
+    False leaves transformers out (default: when it can be imported)."""
+    with_hf = transformers_rope.available() if with_hf is None else with_hf
     rows = []
     for label, config in configs:
         for name, prompt in (cases or family_prompt_cases)(config):
@@ -475,6 +492,7 @@ def run(quick: bool, progress) -> dict:
         ]
         rows += omni_rows(qwen2_5_omni(), rounds, target_s, progress)
         families = family_rows((("Qwen3-VL", qwen3_vl()), ("GLM-4.1V", glm4v())), rounds, target_s, progress)
+        more = family_rows(vllm_families(), rounds, target_s, progress, cases=vllm_family_cases, with_hf=False)
         forms = input_form_rows(rounds, target_s, progress)
         picked = [case for case in vl_cases if case[0].split(",")[0] in BREAKDOWN_CASES]
         breakdown = breakdown_rows(vl, picked, rounds, target_s, progress)
@@ -482,6 +500,7 @@ def run(quick: bool, progress) -> dict:
         "seed": seed,
         "rows": rows,
         "families": families,
+        "more_families": more,
         "input_forms": forms,
         "breakdown": breakdown,
         "torch_threads": 1,

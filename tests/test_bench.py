@@ -12,7 +12,7 @@ import torch
 from family_prompts import family_prompts
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from mrope_tracker.bench import report, seed_design, suite_prompt, suite_scheduler, transformers_rope
+from mrope_tracker.bench import report, seed_design, suite_prompt, suite_scheduler, transformers_rope, workloads
 from mrope_tracker.bench.timing import torch_threads
 from mrope_tracker.bench.workloads import (
     Scenario,
@@ -91,6 +91,23 @@ def test_family_rows_cover_qwen3_vl_and_glm():
     for r in rows:
         assert _is_spread(r["speedup"])
         assert (r["speedup_transformers"] is None) == (not transformers_rope.available())
+
+
+def test_more_family_rows_cover_every_vllm_family():
+    """One row per case of every family served to vLLM 0.33's rules, checked against the reference, with
+    no transformers column; the report renders them within 120 columns."""
+    rows = suite_prompt.family_rows(
+        workloads.vllm_families(), cases=workloads.vllm_family_cases, with_hf=False, rounds=1, target_s=0.0005
+    )
+    labels = [label for label, _ in workloads.vllm_families()]
+    assert list(dict.fromkeys(r["family"] for r in rows)) == labels
+    videos = {r["family"] for r in rows if "video" in r["case"]}
+    assert videos == {"ERNIE-4.5-VL", "GLM-OCR"}
+    for r in rows:
+        assert _is_spread(r["speedup"]) and r["transformers_us"] is None
+    text = report.prompt_tables({"seed": [], "rows": [], "families": [], "more_families": rows})
+    assert "ERNIE-4.5-VL" in text
+    assert max(len(line) for line in text.splitlines()) <= report.WIDTH
 
 
 @pytest.mark.parametrize("make_config", [qwen3_vl, glm4v])
