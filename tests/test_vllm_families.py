@@ -239,3 +239,21 @@ def test_ernie_bad_config_values():
         MRopeConfig(family="ernie4_5_moe_vl", temporal_merge_size=0)
     with pytest.raises(ValueError, match="temporal_merge_size: qwen2_vl does not use it"):
         MRopeConfig(family="qwen2_vl", temporal_merge_size=2)
+
+
+@pytest.mark.parametrize("family", [*VLLM_FAMILIES, "text_only"])
+def test_compare_samples_position_cleanly(family):
+    """`mrope-tracker compare`'s sampled prompts for a family are laid out as its processor does: every one
+    is positioned without error, and the images-only and text-only families get no item they refuse."""
+    from mrope_tracker.hf.sample import sample_prompts
+
+    config = MRopeConfig(family=family, semantics="vllm-0.33")
+    for prompt in sample_prompts(config, num_prompts=12, seed=3):
+        kwargs = {
+            name: value
+            for name, value in (("image_grid_thw", prompt.image_grid_thw), ("video_grid_thw", prompt.video_grid_thw))
+            if value is not None
+        }
+        ours = prompt_positions(config, prompt.token_ids, **kwargs)
+        expected = reference.prompt_positions(config, prompt.token_ids, **kwargs)
+        np.testing.assert_array_equal(ours[0], expected[0].numpy())
