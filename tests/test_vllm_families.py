@@ -160,6 +160,16 @@ def test_mapped_model_types(model_type, fields, family, image):
     assert got[0].tolist() == want[0].tolist() and got[1] == want[1] == 0
 
 
+def test_exaone_time_scale_is_vllms_default(recwarn):
+    """EXAONE-4.5's vision config has no tokens_per_second; vLLM 0.33 then scales video time by 1.0."""
+    config = MRopeConfig.from_hf_config(
+        {"model_type": "exaone4_5", "image_token_id": 67, "video_token_id": 68, "vision_config": {}},
+        semantics="vllm-0.33",
+    )
+    assert config.tokens_per_second == 1.0
+    assert not [w for w in recwarn if "tokens_per_second" in str(w.message)]
+
+
 @pytest.mark.parametrize("model_type", ["qwen3_5_text", "qwen3_5_moe_text", "minicpmv4_6"])
 def test_text_only_model_types(model_type):
     """Sequential positions on all three rows and delta 0, from tokens, ranges and the adapter
@@ -213,6 +223,24 @@ def test_image_only_families_refuse_videos(family):
     ):
         with pytest.raises(ValueError, match=rf"video_grid_thw: expected None for {family} \(.*images only"):
             call()
+
+
+def test_documented_examples():
+    """docs/semantics.md sections 2.7 and 2.8, token for token."""
+    bailing = MRopeConfig.from_hf_config(load_config("bailing_moe_v3_vl"))
+    positions, delta = prompt_positions(bailing, [1, 151652, *[151655] * 6, 151653, 198, 2], image_grid_thw=[[1, 4, 6]])
+    t = [0, 1, 2, 2, 2, 2, 2, 2, 5, 6, 7]
+    assert positions.tolist() == [t, [0, 1, 2, 2, 2, 3, 3, 3, 5, 6, 7], [0, 1, 2, 3, 4, 2, 3, 4, 5, 6, 7]]
+    assert delta == -3
+    ernie = _ernie()
+    ids = [1, 101306, *[100295] * 4, 101307, 101304, *[100295] * 2, 101305, 2]
+    positions, delta = prompt_positions(ernie, ids, video_grid_thw=[[4, 2, 4]], image_grid_thw=[[1, 2, 4]])
+    assert positions.tolist() == [
+        [0, 1, 2, 2, 3, 3, 4, 5, 6, 6, 8, 9],
+        [0, 1, 2, 2, 2, 2, 4, 5, 6, 6, 8, 9],
+        [0, 1, 2, 3, 2, 3, 4, 5, 6, 7, 8, 9],
+    ]
+    assert delta == -2
 
 
 def test_text_only_refuses_items():

@@ -2,7 +2,8 @@
 
 vLLM 0.33 serves two more model types with these rules: OpenCUA (``opencua``,
 images only, its placeholder ``media_placeholder_token_id``) and EXAONE-4.5
-(``exaone4_5``, ids at the top level).
+(``exaone4_5``, ids at the top level; its vision config has no
+``tokens_per_second``, for which vLLM takes 1.0).
 
 tau(f) = trunc(f * second_per_grid_ts * tokens_per_second), the products
 rounded to float32 as torch computes them (transformers 4.51, vLLM 0.8-0.9).
@@ -20,6 +21,10 @@ def read_config(scopes, semantics=None) -> dict:
         text = tuple(get(s, "text_config") for s in scopes)
         kwargs["image_token_id"] = first((*scopes, *text), ("media_placeholder_token_id",))
     kwargs["tokens_per_second"] = get(first(scopes, ("vision_config",)), "tokens_per_second")
+    if kwargs["tokens_per_second"] is None and get(scopes[-1], "model_type") == "exaone4_5":
+        # EXAONE-4.5's vision config class has no tokens_per_second, and vLLM 0.33's
+        # Qwen2.5-VL position code then takes 1.0 (its getattr default)
+        kwargs["tokens_per_second"] = 1.0
     return kwargs
 
 
