@@ -192,7 +192,7 @@ def _ernie() -> MRopeConfig:
     return MRopeConfig.from_hf_config(load_config("ernie4_5_moe_vl"), semantics="vllm-0.33")
 
 
-@pytest.mark.parametrize("how", ["tokens", "ranges", "reference", "tracker"])
+@pytest.mark.parametrize("how", ["tokens", "ranges", "adapter", "reference", "tracker"])
 def test_ernie_odd_frame_count_is_refused(how):
     """vLLM 0.33 lays out t*h*w/8 tokens but positions (t//2)*h'*w' of them for an odd t: refused."""
     config = _ernie()
@@ -203,6 +203,9 @@ def test_ernie_odd_frame_count_is_refused(how):
             prompt_positions(config, ids, video_grid_thw=grid)
         elif how == "ranges":
             PromptLayout.from_ranges(config, len(ids), video_ranges=[(1, 3)], video_grid_thw=grid)
+        elif how == "adapter":
+            data = {"video_grid_thw": FieldElem(torch.tensor(grid[0]))}
+            get_mrope_input_positions(config, ids, [FeatureSpec("video", PlaceholderRange(1, 3), data)])
         elif how == "reference":
             reference.prompt_positions(config, ids, video_grid_thw=grid)
         else:
