@@ -161,6 +161,26 @@ def prompt_tables(result: dict) -> str:
                 rows,
             )
         )
+    if result.get("more_families"):
+        out.append(
+            paragraph(
+                '**Families served to vLLM 0.33\'s rules** (`semantics="vllm-0.33"`): `prompt_positions` vs the torch '
+                "reference (one thread). Speedup: its time / ours."
+            )
+        )
+        rows = [
+            [
+                r["family"],
+                _case(r["case"]),
+                f"{r['num_tokens']:,}",
+                _us(r["reference_us"]),
+                _us(r["ours_us"]),
+                _spread(r["speedup"]),
+                _spread(r["vs_floor"]),
+            ]
+            for r in result["more_families"]
+        ]
+        out.append(table(["family", "case", "tokens", "reference", "ours", "vs reference", "ours / floor"], rows))
     if result.get("input_forms"):
         out.append(input_form_tables(result["input_forms"]))
     if result.get("breakdown"):

@@ -16,6 +16,10 @@ rounds:
 - `families`: Qwen3-VL and GLM-4.1V (one image, a 64-frame video with
   timestamp text, ten images) against the torch reference and, when
   transformers can be imported, its own `get_rope_index`.
+- `more_families`: the families served to vLLM 0.33's rules (PaddleOCR-VL,
+  ERNIE-4.5-VL, GLM-OCR, Bailing-MoE-V3-VL, Cohere Compass: one image, ten
+  images, a 64-frame video where the family has videos) against the torch
+  reference.
 - `input_forms`: what the form of the inputs costs: every argument of
   `prompt_positions`, `PromptLayout.from_ranges` and the tracker's
   `add_request` / `add_request_from_ranges`, one at a time, as a list, a
@@ -47,7 +51,9 @@ from .workloads import (
     qwen2_5_vl,
     qwen3_vl,
     seed_prompt_cases,
+    vllm_families,
     vllm_family_cases,
+    vllm_only_family_cases,
 )
 
 NUM_LARGE = 3  # the seed cases held to the write-floor target: the three largest
@@ -164,9 +170,9 @@ def omni_rows(config, rounds: int, target_s: float, progress=lambda message: Non
 
 def vllm_family_rows(rounds: int, target_s: float, progress=lambda message: None, cases=None) -> list[dict]:
     """Keye-VL, Keye-VL-1.5, Isaac and openPangu-VL against the torch reference
-    (`cases` overrides `vllm_family_cases`)."""
+    (`cases` overrides `vllm_only_family_cases`)."""
     rows = []
-    for label, config, name, prompt in cases or vllm_family_cases():
+    for label, config, name, prompt in cases or vllm_only_family_cases():
         progress(f"prompt {label}: {name}")
         ids, kwargs = prompt.token_ids, prompt.kwargs
         _same(
@@ -192,10 +198,13 @@ def vllm_family_rows(rounds: int, target_s: float, progress=lambda message: None
 # --------------------------------------------------------------------------
 
 
-def family_rows(configs, rounds: int, target_s: float, progress=lambda message: None, cases=None) -> list[dict]:
+def family_rows(
+    configs, rounds: int, target_s: float, progress=lambda message: None, cases=None, with_hf=None
+) -> list[dict]:
     """`configs`: (label, MRopeConfig) pairs; `cases` overrides the workload
-    (a function of the config returning (name, prompt) pairs)."""
-    with_hf = transformers_rope.available()
+    (a function of the config returning (name, prompt) pairs); `with_hf`
+    False leaves transformers out (default: when it can be imported)."""
+    with_hf = transformers_rope.available() if with_hf is None else with_hf
     rows = []
     for label, config in configs:
         for name, prompt in (cases or family_prompt_cases)(config):
@@ -512,6 +521,7 @@ def run(quick: bool, progress) -> dict:
         rows += omni_rows(qwen2_5_omni(), rounds, target_s, progress)
         rows += vllm_family_rows(rounds, target_s, progress)
         families = family_rows((("Qwen3-VL", qwen3_vl()), ("GLM-4.1V", glm4v())), rounds, target_s, progress)
+        more = family_rows(vllm_families(), rounds, target_s, progress, cases=vllm_family_cases, with_hf=False)
         forms = input_form_rows(rounds, target_s, progress)
         picked = [case for case in vl_cases if case[0].split(",")[0] in BREAKDOWN_CASES]
         breakdown = breakdown_rows(vl, picked, rounds, target_s, progress)
@@ -519,6 +529,7 @@ def run(quick: bool, progress) -> dict:
         "seed": seed,
         "rows": rows,
         "families": families,
+        "more_families": more,
         "input_forms": forms,
         "breakdown": breakdown,
         "torch_threads": 1,

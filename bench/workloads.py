@@ -36,6 +36,21 @@ def qwen2_5_omni() -> MRopeConfig:
     return MRopeConfig(family="qwen2_5_omni", model_type="qwen2_5_omni", tokens_per_second=25, seconds_per_chunk=2)
 
 
+def vllm_families() -> list[tuple[str, MRopeConfig]]:
+    """The families served to vLLM 0.33's rules only (no transformers oracle in
+    this suite yet), with their published ids."""
+    return [
+        (label, MRopeConfig(family=family, semantics="vllm-0.33"))
+        for label, family in (
+            ("PaddleOCR-VL", "paddleocr_vl"),
+            ("ERNIE-4.5-VL", "ernie4_5_moe_vl"),
+            ("GLM-OCR", "glm_ocr"),
+            ("Bailing-MoE-V3-VL", "bailing_moe_v3_vl"),
+            ("Cohere Compass", "cohere_compass"),
+        )
+    ]
+
+
 @attrs.frozen(eq=False)
 class Prompt:
     token_ids: np.ndarray
@@ -81,6 +96,8 @@ class PromptBuilder:
         """A video of t temporal patches of (h, w) patches, in the family's layout."""
         if self.config.spec.video_blocks == "frames":
             return self._frame_video(t, h, w)
+        if self.config.temporal_merge_size:
+            return self._merged_video(t, h, w)
         c, m = self.config, self.config.spatial_merge_size
         n = t * (h // m) * (w // m)
         self.videos.append((t, h, w))
@@ -89,6 +106,18 @@ class PromptBuilder:
         self.ranges["video"].append((len(self.ids), n))
         self.ids.extend([c.video_token_id] * n)
         self.ids.append(c.vision_end_token_id)
+        return self
+
+    def _merged_video(self, t: int, h: int, w: int) -> PromptBuilder:
+        """ERNIE-4.5-VL, as vLLM lays it out: t frames merged temporal_merge_size
+        at a time, ``VIDEO_START I*(t' h' w') VIDEO_END`` with the image token."""
+        c, m = self.config, self.config.spatial_merge_size
+        n = (t // c.temporal_merge_size) * (h // m) * (w // m)
+        self.videos.append((t, h, w))
+        self.ids.append(c.video_start_token_id)
+        self.ranges["video"].append((len(self.ids), n))
+        self.ids.extend([c.image_token_id] * n)
+        self.ids.append(c.video_end_token_id)
         return self
 
     def _frame_video(self, t: int, h: int, w: int) -> PromptBuilder:
@@ -244,13 +273,36 @@ def family_prompt_cases(config: MRopeConfig) -> list[tuple[str, Prompt]]:
     ]
 
 
+def vllm_family_cases(config: MRopeConfig) -> list[tuple[str, Prompt]]:
+    """One image, ten images and, where the family has videos, a 64-frame
+    video; each between 20 text tokens."""
+
+    def case(build):
+        b = PromptBuilder(config).text(20)
+        build(b)
+        return b.text(20).build()
+
+    cases = [
+        ("1 image, 324 tokens", case(lambda b: b.image(36, 36))),
+        ("10 images, 3,240 tokens", case(lambda b: [b.image(36, 36) for _ in range(10)])),
+    ]
+    if config.video_token_id is not None:
+        video = case(lambda b: b.video(64, 24, 24))
+        cases.insert(1, (f"1 video of 64 frames, {video.num_tokens:,} tokens in all", video))
+    return cases
+
+
 # --------------------------------------------------------------------------
 # Families served by vLLM 0.33's rules only (no transformers implementation)
 # --------------------------------------------------------------------------
 
 # openPangu-VL's ids were never published: stand-ins (tests/data/configs/openpangu_vl.json)
-_PANGU_IDS = {"image_token_id": 45819, "video_token_id": 45832, "vision_start_token_id": 45818,
-              "vision_end_token_id": 45820}  # fmt: skip
+_PANGU_IDS = {
+    "image_token_id": 45819,
+    "video_token_id": 45832,
+    "vision_start_token_id": 45818,
+    "vision_end_token_id": 45820,
+}
 _KEYE_FRAME_IDS = (151670, 151671, 151672)  # <frame>, <fast_start>, <fast_end>: stand-ins, text either way
 
 
@@ -258,7 +310,7 @@ def _between_text(ids: list[int]) -> np.ndarray:
     return np.array([TEXT_ID] * 20 + ids + [TEXT_ID] * 20, dtype=np.int64)
 
 
-def vllm_family_cases() -> list[tuple[str, MRopeConfig, str, Prompt]]:
+def vllm_only_family_cases() -> list[tuple[str, MRopeConfig, str, Prompt]]:
     """(label, config, case, prompt): one case each of Keye-VL, Keye-VL-1.5,
     Isaac and openPangu-VL, laid out as their processors do (docs/semantics.md),
     between 20 text tokens. Token form only: the ranges stay empty."""

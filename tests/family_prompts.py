@@ -13,8 +13,13 @@ ts a timestamp's 1-5 text ids):
   use_audio_in_video every video is ``VS AS <interleave> AE VE``.
 - qwen3_vl: image as above; video ``VS (ts VS V*(h'w') VE)*t VE`` (the outer
   pair stays, as in vLLM's prompts).
-- glm4v: image ``BOI I*(h'w') EOI``; video ``BOV (BOI I*(h'w') EOI ts)*t EOV``
+- glm4v, glm_ocr: image ``BOI I*(h'w') EOI``; video ``BOV (BOI I*(h'w') EOI ts)*t EOV``
   (frames reuse the image token).
+- paddleocr_vl, cohere_compass: image ``VS I*(h'w') VE``; no videos.
+- bailing_moe_v3_vl: image ``VS I*(h'w') VE NL`` (NL the newline vLLM adds); no videos.
+- ernie4_5_moe_vl: image ``BOI I*(h'w') EOI``; video of t = 2k frames
+  ``BOV V*(k h'w') EOV``, V being the image token in the remote-code config
+  (``ernie4_5_moe_vl``) and the video token in transformers 5's (``ernie4_5_vl_moe``).
 
 Audio-in-video interleaves (``prompt.interleave``) for Qwen2.5-Omni, with
 rate r = position_id_per_seconds, chunk C = int(r * seconds_per_chunk):
@@ -59,6 +64,8 @@ __all__ = [
     "CONFIG_DIR",
     "CONFIG_NAMES",
     "FAMILIES",
+    "VLLM_FAMILIES",
+    "ALL_FAMILIES",
     "INTERLEAVES",
     "MODEL_TYPES",
     "RANGE_INTERLEAVE_NAMES",
@@ -81,6 +88,11 @@ __all__ = [
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "data", "configs")
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen2_5_omni", "qwen3_vl", "glm4v", "qwen3_omni")
+# families checked against vLLM 0.33.0's vectors only (no transformers oracle here yet)
+VLLM_FAMILIES = ("paddleocr_vl", "ernie4_5_moe_vl", "glm_ocr", "bailing_moe_v3_vl", "cohere_compass")
+ALL_FAMILIES = FAMILIES + VLLM_FAMILIES
+_IMAGE_ONLY = ("paddleocr_vl", "bailing_moe_v3_vl", "cohere_compass")
+_GLM = ("glm4v", "glm_ocr")
 # family -> published config files (tests/data/configs) that serve it
 CONFIG_NAMES = {
     "qwen2_vl": ("qwen2_vl",),
@@ -89,6 +101,11 @@ CONFIG_NAMES = {
     "qwen3_vl": ("qwen3_vl",),
     "glm4v": ("glm4v", "glm4v_moe"),
     "qwen3_omni": ("qwen3_omni_moe",),
+    "paddleocr_vl": ("paddleocr_vl",),
+    "ernie4_5_moe_vl": ("ernie4_5_moe_vl", "ernie4_5_vl_moe"),
+    "glm_ocr": ("glm_ocr",),
+    "bailing_moe_v3_vl": ("bailing_moe_v3_vl",),
+    "cohere_compass": ("cohere_compass",),
 }
 # model_type (a config's, or its thinker's) -> the family that positions it; the one copy in tests/
 MODEL_TYPES = {
@@ -105,6 +122,23 @@ MODEL_TYPES = {
     "glm46v": "glm4v",
     "qwen3_omni_moe": "qwen3_omni",
     "qwen3_omni_moe_thinker": "qwen3_omni",
+    "paddleocr_vl": "paddleocr_vl",
+    "ernie4_5_moe_vl": "ernie4_5_moe_vl",
+    "ernie4_5_vl_moe": "ernie4_5_moe_vl",
+    "glm_ocr": "glm_ocr",
+    "bailing_moe_v3_vl": "bailing_moe_v3_vl",
+    "cohere_compass": "cohere_compass",
+    # model types vLLM 0.33 serves with a class already covered
+    "opencua": "qwen2_5_vl",
+    "exaone4_5": "qwen2_5_vl",
+    "cosmos3_omni": "qwen3_vl",
+    "cosmos3_edge": "qwen3_vl",
+    "interns1_pro": "qwen3_vl",
+    "intern_s2_preview": "qwen3_vl",
+    "interns2_mobius": "qwen3_vl",
+    "qwen3_5_text": "text_only",
+    "qwen3_5_moe_text": "text_only",
+    "minicpmv4_6": "text_only",
     # vLLM 0.33's rules only (tests/vllm_families.py draws their prompts)
     "keye": "keye",
     "keye_vl1_5": "keye_vl1_5",
@@ -374,7 +408,17 @@ def _rate(family: str, config: dict) -> float | None:
 def special_ids(family: str, config: dict) -> dict:
     """Special token ids by symbol."""
     c = _thinker(config)
-    if family == "glm4v":
+    if family == "ernie4_5_moe_vl":
+        image = c.get("im_patch_id", c.get("image_token_id"))
+        return dict(
+            I=image,
+            V=c.get("video_token_id", image),  # the remote-code config: videos use the image token
+            BOI=c["image_start_token_id"],
+            EOI=c["image_end_token_id"],
+            BOV=c["video_start_token_id"],
+            EOV=c["video_end_token_id"],
+        )
+    if family in _GLM:
         return dict(
             I=c["image_token_id"],
             BOI=c["image_start_token_id"],
@@ -388,6 +432,8 @@ def special_ids(family: str, config: dict) -> dict:
         VS=c["vision_start_token_id"],
         VE=c["vision_end_token_id"],
     )
+    if family == "bailing_moe_v3_vl":
+        ids["NL"] = c.get("newline_token_id", 198)
     if family in _OMNI:
         ids.update(
             A=c.get("audio_token_id", c.get("audio_token_index")),
@@ -485,7 +531,7 @@ def family_prompts(
     if family is None:
         family = draw(st.sampled_from(FAMILIES))
     if family not in CONFIG_NAMES:
-        raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
+        raise ValueError(f"family: expected one of {ALL_FAMILIES}, got {family!r}")
     if config_name is None:
         config_name = draw(st.sampled_from(CONFIG_NAMES[family]))
     config = load_config(config_name)
@@ -498,9 +544,9 @@ def family_prompts(
             raise ValueError(f"interleave: expected one of {INTERLEAVES[family]} for {family}, got {interleave!r}")
     rate = _rate(family, config)
     b = _Builder(family, config)
-    kinds = ["image", "video"] + (["audio"] if omni else [])
+    kinds = ["image"] + ([] if family in _IMAGE_ONLY else ["video"]) + (["audio"] if omni else [])
     items = draw(st.lists(st.sampled_from(kinds), max_size=max_items))
-    while items.count("video") < min_videos:
+    while items.count("video") < min_videos and family not in _IMAGE_ONLY:
         items.insert(draw(st.integers(0, len(items))), "video")
     b.ids.extend(draw(_text(0, max_text)))
     used_av = False
@@ -509,10 +555,12 @@ def family_prompts(
             grid = draw(_image_grid())
             n = (grid[1] // 2) * (grid[2] // 2)
             b.images.append(grid)
-            bos, eos = ("BOI", "EOI") if family == "glm4v" else ("VS", "VE")
+            bos, eos = ("BOI", "EOI") if family in (*_GLM, "ernie4_5_moe_vl") else ("VS", "VE")
             b.put(bos)
             b.run("image", "I", n)
             b.put(eos)
+            if family == "bailing_moe_v3_vl":
+                b.put("NL")
         elif kind == "audio":
             frames = draw(_mel_frames(family))
             b.audio.append(frames)
@@ -523,6 +571,8 @@ def family_prompts(
             cap = max_t if max_t is not None else (300 if av else 64)
             grid = draw(_video_grid(cap))
             t, hw = grid[0], (grid[1] // 2) * (grid[2] // 2)
+            if family == "ernie4_5_moe_vl":  # t frames: 2t in the grid, merged two by two
+                grid = (2 * t, grid[1], grid[2])
             b.videos.append(grid)
             if rate is not None:
                 sp32, sp64, fps = draw(video_rates(integer_sp))
@@ -530,8 +580,12 @@ def family_prompts(
                 b.fps.append(fps)
             if family == "qwen3_vl":
                 _qwen3_vl_video(draw, b, t, hw)
-            elif family == "glm4v":
+            elif family in _GLM:
                 _glm_video(draw, b, t, hw)
+            elif family == "ernie4_5_moe_vl":
+                b.put("BOV")
+                b.run("video", "V", t * hw)
+                b.put("EOV")
             elif av:
                 used_av = True
                 frames = draw(_mel_frames(family))

@@ -12,7 +12,7 @@ import torch
 from family_prompts import family_prompts
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from mrope_tracker.bench import report, seed_design, suite_prompt, suite_scheduler, transformers_rope
+from mrope_tracker.bench import report, seed_design, suite_prompt, suite_scheduler, transformers_rope, workloads
 from mrope_tracker.bench.timing import torch_threads
 from mrope_tracker.bench.workloads import (
     Scenario,
@@ -95,13 +95,30 @@ def test_family_rows_cover_qwen3_vl_and_glm():
 
 def test_vllm_family_rows_cover_the_four_vllm_only_families():
     """vllm_family_rows checks Keye-VL, Keye-VL-1.5, Isaac and openPangu-VL against the reference, with spreads."""
-    from mrope_tracker.bench.workloads import vllm_family_cases
+    from mrope_tracker.bench.workloads import vllm_only_family_cases
 
-    cases = vllm_family_cases()
+    cases = vllm_only_family_cases()
     assert sorted(config.family for _, config, _, _ in cases) == ["isaac", "keye", "keye_vl1_5", "openpangu_vl"]
     rows = suite_prompt.vllm_family_rows(cases=cases, **TINY)
     assert [r["family"] for r in rows] == ["Keye-VL", "Keye-VL-1.5", "Isaac", "openPangu-VL"]
     assert all(_is_spread(r["speedup"]) for r in rows)
+
+
+def test_more_family_rows_cover_every_vllm_family():
+    """One row per case of every family served to vLLM 0.33's rules, checked against the reference, with
+    no transformers column; the report renders them within 120 columns."""
+    rows = suite_prompt.family_rows(
+        workloads.vllm_families(), cases=workloads.vllm_family_cases, with_hf=False, rounds=1, target_s=0.0005
+    )
+    labels = [label for label, _ in workloads.vllm_families()]
+    assert list(dict.fromkeys(r["family"] for r in rows)) == labels
+    videos = {r["family"] for r in rows if "video" in r["case"]}
+    assert videos == {"ERNIE-4.5-VL", "GLM-OCR"}
+    for r in rows:
+        assert _is_spread(r["speedup"]) and r["transformers_us"] is None
+    text = report.prompt_tables({"seed": [], "rows": [], "families": [], "more_families": rows})
+    assert "ERNIE-4.5-VL" in text
+    assert max(len(line) for line in text.splitlines()) <= report.WIDTH
 
 
 @pytest.mark.parametrize("make_config", [qwen3_vl, glm4v])

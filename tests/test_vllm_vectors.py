@@ -19,7 +19,7 @@ from collections import Counter
 import attrs
 import numpy as np
 import pytest
-from family_prompts import FAMILIES as FAMILY_PROMPT_FAMILIES
+from family_prompts import FAMILIES as RECORDED_FAMILIES
 from family_prompts import MODEL_TYPES
 from strategies import audio_tokens, tau_values
 from test_vllm_adapter import VECTORS, adapter, vector_features
@@ -58,7 +58,7 @@ def matches(vector: dict, result) -> bool:
 
 def test_vectors_cover_every_family():
     """The recorded file holds 40 prompts of each of the six families, each family under one name of its own."""
-    assert Counter(family_of(v) for v in VECTORS) == {family: 40 for family in FAMILY_PROMPT_FAMILIES}
+    assert Counter(family_of(v) for v in VECTORS) == {family: 40 for family in RECORDED_FAMILIES}
     names = {(v["family"], family_of(v)) for v in VECTORS}
     assert len(names) == len({name for name, _ in names}) == len({family for _, family in names})
 

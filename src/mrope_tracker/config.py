@@ -40,7 +40,14 @@ _ID_FIELDS = (
     "video_start_token_id",
     "video_end_token_id",
 )
-_OPTIONAL_FIELDS = (*_ID_FIELDS, "spatial_merge_size", "tokens_per_second", "seconds_per_chunk", "n_window")
+_OPTIONAL_FIELDS = (
+    *_ID_FIELDS,
+    "spatial_merge_size",
+    "temporal_merge_size",
+    "tokens_per_second",
+    "seconds_per_chunk",
+    "n_window",
+)
 _MAX_SCALE = 1e6  # time scales and chunk lengths far past any checkpoint's, still exact in float32 products
 
 
@@ -100,13 +107,16 @@ class MRopeConfig:
     family does not use stay None; those it uses default to its published
     values. `tokens_per_second` is the temporal scale r of video positions
     (Qwen2.5-VL's ``vision_config.tokens_per_second``, an Omni thinker's
-    ``position_id_per_seconds``).
+    ``position_id_per_seconds``). `temporal_merge_size` divides a video's
+    frame count t (ERNIE-4.5-VL's ``temporal_conv_size``); families that
+    leave it None take t as it comes.
     """
 
     family: str = attrs.field()
     model_type: str | None = attrs.field(default=None)
     semantics: str = attrs.field(default="reference")
     spatial_merge_size: int | None = attrs.field(default=None)
+    temporal_merge_size: int | None = attrs.field(default=None)
     image_token_id: int | None = attrs.field(default=None)
     video_token_id: int | None = attrs.field(default=None)
     vision_start_token_id: int | None = attrs.field(default=None)
@@ -138,6 +148,10 @@ class MRopeConfig:
             elif value is None:
                 object.__setattr__(self, name, spec.defaults[name])
         object.__setattr__(self, "spatial_merge_size", _positive_int("spatial_merge_size", self.spatial_merge_size))
+        if self.temporal_merge_size is not None:
+            object.__setattr__(
+                self, "temporal_merge_size", _positive_int("temporal_merge_size", self.temporal_merge_size)
+            )
         ids = {}
         for name in _ID_FIELDS:
             value = getattr(self, name)
@@ -165,11 +179,12 @@ class MRopeConfig:
         switches = self.switches
         params = np.full(codes.NUM_PARAMS, -1, dtype=np.float64)
         params[codes.P_MERGE] = self.spatial_merge_size
-        # an id the family lacks, or whose value is unknown (None), stays -1: no token matches it
+        # an id the family lacks, or whose value is unknown (None), stays -1: no token matches it;
+        # per-frame videos that reuse the image token (GLM): the video token marks nothing
+        frames_reuse_image = spec.video_brackets and spec.video_blocks == "frames"
         for slot, value in (
             (codes.P_IMAGE, self.image_token_id),
-            # frames that reuse the image token: the video token marks nothing
-            (codes.P_VIDEO, None if spec.video_brackets else self.video_token_id),
+            (codes.P_VIDEO, None if frames_reuse_image else self.video_token_id),
             (codes.P_VISION_START, self.vision_start_token_id),
             (codes.P_VISION_END, self.vision_end_token_id),
             (codes.P_AUDIO, self.audio_token_id),
@@ -200,6 +215,7 @@ class MRopeConfig:
         params[codes.P_SP_DEFAULT] = spec.default_second_per_grid_ts if spec.scaled_time else -1
         params[codes.P_SP_TRUNC] = "int_sp" in switches
         params[codes.P_RAW_SPATIAL] = spec.raw_spatial
+        params[codes.P_VIDEO_T_MERGE] = self.temporal_merge_size or 1
         params.setflags(write=True)  # writable on purpose: numba types read-only arrays apart
         return params
 

@@ -67,6 +67,8 @@ def layout_error(
         if modality == C.MOD_AUDIO:
             return int(items.audio_tokens[n])
         t, h, w = (int(v) for v in grids[modality][n])
+        if modality == C.MOD_VIDEO:
+            t //= config.temporal_merge_size or 1
         return (h // m) * (w // m) * (1 if modality == C.MOD_VIDEO and per_frame else t)
 
     if code == C.ERR_GRID_DIM:
@@ -75,6 +77,12 @@ def layout_error(
         return ValueError(
             f"{_GRID_NAMES[a]}[{b}]: expected h and w divisible by spatial_merge_size {m}, got "
             f"{_grid_text(grids[a], b)} (grids are (t, h, w) in patches before the merge, as the processor gives them)"
+        )
+    if code == C.ERR_VIDEO_T_MERGE:
+        return ValueError(
+            f"video_grid_thw[{a}]: expected a frame count t divisible by temporal_merge_size "
+            f"{config.temporal_merge_size} ({config.family}: the processor sends whole frame groups; an odd count "
+            f"would give more placeholder tokens than the position grid has), got {_grid_text(items.video_grid, a)}"
         )
     if code == C.ERR_IMAGE_T:
         return ValueError(f"image_grid_thw[{a}]: expected t == 1 for an image, got {_grid_text(items.image_grid, a)}")

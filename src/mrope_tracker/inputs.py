@@ -302,11 +302,8 @@ def normalize_items(
     inline rather than through a call."""
     image_grid = EMPTY_GRID if image_grid_thw is None else as_grid(image_grid_thw, "image_grid_thw")
     video_grid = EMPTY_GRID if video_grid_thw is None else as_grid(video_grid_thw, "video_grid_thw")
-    if video_grid.shape[0] and "video_token_id" not in config.spec.defaults and not config.spec.video_brackets:
-        raise ValueError(
-            f"video_grid_thw: {config.family} takes images only (its model has no video input); expected None, "
-            f"got {video_grid.shape[0]} videos"
-        )
+    if config.video_token_id is None or config.image_token_id is None:
+        check_served_modalities(config, image_grid, video_grid)
     if second_per_grid_ts is None and video_grid_thw is None:
         video_sp = EMPTY_FLOAT
     else:
@@ -322,6 +319,24 @@ def normalize_items(
                 f"{config.family}"
             )
     return (image_grid, video_grid, video_sp, audio_token_counts(config, audio_lengths), av), audio_lengths
+
+
+def check_served_modalities(config, image_grid, video_grid) -> None:
+    """Refuse items of a modality the family is served without (no placeholder
+    id for it among the family's ids): videos of the image-only families,
+    anything for text_only. A family whose id is only unknown (openPangu-VL's
+    stand-ins) still takes the items, from ranges."""
+    served = config.spec.defaults
+    for name, grid, key in (
+        ("image_grid_thw", image_grid, "image_token_id"),
+        ("video_grid_thw", video_grid, "video_token_id"),
+    ):
+        if key not in served and grid.shape[0]:
+            what = "no vision items: every token sits at its index" if "image_token_id" not in served else "images only"
+            raise ValueError(
+                f"{name}: expected None for {config.family} ({what}; vLLM 0.33 lays out no such item for it), "
+                f"got {grid.shape[0]} item(s)"
+            )
 
 
 class Items:

@@ -108,8 +108,14 @@ def check_ranges_against_tokens(config: MRopeConfig, items: Items, ranges: Range
     a mismatch names the item, the expected count and the found count."""
     ids = as_token_ids(token_ids)
     frame_token = config.image_token_id if config.spec.video_brackets else config.video_token_id
+    # ERNIE's bracketed whole-block videos: the image token (vLLM's remote-code
+    # layout) or a video token of its own (transformers 5's)
+    if config.spec.video_brackets and config.spec.video_blocks == "block" and config.video_token_id is not None:
+        frame_token = (config.image_token_id, config.video_token_id)
 
     def count(offset, length, token):
+        if isinstance(token, tuple):
+            return max(count(offset, length, one) for one in token)
         return int(np.count_nonzero(ids[offset : offset + length] == token))
 
     def check(name, k, offset, length, token, what):

@@ -254,6 +254,10 @@ def layout_from_features(config, num_tokens: int, mm_features) -> PromptLayout:
     config = as_config(config)
     family = FAMILIES[config.family]
     features = _checked_features(mm_features)
+    if "image_token_id" not in config.spec.defaults:
+        # text_only (MiniCPM-V 4.6): vLLM places every token, vision or not, at its index
+        # (a family whose ids are only unknown, openPangu-VL, still has its items placed)
+        return PromptLayout.from_ranges(config, num_tokens)
     tracks = _pair_audio_tracks(config, features)
     track_indices = {audio.index for audio in tracks.values()}
 

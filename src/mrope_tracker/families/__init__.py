@@ -5,13 +5,47 @@ every supported ``model_type`` to (family name, key of the nested config
 that holds the ids). Adding a family is one new module plus a line below.
 """
 
-from . import glm4v, isaac, keye, keye_vl1_5, openpangu_vl, qwen2_5_omni, qwen2_5_vl, qwen2_vl, qwen3_omni, qwen3_vl
+from . import (
+    bailing_moe_v3_vl,
+    cohere_compass,
+    ernie4_5_vl,
+    glm4v,
+    glm_ocr,
+    isaac,
+    keye,
+    keye_vl1_5,
+    openpangu_vl,
+    paddleocr_vl,
+    qwen2_5_omni,
+    qwen2_5_vl,
+    qwen2_vl,
+    qwen3_omni,
+    qwen3_vl,
+    text_only,
+)
 from ._spec import CONVENTIONS, RUN_AUDIO, RUN_VIDEO, SEMANTICS, BatchRules, Family, get
 
 FAMILIES: dict[str, Family] = {
     module.FAMILY.name: module.FAMILY
-    for module in (qwen2_vl, qwen2_5_vl, qwen2_5_omni, qwen3_vl, glm4v, qwen3_omni)
-    + (keye, keye_vl1_5, isaac, openpangu_vl)  # (vLLM 0.33's rules only)
+    for module in (
+        qwen2_vl,
+        qwen2_5_vl,
+        qwen2_5_omni,
+        qwen3_vl,
+        glm4v,
+        qwen3_omni,
+        paddleocr_vl,
+        ernie4_5_vl,
+        glm_ocr,
+        bailing_moe_v3_vl,
+        cohere_compass,
+        text_only,
+        # vLLM 0.33's rules only
+        keye,
+        keye_vl1_5,
+        isaac,
+        openpangu_vl,
+    )
 }
 
 MODEL_TYPES: dict[str, tuple[str, str]] = {

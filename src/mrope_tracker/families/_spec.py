@@ -235,7 +235,9 @@ class Family:
     read_config: Callable[[tuple, str], dict] = attrs.field(validator=_callable)
     # videos: "block" (one grid block), or "frames" (each frame its own tau = 0 block)
     video_blocks: str = attrs.field(default="block", validator=_one_of("block", "frames"))
-    # frames reuse the image token inside video_start ... video_end (GLM)
+    # videos sit inside video_start ... video_end, where the image token is
+    # the video's (GLM's frames; ERNIE's whole block, whose own video token,
+    # when its config has one, marks a video anywhere)
     video_brackets: bool = attrs.field(default=False, validator=_BOOL)
     # video frames are time-scaled by tokens_per_second (else tau(f) = f)
     scaled_time: bool = attrs.field(default=False, validator=_BOOL)

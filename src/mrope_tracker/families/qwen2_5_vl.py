@@ -1,5 +1,10 @@
 """Qwen2.5-VL: Qwen2-VL's blocks with time-scaled video frames.
 
+vLLM 0.33 serves two more model types with these rules: OpenCUA (``opencua``,
+images only, its placeholder ``media_placeholder_token_id``) and EXAONE-4.5
+(``exaone4_5``, ids at the top level; its vision config has no
+``tokens_per_second``, for which vLLM takes 1.0).
+
 tau(f) = trunc(f * second_per_grid_ts * tokens_per_second), the products
 rounded to float32 as torch computes them (transformers 4.51, vLLM 0.8-0.9).
 `tokens_per_second` sits in `vision_config` (2 in the published checkpoints;
@@ -12,7 +17,14 @@ from .qwen2_vl import QWEN_VISION_IDS, TRANSFORMERS_VL_BATCH, qwen_vision_ids, r
 
 def read_config(scopes, semantics=None) -> dict:
     kwargs = read_qwen_vision(scopes)
+    if kwargs["image_token_id"] is None:  # OpenCUA names its image placeholder so
+        text = tuple(get(s, "text_config") for s in scopes)
+        kwargs["image_token_id"] = first((*scopes, *text), ("media_placeholder_token_id",))
     kwargs["tokens_per_second"] = get(first(scopes, ("vision_config",)), "tokens_per_second")
+    if kwargs["tokens_per_second"] is None and get(scopes[-1], "model_type") == "exaone4_5":
+        # EXAONE-4.5's vision config class has no tokens_per_second, and vLLM 0.33's
+        # Qwen2.5-VL position code then takes 1.0 (its getattr default)
+        kwargs["tokens_per_second"] = 1.0
     return kwargs
 
 
@@ -26,7 +38,7 @@ def config_dict(config) -> dict:
 
 FAMILY = Family(
     name="qwen2_5_vl",
-    model_types={"qwen2_5_vl": ""},
+    model_types={"qwen2_5_vl": "", "opencua": "", "exaone4_5": ""},
     defaults={**QWEN_VISION_IDS, "spatial_merge_size": 2, "tokens_per_second": 4.0},
     read_config=read_config,
     scaled_time=True,

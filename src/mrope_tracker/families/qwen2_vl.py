@@ -39,6 +39,14 @@ def read_qwen_vision(scopes, semantics=None) -> dict:
     }
 
 
+def read_qwen_images(scopes, semantics=None) -> dict:
+    """`read_qwen_vision` without the video token, for the families vLLM serves
+    with images only (their configs may still name one)."""
+    kwargs = read_qwen_vision(scopes)
+    del kwargs["video_token_id"]
+    return kwargs
+
+
 def qwen_vision_ids(config) -> dict:
     """A Qwen config's ids, as published configs name them."""
     return {

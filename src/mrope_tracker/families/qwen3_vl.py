@@ -22,7 +22,19 @@ def config_dict(config) -> dict:
 
 FAMILY = Family(
     name="qwen3_vl",
-    model_types={"qwen3_vl": "", "qwen3_vl_moe": "", "qwen3_5": "", "qwen3_5_moe": ""},
+    # vLLM 0.33 also serves Cosmos3 (its config class Cosmos3OmniConfig), Cosmos3-Edge,
+    # Intern-S1-Pro and Intern-S2 (Preview, Mobius) with the Qwen3-VL processor and rule
+    model_types={
+        "qwen3_vl": "",
+        "qwen3_vl_moe": "",
+        "qwen3_5": "",
+        "qwen3_5_moe": "",
+        "cosmos3_omni": "",
+        "cosmos3_edge": "",
+        "interns1_pro": "",
+        "intern_s2_preview": "",
+        "interns2_mobius": "",
+    },
     defaults={**QWEN_VISION_IDS, "spatial_merge_size": 2},
     read_config=read_qwen_vision,
     video_blocks="frames",

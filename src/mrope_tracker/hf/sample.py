@@ -142,7 +142,10 @@ class _Builder:
         sp = float(np.float32(2.0 / fps))
         if c.spec.scaled_time:
             self.sps.append(sp)
-        if c.spec.video_blocks == "frames":
+        if c.temporal_merge_size:  # ERNIE: frames merged in time, the image token between the video brackets
+            self.videos[-1] = (t * c.temporal_merge_size, h, w)
+            self.ids += [c.video_start_token_id] + [c.image_token_id] * (t * hw) + [c.video_end_token_id]
+        elif c.spec.video_blocks == "frames":
             self._frames(t, hw)
         elif with_audio:
             frames = max(3, int(round(t * 2.0 / fps * 100)))
@@ -197,7 +200,9 @@ def sample_prompts(config: MRopeConfig, num_prompts: int = 200, seed: int = 0) -
     for _ in range(num_prompts):
         b = _Builder(config, rng)
         av = config.is_omni and bool(rng.integers(0, 2))
-        kinds = ["image"] * int(rng.integers(0, 4)) + ["video"] * int(rng.integers(0, 3))
+        # a family served without images or videos (no placeholder id) gets none
+        kinds = ["image"] * (int(rng.integers(0, 4)) if config.image_token_id is not None else 0)
+        kinds += ["video"] * (int(rng.integers(0, 3)) if config.video_token_id is not None else 0)
         if config.is_omni:
             kinds += ["audio"] * int(rng.integers(0, 3))
         rng.shuffle(kinds)

@@ -110,6 +110,7 @@ def build_from_tokens(
     if res[0] != C.OK:
         return res[0], res[1], res[2], res[3], 0
     merge = np.int64(params[C.P_MERGE])
+    tmerge = np.int64(params[C.P_VIDEO_T_MERGE])
     image_id = np.int64(params[C.P_IMAGE])
     video_id = np.int64(params[C.P_VIDEO])
     audio_id = np.int64(params[C.P_AUDIO])
@@ -132,9 +133,12 @@ def build_from_tokens(
     tail = np.int64(-1)  # raw: where text after the last item resumes (its T + 1)
     av = use_audio_in_video and audio_id >= 0
     bracketed = video_open >= 0
-    # the tokens that can open an item (or a bracket); -1 matches nothing
+    # the tokens that can open an item (or a bracket); -1 matches nothing.
+    # Bracketed: the image token inside a bracket is the video's (GLM frames,
+    # ERNIE's whole block); a video token of its own (ERNIE as transformers 5
+    # lays it out) is a video wherever it sits.
     if bracketed:
-        s_a, s_b, s_c, s_d = image_id, video_open, video_close, np.int64(-1)
+        s_a, s_b, s_c, s_d = image_id, video_open, video_close, video_id
     else:
         s_a, s_b, s_c, s_d = image_id, video_id, audio_id, vision_start if av else np.int64(-1)
     in_video = False
@@ -155,7 +159,7 @@ def build_from_tokens(
             n = state[S_COUNT + C.MOD_VIDEO]
             if n >= state[S_TOTAL + C.MOD_VIDEO]:
                 return C.ERR_EXTRA_ITEM, C.MOD_VIDEO, i, 0, 0
-            _, h, w, size = grid_tokens(video_grid, n, merge, num_tokens)
+            _, h, w, size = grid_tokens(video_grid, n, merge, tmerge, num_tokens)
             size = h * w if size <= num_tokens else size
             bad, missing = scan_item(ids, i, size, tok)
             if bad >= 0:
@@ -167,12 +171,12 @@ def build_from_tokens(
             _next_frame(state, video_grid, n)
             i += size
         elif tok == image_id or (tok == video_id and not av):
-            m = C.MOD_IMAGE if tok == image_id else C.MOD_VIDEO
+            m = C.MOD_IMAGE if tok == image_id and not in_video else C.MOD_VIDEO
             grids = image_grid if m == C.MOD_IMAGE else video_grid
             n = state[S_COUNT + m]
             if n >= state[S_TOTAL + m]:
                 return C.ERR_EXTRA_ITEM, m, i, 0, 0
-            t, h, w, size = grid_tokens(grids, n, merge, num_tokens)
+            t, h, w, size = grid_tokens(grids, n, merge, tmerge if m == C.MOD_VIDEO else np.int64(1), num_tokens)
             if i + size > num_tokens:  # cut off (a foreign token before the end is reported first)
                 bad, missing = scan_item(ids, i, size, tok)
                 if bad >= 0:
@@ -222,7 +226,7 @@ def build_from_tokens(
             a = state[S_COUNT + C.MOD_AUDIO]
             if a >= state[S_TOTAL + C.MOD_AUDIO]:
                 return C.ERR_AV_NO_AUDIO, n, 0, 0, 0
-            t, h, w, size = grid_tokens(video_grid, n, merge, num_tokens)
+            t, h, w, size = grid_tokens(video_grid, n, merge, tmerge, num_tokens)
             num_audio = audio_tokens[a]
             missing = i + 2 + size + num_audio + 2 - num_tokens
             if missing > 0:
@@ -312,6 +316,7 @@ def build_from_ranges(
     if res[0] != C.OK:
         return res[0], res[1], res[2], res[3], 0
     merge = np.int64(params[C.P_MERGE])
+    tmerge = np.int64(params[C.P_VIDEO_T_MERGE])
     frames = params[C.P_FRAMES] != 0
     mode = np.int64(params[C.P_TAU_MODE])
     r = np.float32(params[C.P_SCALE_R])
@@ -371,7 +376,7 @@ def build_from_ranges(
             audio_used += 1  # text-like positions: no row of its own
             state[S_COUNT + m] = n + 1
         elif m == C.MOD_VIDEO and frames:
-            _, h, w, size = grid_tokens(video_grid, n, merge, num_tokens)
+            _, h, w, size = grid_tokens(video_grid, n, merge, tmerge, num_tokens)
             size = h * w if size <= num_tokens else size
             if length != size:
                 return C.ERR_RANGE_LENGTH, m, k, size, state[S_FRAME]
@@ -379,7 +384,7 @@ def build_from_ranges(
             emit_frame(rows, scales, state, out, offset, h, w)
             _next_frame(state, video_grid, n)
         elif av:
-            t, h, w, size = grid_tokens(video_grid, n, merge, num_tokens)
+            t, h, w, size = grid_tokens(video_grid, n, merge, tmerge, num_tokens)
             num_audio = audio_tokens[audio_used]
             if length != size + num_audio:
                 return C.ERR_RANGE_LENGTH, m, k, size + num_audio, 0
@@ -404,7 +409,7 @@ def build_from_ranges(
             state[S_COUNT + m] = n + 1
         else:
             grids = image_grid if m == C.MOD_IMAGE else video_grid
-            t, h, w, size = grid_tokens(grids, n, merge, num_tokens)
+            t, h, w, size = grid_tokens(grids, n, merge, tmerge if m == C.MOD_VIDEO else np.int64(1), num_tokens)
             if length != size:
                 return C.ERR_RANGE_LENGTH, m, k, size, 0
             flush_text(rows, scales, state, out, offset)

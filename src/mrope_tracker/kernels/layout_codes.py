@@ -68,7 +68,8 @@ P_SP_TRUNC = 20  # 1: second_per_grid_ts truncated to an integer first (transfor
 # 1: images are GRID_RAW rows, the next base is 1 + the block's largest
 # position, and text after the last item resumes at its T + 1 (Isaac, vLLM 0.33)
 P_RAW_SPATIAL = 21
-NUM_PARAMS = 22
+P_VIDEO_T_MERGE = 22  # a video's t' = t // this (ERNIE-4.5-VL's temporal_conv_size; 1 elsewhere)
+NUM_PARAMS = 23
 
 TAU_FRAME = 0  # tau(f) = f
 TAU_F32 = 1  # trunc(float32(float32(f) * sp) * r), as torch computes it
@@ -108,3 +109,4 @@ ERR_AUDIO_SHORT = 19  # a: audio index, b: tokens (fewer than one)
 ERR_RANGE_NEGATIVE = 20  # a: modality, b: item index, c: bad value
 ERR_AV_COUNT = 21  # a: video index, b: video tokens found, c: audio tokens found, d: audio expected
 ERR_VIDEO_OPEN = 22  # a: video index, b: token index of the bracket, c: frames seen
+ERR_VIDEO_T_MERGE = 23  # a: video index, b: t (not divisible by the temporal merge size)

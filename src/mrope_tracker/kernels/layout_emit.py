@@ -406,8 +406,9 @@ def next_special(ids, start, a, b, c, d):
 
 
 @inner
-def _check_grids(grids, modality, merge):
-    """Every dimension positive, h and w divisible by the merge size, images t == 1."""
+def _check_grids(grids, modality, merge, tmerge):
+    """Every dimension positive, h and w divisible by the merge size, images
+    t == 1, video t divisible by the temporal merge size."""
     for n in range(grids.shape[0]):
         for col in range(3):
             if grids[n, col] <= 0:
@@ -417,14 +418,16 @@ def _check_grids(grids, modality, merge):
                 return C.ERR_GRID_MERGE, modality, n, col
         if modality == C.MOD_IMAGE and grids[n, 0] != 1:
             return C.ERR_IMAGE_T, n, grids[n, 0], 0
+        if grids[n, 0] % tmerge != 0:
+            return C.ERR_VIDEO_T_MERGE, n, grids[n, 0], 0
     return C.OK, 0, 0, 0
 
 
 @tiny
-def grid_tokens(grids, n, merge, limit):
+def grid_tokens(grids, n, merge, tmerge, limit):
     """t' h' w' and their product, or a product of limit + 1 when it exceeds limit
-    (so huge grids cannot overflow int64)."""
-    t = grids[n, 0]
+    (so huge grids cannot overflow int64). `tmerge` divides t (1 for images)."""
+    t = grids[n, 0] // tmerge
     h = grids[n, 1] // merge
     w = grids[n, 2] // merge
     if t > limit or h > limit or w > limit or h * w > limit or t * h * w > limit:
@@ -436,10 +439,10 @@ def grid_tokens(grids, n, merge, limit):
 def check_items(params, image_grid, video_grid, video_sp, audio_tokens):
     """Validate grids, second_per_grid_ts and audio token counts before any row is built."""
     merge = np.int64(params[C.P_MERGE])
-    res = _check_grids(image_grid, C.MOD_IMAGE, merge)
+    res = _check_grids(image_grid, C.MOD_IMAGE, merge, np.int64(1))
     if res[0] != C.OK:
         return res
-    res = _check_grids(video_grid, C.MOD_VIDEO, merge)
+    res = _check_grids(video_grid, C.MOD_VIDEO, merge, np.int64(params[C.P_VIDEO_T_MERGE]))
     if res[0] != C.OK:
         return res
     r = params[C.P_SCALE_R]

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from . import _evs, _float, _integer
-from ._inputs import as_tensor, audio_count, audio_lengths, describe, grids, read_config, video_scales
+from ._inputs import as_tensor, audio_count, audio_lengths, describe, grids, is_empty, read_config, video_scales
 from ._scan import scan
 
 __all__ = ["audio_token_count", "next_positions", "pruned_prompt_positions", "prompt_positions"]
@@ -119,10 +119,15 @@ def prompt_positions(
             f"float_positions: expected False for {rules.family} (only qwen3_omni has float positions), got True"
         )
 
+    for name, value, refused in (
+        ("image_grid_thw", image_grid_thw, rules.sequential),
+        ("video_grid_thw", video_grid_thw, rules.sequential or rules.image_only),
+    ):
+        if refused and not is_empty(value):
+            what = "no vision items (every token sits at its index)" if rules.sequential else "images only"
+            raise ValueError(f"{name}: expected None for {rules.family} ({what}), got {describe(value)}")
     images = grids("image_grid_thw", image_grid_thw, rules.merge, image=True)
-    videos = grids("video_grid_thw", video_grid_thw, rules.merge, image=False)
-    if videos and rules.images_only:
-        raise ValueError(f"video_grid_thw: expected None for {rules.family} (images only), got {len(videos)} videos")
+    videos = grids("video_grid_thw", video_grid_thw, rules.merge, image=False, tmerge=rules.tmerge)
     sps = video_scales(rules, second_per_grid_ts, videos)
     audios = audio_lengths(rules, audio_feature_lengths)
     items = scan(rules, ids, images, videos, sps, audios, use_audio_in_video)

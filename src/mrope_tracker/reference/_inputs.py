@@ -25,20 +25,31 @@ FAMILIES = (
     "qwen3_vl",
     "glm4v",
     "qwen3_omni",
+    "paddleocr_vl",
+    "ernie4_5_moe_vl",
+    "glm_ocr",
+    "bailing_moe_v3_vl",
+    "cohere_compass",
+    "text_only",
     "keye",
     "keye_vl1_5",
     "isaac",
     "openpangu_vl",
 )
 OMNI = ("qwen2_5_omni", "qwen3_omni")
+# Families served with images only: vLLM 0.33's processors register no video for them.
+IMAGE_ONLY = ("paddleocr_vl", "bailing_moe_v3_vl", "cohere_compass", "isaac")
+# GLM's layout: frames reuse the image token between <|begin_of_video|> and <|end_of_video|>.
+GLM = ("glm4v", "glm_ocr")
+# Families whose items all sit at sequential positions like text (vLLM's
+# text-only Qwen3.5 and MiniCPM-V 4.6): no ids, every token at its index.
+SEQUENTIAL = ("text_only",)
 # Families whose video frames sit at s + trunc(f * sp * r) (sp: second_per_grid_ts).
 SCALED = ("qwen2_5_vl", "qwen2_5_omni", "qwen3_omni")
 # Families whose every video frame is its own block with tau = 0 (time is text).
 # Keye-VL and Keye-VL-1.5 frames follow each other with no text between them,
 # or with timestamps; openPangu-VL's are separated by an end/start pair.
-PER_FRAME = ("qwen3_vl", "glm4v", "keye", "keye_vl1_5", "openpangu_vl")
-# Families whose images have no video counterpart.
-IMAGES_ONLY = ("isaac",)
+PER_FRAME = ("qwen3_vl", "glm4v", "glm_ocr", "keye", "keye_vl1_5", "openpangu_vl")
 # Families whose image blocks sit at (s, i, j), H and W without the base (Isaac, as vLLM 0.33).
 RAW_SPATIAL = ("isaac",)
 
@@ -72,17 +83,31 @@ class Rules:
 
     family: str
     merge: int
-    image: int
-    video: int | None  # None for GLM (frames reuse the image token)
+    image: int | None  # None for text_only
+    video: int | None  # None for GLM (frames reuse the image token) and the image-only families
     vision_start: int | None
     vision_end: int | None
     audio: int | None
     audio_start: int | None
     audio_end: int | None
-    video_start: int | None  # GLM <|begin_of_video|>
-    video_end: int | None  # GLM <|end_of_video|>
+    video_start: int | None  # GLM <|begin_of_video|>, ERNIE <|VIDEO_START|>
+    video_end: int | None  # GLM <|end_of_video|>, ERNIE <|VIDEO_END|>
     r: float | None  # tokens_per_second (Omni: position_id_per_seconds)
     n_window: int | None  # Qwen3-Omni audio encoder window (half of it, as in audio_config)
+    tmerge: int = 1  # frames merged into one temporal patch of a video (ERNIE's temporal_conv_size)
+
+    @property
+    def image_only(self) -> bool:
+        return self.family in IMAGE_ONLY
+
+    @property
+    def sequential(self) -> bool:
+        return self.family in SEQUENTIAL
+
+    @property
+    def bracketed(self) -> bool:
+        """Videos sit between video_start and video_end, and an image token there is the video's."""
+        return self.video_start is not None
 
     @property
     def omni(self) -> bool:
@@ -95,10 +120,6 @@ class Rules:
     @property
     def per_frame(self) -> bool:
         return self.family in PER_FRAME
-
-    @property
-    def images_only(self) -> bool:
-        return self.family in IMAGES_ONLY
 
     @property
     def raw_spatial(self) -> bool:
@@ -129,8 +150,14 @@ def read_config(config) -> Rules:
     merge = getattr(config, "spatial_merge_size", None)
     if not _is_int(merge) or merge < 1:
         raise ValueError(f"config.spatial_merge_size: expected a positive int, got {describe(merge)}")
-    omni, glm = family in OMNI, family == "glm4v"
+    omni, glm, ernie = family in OMNI, family in GLM, family == "ernie4_5_moe_vl"
     r = n_window = None
+    tmerge = 1
+    if ernie:
+        tmerge = getattr(config, "temporal_merge_size", None)
+        if not _is_int(tmerge) or tmerge < 1:
+            raise ValueError(f"config.temporal_merge_size: expected a positive int, got {describe(tmerge)}")
+        tmerge = int(tmerge)
     if family in SCALED:
         r = _field(config, "tokens_per_second", True)
         if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, float, np.integer, np.floating)):
@@ -143,22 +170,24 @@ def read_config(config) -> Rules:
         if not _is_int(n_window) or n_window < 1:
             raise ValueError(f"config.n_window: expected a positive int, got {describe(n_window)}")
         n_window = int(n_window)
+    no_video = glm or family in IMAGE_ONLY or family in SEQUENTIAL
     ids = {
-        "image": _token_id(config, "image_token_id", True),
-        "video": None if glm or family in IMAGES_ONLY else _token_id(config, "video_token_id", True),
+        "image": None if family in SEQUENTIAL else _token_id(config, "image_token_id", True),
+        # ERNIE: videos may use the image token between its brackets, so its own video token is optional
+        "video": None if no_video else _token_id(config, "video_token_id", not ernie),
         # The Omni audio-in-video block is recognised by its brackets; elsewhere they are text.
         "vision_start": _token_id(config, "vision_start_token_id", omni),
         "vision_end": _token_id(config, "vision_end_token_id", omni),
         "audio": _token_id(config, "audio_token_id", True) if omni else None,
         "audio_start": _token_id(config, "audio_start_token_id", True) if omni else None,
         "audio_end": _token_id(config, "audio_end_token_id", True) if omni else None,
-        "video_start": _token_id(config, "video_start_token_id", True) if glm else None,
-        "video_end": _token_id(config, "video_end_token_id", True) if glm else None,
+        "video_start": _token_id(config, "video_start_token_id", True) if glm or ernie else None,
+        "video_end": _token_id(config, "video_end_token_id", True) if glm or ernie else None,
     }
     special = {f"{name}_token_id": value for name, value in ids.items() if value is not None}
     if len(set(special.values())) != len(special):
         raise ValueError(f"config token ids: expected distinct ids, got {special}")
-    return Rules(family=family, merge=int(merge), r=r, n_window=n_window, **ids)
+    return Rules(family=family, merge=int(merge), r=r, n_window=n_window, tmerge=tmerge, **ids)
 
 
 # --------------------------------------------------------------------------
@@ -210,8 +239,8 @@ def is_empty(value) -> bool:
     return isinstance(value, (list, tuple)) and len(value) == 0
 
 
-def grids(name: str, value, merge: int, *, image: bool) -> list[tuple[int, int, int]]:
-    """Validated LLM grids (t, h/m, w/m) from (t, h, w) rows before spatial merging."""
+def grids(name: str, value, merge: int, *, image: bool, tmerge: int = 1) -> list[tuple[int, int, int]]:
+    """Validated LLM grids (t/tmerge, h/m, w/m) from (t, h, w) rows before merging."""
     if is_empty(value):
         return []
     grid = as_tensor(name, value, "int", 2)
@@ -228,7 +257,12 @@ def grids(name: str, value, merge: int, *, image: bool) -> list[tuple[int, int, 
             )
         if image and t != 1:
             raise ValueError(f"{where}: expected t == 1 for an image, got (t, h, w) = {(t, h, w)}")
-        out.append((t, h // merge, w // merge))
+        if t % tmerge:
+            raise ValueError(
+                f"{where}: expected t divisible by temporal_merge_size {tmerge} (whole frame groups), "
+                f"got (t, h, w) = {(t, h, w)}"
+            )
+        out.append((t // tmerge, h // merge, w // merge))
     return out
 
 
@@ -239,7 +273,7 @@ def video_scales(rules: Rules, value, videos: list) -> list[torch.Tensor | None]
     name = "second_per_grid_ts"
     if not rules.scaled:
         if value is not None:
-            how = "frames are numbered 0, 1, 2, ..." if rules.family == "qwen2_vl" else "time is written as text"
+            how = "time is written as text" if rules.per_frame else "frames are numbered 0, 1, 2, ..."
             raise ValueError(f"{name}: expected None for {rules.family} ({how}), got {describe(value)}")
         return [None] * len(videos)
     if value is None:

@@ -163,8 +163,8 @@ def scan(
     video_supply = _Supply("video_grid_thw", "video", videos)
     audio_supply = _Supply("audio_feature_lengths", "audio", audios)
     placeholder_ids = [x for x in (rules.image, rules.video, rules.audio) if x is not None]
-    placeholder_at = torch.isin(ids, torch.tensor(placeholder_ids)).nonzero().flatten()  # sorted indices
-    bracket = _inside_brackets(ids, rules.video_start, rules.video_end) if rules.family == "glm4v" else None
+    placeholder_at = torch.isin(ids, torch.tensor(placeholder_ids, dtype=torch.int64)).nonzero().flatten()  # sorted
+    bracket = _inside_brackets(ids, rules.video_start, rules.video_end) if rules.bracketed else None
 
     items: list[Item] = []
     # Per-frame families: the video whose frames are being read, and (GLM) its bracket.
@@ -221,7 +221,8 @@ def scan(
             item = Vision(start=o, t=1, h=h, w=w, sp=None)
             st = item.end
         else:
-            is_image = token == rules.image
+            # ERNIE: an image token between the video brackets is the video's
+            is_image = token == rules.image and (bracket is None or int(bracket[o]) < 0)
             supply = image_supply if is_image else video_supply
             k, (t, h, w) = supply.take(o)
             check_run(ids, o, t * h * w, token, f"{supply.arg}[{k}]")

@@ -1,0 +1,26 @@
+"""GLM-OCR: GLM-4.1V's rules and layout (`glm4v`) under ids of its own.
+
+vLLM 0.33 runs it through the Glm4v processor and position code unchanged;
+only the ids and the model type differ.
+"""
+
+from ._spec import Family
+from .glm4v import read_config
+
+FAMILY = Family(
+    name="glm_ocr",
+    model_types={"glm_ocr": ""},
+    # transformers 5's GlmOcrConfig defaults
+    defaults={
+        "image_token_id": 59280,
+        "video_token_id": 59281,
+        "vision_start_token_id": 59256,
+        "vision_end_token_id": 59257,
+        "video_start_token_id": 59258,
+        "video_end_token_id": 59259,
+        "spatial_merge_size": 2,
+    },
+    read_config=read_config,
+    video_blocks="frames",
+    video_brackets=True,
+)

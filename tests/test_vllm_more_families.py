@@ -1,0 +1,290 @@
+"""The families vLLM 0.33 serves beyond the first six (PaddleOCR-VL, ERNIE-4.5-VL,
+GLM-OCR, Bailing-MoE-V3-VL, Cohere Compass), the model types it maps onto
+classes already covered, and the text-only ones.
+
+Random prompts laid out as each processor does (tests/family_prompts.py)
+go through every entry point and must equal the torch reference; configs
+are read from their published form; bad input is refused naming the
+argument. vLLM's own positions are in test_vllm_vectors_more.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from family_prompts import CONFIG_NAMES, VLLM_FAMILIES, family_prompts, load_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import examples
+from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
+
+from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions, reference
+from mrope_tracker.vllm import get_mrope_input_positions
+
+SEMANTICS = ("reference", "vllm-0.33")
+
+
+def _features(prompt) -> list[FeatureSpec]:
+    """vLLM's features of a generated prompt: its placeholder ranges and grids, in prompt order."""
+    grids = {"image": iter(prompt.image_grid_thw), "video": iter(prompt.video_grid_thw)}
+    out = []
+    for r in prompt.vllm_ranges:
+        data = {f"{r.modality}_grid_thw": FieldElem(torch.tensor(next(grids[r.modality])))}
+        is_embed = None if r.is_embed is None else torch.tensor(r.is_embed)
+        out.append(FeatureSpec(r.modality, PlaceholderRange(r.offset, r.length, is_embed), data))
+    return out
+
+
+@settings(max_examples=examples(150, minimum=30))
+@given(family=st.sampled_from(VLLM_FAMILIES), semantics=st.sampled_from(SEMANTICS), data=st.data())
+def test_every_entry_point_equals_the_reference(family, semantics, data):
+    """Token form, from_tokens, from_ranges, the checked range form and the vLLM adapter give the
+    reference's positions and delta."""
+    prompt = data.draw(family_prompts(family, max_items=4))
+    config = MRopeConfig.from_hf_config(prompt.config, semantics=semantics)
+    expected, delta = reference.prompt_positions(config, list(prompt.token_ids), **prompt.kwargs())
+    expected = expected.numpy()
+    positions, got_delta = prompt_positions(config, list(prompt.token_ids), **prompt.kwargs())
+    np.testing.assert_array_equal(positions, expected)
+    assert got_delta == delta
+    layouts = (
+        PromptLayout.from_tokens(config, list(prompt.token_ids), **prompt.kwargs()),
+        PromptLayout.from_ranges(config, prompt.num_tokens, **prompt.range_kwargs()),
+        PromptLayout.from_ranges(config, prompt.num_tokens, token_ids=list(prompt.token_ids), **prompt.range_kwargs()),
+    )
+    for layout in layouts:
+        np.testing.assert_array_equal(layout.positions(), expected)
+        assert layout.delta == delta
+    np.testing.assert_array_equal(layouts[0].rows, layouts[1].rows)
+    adapted, adapted_delta = get_mrope_input_positions(config, list(prompt.token_ids), _features(prompt))
+    np.testing.assert_array_equal(adapted.numpy(), expected)
+    assert adapted_delta == delta
+
+
+@settings(max_examples=examples(60, minimum=15))
+@given(family=st.sampled_from(VLLM_FAMILIES), data=st.data())
+def test_tracker_chunks_equal_the_reference(family, data):
+    """A request admitted at a random cache hit and run in random chunks past its prompt."""
+    prompt = data.draw(family_prompts(family, max_items=3))
+    config = MRopeConfig.from_hf_config(prompt.config, semantics="vllm-0.33")
+    expected, delta = reference.prompt_positions(config, list(prompt.token_ids), **prompt.kwargs())
+    expected = expected.numpy()
+    tracker = PositionTracker(config, max_num_reqs=1, max_num_batched_tokens=256)
+    hit = data.draw(st.integers(0, prompt.num_tokens))
+    if data.draw(st.booleans()):
+        tracker.add_request_from_ranges("r", prompt.num_tokens, num_computed_tokens=hit, **prompt.range_kwargs())
+    else:
+        tracker.add_request("r", list(prompt.token_ids), num_computed_tokens=hit, **prompt.kwargs())
+    done = hit
+    while done < prompt.num_tokens + 2:
+        n = data.draw(st.integers(1, 40))
+        index = np.arange(done, done + n)
+        want = np.where(index < prompt.num_tokens, expected[:, np.minimum(index, prompt.num_tokens - 1)], index + delta)
+        np.testing.assert_array_equal(tracker.prepare(["r"], [n]).numpy(), want)
+        done += n
+
+
+# ---------------------------------------------------------------- configs
+
+
+@pytest.mark.parametrize("family", VLLM_FAMILIES)
+def test_published_configs_read_without_fallbacks(family, recwarn):
+    for name in CONFIG_NAMES[family]:
+        config = MRopeConfig.from_hf_config(load_config(name))
+        assert config.family == family
+    assert not [w for w in recwarn if "ConfigDefaultWarning" in type(w.message).__name__]
+
+
+def test_ernie_both_config_forms():
+    """vLLM's remote-code config (one placeholder, top-level conv sizes) and transformers 5's (its own
+    video token, merge sizes in vision_config) give the same rules."""
+    remote = MRopeConfig.from_hf_config(
+        {
+            "model_type": "ernie4_5_moe_vl",
+            "im_patch_id": 7,
+            "spatial_conv_size": 2,
+            "temporal_conv_size": 2,
+            "image_start_token_id": 3,
+            "image_end_token_id": 4,
+            "video_start_token_id": 5,
+            "video_end_token_id": 6,
+        }
+    )
+    assert (remote.image_token_id, remote.spatial_merge_size, remote.temporal_merge_size) == (7, 2, 2)
+    hf5 = MRopeConfig.from_hf_config(load_config("ernie4_5_vl_moe"))
+    assert (hf5.model_type, hf5.video_token_id, hf5.temporal_merge_size) == ("ernie4_5_vl_moe", 103367, 2)
+    # a remote-code prompt: the image token between the video brackets is a 4-frame video
+    ids = [9, 5, *[7] * 2, 6, 3, *[7] * 2, 4]
+    positions, delta = prompt_positions(remote, ids, image_grid_thw=[[1, 2, 4]], video_grid_thw=[[4, 2, 2]])
+    assert positions.tolist() == [[0, 1, 2, 3, 4, 5, 6, 6, 8], [0, 1, 2, 2, 4, 5, 6, 6, 8], [0, 1, 2, 2, 4, 5, 6, 7, 8]]
+    assert delta == 0
+
+
+VISION_25 = {"spatial_merge_size": 2, "tokens_per_second": 2}
+MAPPED = [
+    # (model_type, config holding its ids where its checkpoints keep them, family, image id)
+    ("opencua", {"media_placeholder_token_id": 151664, "vision_config": VISION_25}, "qwen2_5_vl", 151664),
+    (
+        "exaone4_5",
+        {"image_token_id": 67, "video_token_id": 68, "vision_config": VISION_25},
+        "qwen2_5_vl",
+        67,
+    ),
+    (
+        "cosmos3_edge",
+        {"image_token_id": 19, "video_token_id": 18, "vision_start_token_id": 20, "vision_end_token_id": 21},
+        "qwen3_vl",
+        19,
+    ),
+    ("cosmos3_omni", {"image_token_id": 151655, "video_token_id": 151656}, "qwen3_vl", 151655),
+    ("interns1_pro", {"image_token_id": 151655, "video_token_id": 151656}, "qwen3_vl", 151655),
+    ("intern_s2_preview", {"image_token_id": 248056, "video_token_id": 248057}, "qwen3_vl", 248056),
+    ("interns2_mobius", {"image_token_id": 248056, "video_token_id": 248057}, "qwen3_vl", 248056),
+]
+
+
+@pytest.mark.filterwarnings("ignore::mrope_tracker.config.ConfigDefaultWarning")
+@pytest.mark.parametrize("model_type, fields, family, image", MAPPED, ids=[m[0] for m in MAPPED])
+def test_mapped_model_types(model_type, fields, family, image):
+    """Model types vLLM 0.33 serves with a class already covered take that class's rules and ids."""
+    config = MRopeConfig.from_hf_config({"model_type": model_type, **fields}, semantics="vllm-0.33")
+    assert (config.family, config.model_type, config.image_token_id) == (family, model_type, image)
+    if "video_token_id" in fields:
+        assert config.video_token_id == fields["video_token_id"]
+    # one image and one text token, positioned as the family's own model type would
+    own = MRopeConfig(family=family, semantics="vllm-0.33", image_token_id=image, video_token_id=5)
+    ids = [1, image, image, 2]
+    got = prompt_positions(config, ids, image_grid_thw=[[1, 2, 4]])
+    want = prompt_positions(own, ids, image_grid_thw=[[1, 2, 4]])
+    assert got[0].tolist() == want[0].tolist() and got[1] == want[1] == 0
+
+
+def test_exaone_time_scale_is_vllms_default(recwarn):
+    """EXAONE-4.5's vision config has no tokens_per_second; vLLM 0.33 then scales video time by 1.0."""
+    config = MRopeConfig.from_hf_config(
+        {"model_type": "exaone4_5", "image_token_id": 67, "video_token_id": 68, "vision_config": {}},
+        semantics="vllm-0.33",
+    )
+    assert config.tokens_per_second == 1.0
+    assert not [w for w in recwarn if "tokens_per_second" in str(w.message)]
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_5_text", "qwen3_5_moe_text", "minicpmv4_6"])
+def test_text_only_model_types(model_type):
+    """Sequential positions on all three rows and delta 0, from tokens, ranges and the adapter
+    (MiniCPM-V 4.6's vision features included, which vLLM also places at their index)."""
+    config = MRopeConfig.from_hf_config({"model_type": model_type})
+    assert config.family == "text_only"
+    ids = list(range(50, 60))
+    positions, delta = prompt_positions(config, ids)
+    assert positions.tolist() == [list(range(10))] * 3 and delta == 0
+    assert reference.prompt_positions(config, ids)[0].tolist() == [list(range(10))] * 3
+    image = FeatureSpec("image", PlaceholderRange(2, 4), {"image_grid_thw": FieldElem(torch.tensor([1, 4, 4]))})
+    adapted, delta = get_mrope_input_positions(config, ids, [image])
+    assert adapted.tolist() == [list(range(10))] * 3 and delta == 0
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _ernie() -> MRopeConfig:
+    return MRopeConfig.from_hf_config(load_config("ernie4_5_moe_vl"), semantics="vllm-0.33")
+
+
+@pytest.mark.parametrize("how", ["tokens", "ranges", "adapter", "reference", "tracker"])
+def test_ernie_odd_frame_count_is_refused(how):
+    """vLLM 0.33 lays out t*h*w/8 tokens but positions (t//2)*h'*w' of them for an odd t: refused."""
+    config = _ernie()
+    ids = [101306, *[100295] * 3, 101307]
+    grid = [[3, 2, 4]]
+    with pytest.raises(ValueError, match=r"video_grid_thw\[0\].*divisible by temporal_merge_size 2"):
+        if how == "tokens":
+            prompt_positions(config, ids, video_grid_thw=grid)
+        elif how == "ranges":
+            PromptLayout.from_ranges(config, len(ids), video_ranges=[(1, 3)], video_grid_thw=grid)
+        elif how == "adapter":
+            data = {"video_grid_thw": FieldElem(torch.tensor(grid[0]))}
+            get_mrope_input_positions(config, ids, [FeatureSpec("video", PlaceholderRange(1, 3), data)])
+        elif how == "reference":
+            reference.prompt_positions(config, ids, video_grid_thw=grid)
+        else:
+            tracker = PositionTracker(config, max_num_reqs=1, max_num_batched_tokens=16)
+            try:
+                tracker.add_request("r", ids, video_grid_thw=grid)
+            finally:
+                assert len(tracker) == 0
+
+
+@pytest.mark.parametrize("family", ["paddleocr_vl", "bailing_moe_v3_vl", "cohere_compass"])
+def test_image_only_families_refuse_videos(family):
+    config = MRopeConfig.from_hf_config(load_config(family))
+    for call in (
+        lambda: prompt_positions(config, [1, 2, 3, 4], video_grid_thw=[[2, 2, 2]]),
+        lambda: PromptLayout.from_ranges(config, 4, video_ranges=[(0, 2)], video_grid_thw=[[2, 2, 2]]),
+        lambda: reference.prompt_positions(config, [1, 2, 3, 4], video_grid_thw=[[2, 2, 2]]),
+    ):
+        with pytest.raises(ValueError, match=rf"video_grid_thw: expected None for {family} \(.*images only"):
+            call()
+
+
+def test_documented_examples():
+    """docs/semantics.md sections 2.7 and 2.8, token for token."""
+    bailing = MRopeConfig.from_hf_config(load_config("bailing_moe_v3_vl"))
+    positions, delta = prompt_positions(bailing, [1, 151652, *[151655] * 6, 151653, 198, 2], image_grid_thw=[[1, 4, 6]])
+    t = [0, 1, 2, 2, 2, 2, 2, 2, 5, 6, 7]
+    assert positions.tolist() == [t, [0, 1, 2, 2, 2, 3, 3, 3, 5, 6, 7], [0, 1, 2, 3, 4, 2, 3, 4, 5, 6, 7]]
+    assert delta == -3
+    ernie = _ernie()
+    ids = [1, 101306, *[100295] * 4, 101307, 101304, *[100295] * 2, 101305, 2]
+    positions, delta = prompt_positions(ernie, ids, video_grid_thw=[[4, 2, 4]], image_grid_thw=[[1, 2, 4]])
+    assert positions.tolist() == [
+        [0, 1, 2, 2, 3, 3, 4, 5, 6, 6, 8, 9],
+        [0, 1, 2, 2, 2, 2, 4, 5, 6, 6, 8, 9],
+        [0, 1, 2, 3, 2, 3, 4, 5, 6, 7, 8, 9],
+    ]
+    assert delta == -2
+
+
+def test_text_only_refuses_items():
+    config = MRopeConfig.from_hf_config({"model_type": "qwen3_5_text"})
+    with pytest.raises(ValueError, match="image_grid_thw: expected None for text_only"):
+        prompt_positions(config, [1, 2, 3, 4], image_grid_thw=[[1, 2, 2]])
+    with pytest.raises(ValueError, match="image_grid_thw: expected None for text_only"):
+        reference.prompt_positions(config, [1, 2, 3, 4], image_grid_thw=[[1, 2, 2]])
+
+
+def test_missing_placeholder_is_named():
+    """A token form whose item is missing from the tokens names the item and what was expected."""
+    config = MRopeConfig.from_hf_config(load_config("cohere_compass"))
+    with pytest.raises(ValueError, match=r"image_grid_thw"):
+        prompt_positions(config, [255028, 7, 255029], image_grid_thw=[[1, 2, 2]])
+    config = _ernie()
+    # an ERNIE video whose placeholder run is one token short of its grid
+    with pytest.raises(ValueError, match=r"video_grid_thw\[0\]"):
+        prompt_positions(config, [101306, 100295, 100295, 101307], video_grid_thw=[[2, 2, 6]])
+
+
+def test_ernie_bad_config_values():
+    with pytest.raises(ValueError, match="temporal_merge_size: expected a positive int, got 0"):
+        MRopeConfig(family="ernie4_5_moe_vl", temporal_merge_size=0)
+    with pytest.raises(ValueError, match="temporal_merge_size: qwen2_vl does not use it"):
+        MRopeConfig(family="qwen2_vl", temporal_merge_size=2)
+
+
+@pytest.mark.parametrize("family", [*VLLM_FAMILIES, "text_only"])
+def test_compare_samples_position_cleanly(family):
+    """`mrope-tracker compare`'s sampled prompts for a family are laid out as its processor does: every one
+    is positioned without error, and the images-only and text-only families get no item they refuse."""
+    from mrope_tracker.hf.sample import sample_prompts
+
+    config = MRopeConfig(family=family, semantics="vllm-0.33")
+    for prompt in sample_prompts(config, num_prompts=12, seed=3):
+        kwargs = {
+            name: value
+            for name, value in (("image_grid_thw", prompt.image_grid_thw), ("video_grid_thw", prompt.video_grid_thw))
+            if value is not None
+        }
+        ours = prompt_positions(config, prompt.token_ids, **kwargs)
+        expected = reference.prompt_positions(config, prompt.token_ids, **kwargs)
+        np.testing.assert_array_equal(ours[0], expected[0].numpy())
