@@ -282,8 +282,9 @@ def admission_tables(result: dict) -> str:
 def scheduler_tables(result: dict) -> str:
     out = [
         paragraph(
-            "CPU time: everything a design spends on positions over the whole run, admission included; / tracker: "
-            "that time, or the median step's, over mrope_tracker's. Memory: what holds request positions, at its "
+            "CPU time: everything a design spends on positions over the whole run, admission included, the median "
+            "over whole replays; / tracker: that time over mrope_tracker's, paired replay by replay: median "
+            "(min–max); then the median step's over mrope_tracker's. Memory: what holds request positions, at its "
             "peak. An `ids to slots` row is the id-to-slot mapping that design leaves outside its own row."
         )
     ]
@@ -297,7 +298,9 @@ def scheduler_tables(result: dict) -> str:
             [
                 d["design"].replace(" (outside its row)", ""),
                 f"{d['total_ms']:,.1f} ms",
-                _x(d["total_vs_tracker"]),
+                _spread(d["total_vs_tracker_spread"], 2)
+                if "total_vs_tracker_spread" in d
+                else _x(d["total_vs_tracker"]),
                 "–" if d["admit_ms"] is None else f"{d['admit_ms']:,.1f} ms",
                 _us(d["step_median_us"]),
                 _x(d["step_vs_tracker"]),

@@ -38,6 +38,7 @@ or by the range builder.
 
 from __future__ import annotations
 
+from collections import UserDict
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
 
@@ -56,6 +57,7 @@ _TENSOR = torch.Tensor
 _GRID_DTYPES = (torch.int64, torch.int32)
 _SCALAR_KINDS = {torch.float32: "f", torch.float64: "f", torch.int64: "i", torch.int32: "i", torch.bool: "b"}
 _BY_OFFSET = attrgetter("offset")
+_GRID_FIELDS = {"image": "image_grid_thw", "video": "video_grid_thw"}
 
 
 def describe(value) -> str:
@@ -114,10 +116,13 @@ class Feature:
         self.offset = _as_int(offset, f"mm_features[{index}].mm_position.offset", 0)
         self.length = _as_int(length, f"mm_features[{index}].mm_position.length", 1)
         self.is_embed = self._read_is_embed(getattr(position, "is_embed", None))
-        if type(data) is not dict and not isinstance(data, Mapping):
-            raise TypeError(
-                f"mm_features[{index}].data: expected a mapping of field name to element, got {describe(data)}"
-            )
+        if type(data) is not dict:
+            if isinstance(data, UserDict):  # vLLM's MultiModalKwargsItem: its dict answers without Python calls
+                data = data.data
+            elif not isinstance(data, Mapping):
+                raise TypeError(
+                    f"mm_features[{index}].data: expected a mapping of field name to element, got {describe(data)}"
+                )
         self.data = data
 
     def _read_is_embed(self, is_embed):
@@ -162,7 +167,7 @@ class Feature:
             ) from None
 
     def grid(self) -> list[int]:
-        name = f"{self.modality}_grid_thw"
+        name = _GRID_FIELDS[self.modality]
         value = self.element(name)
         if type(value) is _TENSOR and value.dtype in _GRID_DTYPES and value.shape == (3,):
             return value.tolist()
@@ -253,10 +258,6 @@ def _pair_audio_tracks(config: MRopeConfig, features: list[Feature]) -> dict[int
     return tracks
 
 
-def _rows(ranges: list[tuple[int, int]]) -> np.ndarray:
-    return np.array(ranges, np.int64) if ranges else EMPTY_RANGES
-
-
 def _masks(masks: list) -> list | None:
     """The masks of one modality, or None when no range has one (what `Ranges.from_rows` takes)."""
     for mask in masks:
@@ -274,7 +275,7 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
         items = Items((EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False), EMPTY_INT)
         return items, Ranges.from_rows(config, items, EMPTY_RANGES, None, EMPTY_RANGES, None, EMPTY_RANGES, None)
     tracks = _pair_audio_tracks(config, features)
-    track_indices = {audio.index for audio in tracks.values()}
+    track_indices = {audio.index for audio in tracks.values()} if tracks else ()
 
     image_ranges, image_masks, image_grids = [], [], []
     video_ranges, video_masks, video_grids, video_sp = [], [], [], []
@@ -301,12 +302,9 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
             audio_masks.append(f.is_embed)
             audio_lengths.append(f.mel_frames())
 
-    spec = config.spec
-    if not spec.scaled_time or all(sp is None for sp in video_sp):
-        # vLLM's Qwen2-VL, Qwen3-VL and GLM never read a time scale
-        second_per_grid_ts = None
-    else:
-        default = spec.default_second_per_grid_ts
+    second_per_grid_ts = None  # vLLM's Qwen2-VL, Qwen3-VL and GLM never read a time scale
+    if video_sp and config.spec.scaled_time and any(sp is not None for sp in video_sp):
+        default = config.spec.default_second_per_grid_ts
         second_per_grid_ts = np.array([default if sp is None else float(sp) for sp in video_sp], np.float64)
     items = Items(
         *normalize_items(
@@ -321,11 +319,11 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
     ranges = Ranges.from_rows(
         config,
         items,
-        _rows(image_ranges),
+        np.array(image_ranges, np.int64) if image_ranges else EMPTY_RANGES,
         _masks(image_masks),
-        _rows(video_ranges),
+        np.array(video_ranges, np.int64) if video_ranges else EMPTY_RANGES,
         _masks(video_masks),
-        _rows(audio_ranges),
+        np.array(audio_ranges, np.int64) if audio_ranges else EMPTY_RANGES,
         _masks(audio_masks),
         interleave="vllm" if tracks else "transformers",
         second_per_grid_ts=second_per_grid_ts,

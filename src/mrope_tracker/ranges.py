@@ -32,6 +32,7 @@ __all__ = ["Ranges"]
 
 _INT64 = np.dtype(np.int64)
 _NO_RUNS = np.zeros((0, 2), np.int64)
+_NO_BOUNDS = np.zeros(1, np.int64)
 _RUN_KINDS = {"video": RUN_VIDEO, "audio": RUN_AUDIO, RUN_VIDEO: RUN_VIDEO, RUN_AUDIO: RUN_AUDIO}
 
 
@@ -272,8 +273,9 @@ class Ranges:
                         "whose every token is embedded (video or audio)"
                     )
             self.video = video if av else _embedded_run(video, video_masks, "video_ranges")
-        self.av_runs, self.av_bounds = _NO_RUNS, np.zeros(num_videos + 1, np.int64)
-        if isinstance(interleave, str) and interleave not in config.spec.interleaves and config.is_omni:
+        # without audio-in-video blocks the builder never reads the bounds
+        self.av_runs, self.av_bounds = _NO_RUNS, np.zeros(num_videos + 1, np.int64) if av else _NO_BOUNDS
+        if isinstance(interleave, str) and config.is_omni and interleave not in config.spec.interleaves:
             raise ValueError(
                 f"interleave: expected one of {', '.join(config.spec.interleaves)} or explicit runs, got {interleave!r}"
             )
