@@ -276,7 +276,22 @@ def admission_tables(result: dict) -> str:
     rows.append(
         ["32K / 1K", *(_spread(growth[n], 2) if isinstance(growth[n], dict) else f"{growth[n]:.2f}x" for n in names)]
     )
-    return table(["cached prefix", *names], rows)
+    out = table(["cached prefix", *names], rows)
+    features = result.get("from_features")
+    if features:
+        ratios = features["vs_prompt_positions"]
+        head = paragraph(
+            f"**From vLLM's inputs**: {features['case']} ({features['prompt_tokens']:,} tokens, "
+            f"{features['frames']} frame blocks), the prompt ids as a Python list and one feature whose is_embed "
+            "marks the frames. Each design's time over `prompt_positions` writing the same prompt's positions from "
+            "an int64 array, paired round by round: median (min–max). Target: the tracker's admission < 0.5x."
+        )
+        feature_rows = [[name, _us(features["us"][name]), _spread(ratios[name], 2)] for name in ratios]
+        feature_rows.append(
+            ["prompt_positions (int64 array)", _us(features["us"]["prompt_positions (int64 array)"]), "1.00x"]
+        )
+        out += "\n\n" + head + "\n\n" + table(["design", "per call", "/ prompt_positions"], feature_rows)
+    return out
 
 
 def scheduler_tables(result: dict) -> str:

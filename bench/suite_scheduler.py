@@ -23,6 +23,7 @@ on one thread, as our kernels do.
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 
 import attrs
@@ -113,6 +114,8 @@ def _replay_once(scenario: Scenario, steps: list[Step], progress) -> tuple[list,
             with w["finish"]:
                 for req_id in step.finished:
                     d.finish(req_id)
+        if k % 64 == 63:
+            gc.collect(1)  # the young generations, outside every timed call
         expected = outputs[reference_name]
         for name, out in outputs.items():
             if not torch.equal(out, expected):
@@ -129,7 +132,16 @@ def replay(scenario: Scenario, steps: list[Step], progress, repeats: int = 1) ->
     medians over the repeats; a design's ratio to the tracker pairs the two
     totals of each repeat (which ran in the same lockstep) and gives the
     median, min and max of those ratios."""
-    runs = [_replay_once(scenario, steps, progress) for _ in range(repeats)]
+    runs = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a collection landing in one design's timed call is noise (bench/timing.py)
+    try:
+        for _ in range(repeats):
+            runs.append(_replay_once(scenario, steps, progress))
+            gc.collect()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     names = runs[0][0]
     tracker = names[-1]
 
