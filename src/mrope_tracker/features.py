@@ -74,8 +74,6 @@ def _plain(value):
 
 
 def _as_int(value, where: str, minimum: int) -> int:
-    if type(value) is int and value >= minimum:  # the usual case, without the checks' calls
-        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{where}: expected an int, got {describe(value)}")
     if value < minimum:
@@ -113,8 +111,12 @@ class Feature:
                         f"got {describe(position)}"
                     ) from None
             raise
-        self.offset = _as_int(offset, f"mm_features[{index}].mm_position.offset", 0)
-        self.length = _as_int(length, f"mm_features[{index}].mm_position.length", 1)
+        # plain ints in range pass without building the messages' names
+        if type(offset) is not int or offset < 0:
+            offset = _as_int(offset, f"mm_features[{index}].mm_position.offset", 0)
+        if type(length) is not int or length < 1:
+            length = _as_int(length, f"mm_features[{index}].mm_position.length", 1)
+        self.offset, self.length = offset, length
         self.is_embed = self._read_is_embed(getattr(position, "is_embed", None))
         if type(data) is not dict:
             if isinstance(data, UserDict):  # vLLM's MultiModalKwargsItem: its dict answers without Python calls
