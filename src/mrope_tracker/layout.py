@@ -415,6 +415,14 @@ class PromptLayout:
             check_ranges_against_tokens(config, items, ranges, token_ids)
         return cls._built(config, rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
 
+    @classmethod
+    def from_normalized(cls, config: MRopeConfig, num_tokens: int, items: Items, ranges: Ranges) -> PromptLayout:
+        """`from_ranges` for inputs already checked and converted: an `MRopeConfig`,
+        a prompt length >= 1, and the `Items` and `Ranges` made for them under
+        that config (as `features.read_features` makes them from vLLM's features)."""
+        rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
+        return cls._built(config, rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
+
     def positions(self, start: int = 0, end: int | None = None) -> np.ndarray:
         """Positions of tokens [start, end) as a new (3, end - start) int64 array."""
         start, end = self._check_range(start, end)
