@@ -175,8 +175,11 @@ _CHECK_MESSAGES = {
     check.CHECK_EMPTY: "expected at least one row",
     check.CHECK_TILING: "expected rows that tile the prompt in order (each starting where the last ended)",
     check.CHECK_LENGTH: "expected rows of positive length ending exactly at num_tokens",
-    check.CHECK_KIND: "expected kinds LINEAR, CONST, GRID or GRID_RAW",
-    check.CHECK_GRID: "expected a grid row with positive t, h, w, its tokens inside the grid and a 0/1 scaled flag",
+    check.CHECK_KIND: "expected kinds LINEAR, CONST, GRID, GRID_RAW or GRID_BITS",
+    check.CHECK_GRID: (
+        "expected a grid row with positive t, h, w, its tokens inside the grid and a known tau mode (GRID_BITS: a "
+        "valid packed shape and as many set mask bits as tokens)"
+    ),
     check.CHECK_SCALE: "expected finite, non-negative time scales keeping temporal positions below 2**31",
     check.CHECK_BASE: "expected positions in [0, 2**62]",
 }
