@@ -153,6 +153,9 @@ def _type_ids(cfg: MRopeConfig, ids: np.ndarray) -> np.ndarray:
         inside = np.cumsum(ids == cfg.video_start_token_id, axis=1) > np.cumsum(ids == cfg.video_end_token_id, axis=1)
         types[image & ~inside] = 1
         types[image & inside] = 2
+        # ERNIE's transformers 5 form has a video token of its own; GLM's frames reuse the image token
+        if cfg.spec.video_blocks == "block" and cfg.video_token_id is not None:
+            types[ids == cfg.video_token_id] = 2
     else:
         types[image] = 1
         types[ids == cfg.video_token_id] = 2
