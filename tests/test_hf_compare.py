@@ -132,6 +132,33 @@ def test_omni_divergences_are_the_documented_ones():
         assert set(pair["divergences"]) <= {"D8", "D3", "D3+D8"}, pair
 
 
+@pytest.mark.parametrize("config", ["ernie4_5_vl_moe", "ernie4_5_moe_vl"])
+def test_ernie_differs_from_transformers_5_by_d1_exactly_where_a_video_outlasts_its_frame(config):
+    """ERNIE-4.5-VL: vLLM 0.33 and the reference agree; transformers 5 differs by D1 on exactly the prompts with a
+    video of more temporal patches than max(h', w') (its last patch reaches past s + max(h', w'))."""
+    result = compare(f"{CONFIG_DIR}/{config}.json", num_prompts=NUM, seed=2)
+    prompts = sample_prompts(MRopeConfig.from_hf_config(f"{CONFIG_DIR}/{config}.json"), NUM, 2)
+    exposed = 0
+    for p in prompts:
+        grids = [] if p.video_grid_thw is None else p.video_grid_thw.tolist()
+        exposed += any(t // 2 > max(h, w) // 2 for t, h, w in grids)  # t frames -> t / 2 temporal patches
+    assert 0 < exposed < NUM
+    pairs = {(p["a"], p["b"]): p for p in result["pairs"]}
+    for pair in (("reference", "vllm-0.33"), ("reference", "transformers-4.57")):
+        assert pairs[pair]["differ"] == 0
+    for pair in (("reference", "transformers-5"), ("vllm-0.33", "transformers-5")):
+        assert pairs[pair]["divergences"] == {"D1": exposed}
+
+
+@pytest.mark.parametrize("config", ["paddleocr_vl", "glm_ocr", "cohere_compass"])
+def test_images_and_single_frames_agree_under_every_preset(config):
+    """PaddleOCR-VL and Cohere Compass (images) and GLM-OCR (images, one-frame blocks): R-hw equals R-max there,
+    so transformers 5.24, vLLM 0.33 and the reference agree on every prompt."""
+    result = compare(f"{CONFIG_DIR}/{config}.json", num_prompts=NUM, seed=2)
+    assert not any(result["refused"].values())
+    assert all(pair["differ"] == 0 for pair in result["pairs"]), result["pairs"]
+
+
 def test_jsonl_prompts_and_json_output(tmp_path, capsys):
     """Prompts from a JSONL file, by model type, printed as JSON: a long video differs under D1 only."""
     c = MRopeConfig(family="qwen2_vl")
