@@ -528,6 +528,36 @@ def test_patch_keeps_qwen2_5_vl_keywords_and_positions():
     assert "get_rope_index" not in owner.__dict__
 
 
+@pytest.mark.parametrize(
+    "config_name, module, model_class, config_class",
+    [
+        ("paddleocr_vl", "paddleocr_vl", "PaddleOCRVLModel", "PaddleOCRVLConfig"),
+        ("ernie4_5_vl_moe", "ernie4_5_vl_moe", "Ernie4_5_VLMoeModel", "Ernie4_5_VLMoeConfig"),
+        ("glm_ocr", "glm_ocr", "GlmOcrModel", "GlmOcrConfig"),
+        ("cohere_compass", "cohere_compass", "CohereCompassModel", "CohereCompassConfig"),
+    ],
+)
+def test_patch_serves_the_families_of_transformers_5(config_name, module, model_class, config_class):
+    """PaddleOCR-VL, ERNIE-4.5-VL, GLM-OCR, Cohere Compass (5.x only): patched, the model's own call (ids and
+    mm_token_type_ids positionally, the rest by keyword) returns transformers' positions."""
+    family = MRopeConfig.from_hf_config(load_config(config_name)).family
+    oracle_configs(family)  # (transformers 5 only)
+    config = load_config(config_name)
+    owner = _stand_in_class(module, model_class)(_hf_config(config, module, config_class))
+    c = MRopeConfig.from_hf_config(config)
+    start, end = (c.vision_start_token_id, c.vision_end_token_id)
+    row = [5, start] + [c.image_token_id] * 4 + [end, 6]
+    ids = torch.tensor([[PAD_ID, PAD_ID] + row, row + [7, 8]])
+    mask = (ids != PAD_ID).long()
+    types = hf.mm_token_type_ids(config, ids)
+    kwargs = dict(image_grid_thw=torch.tensor([[1, 4, 4]] * 2), video_grid_thw=None, attention_mask=mask)
+    expected = type(owner).get_rope_index(owner, ids, types, **kwargs)
+    with hf.patch(owner) as handle:
+        assert handle.modules == [""]
+        assert_same(owner.get_rope_index(ids, types, **kwargs), expected)
+    assert "get_rope_index" not in owner.__dict__
+
+
 def test_patch_refuses_a_model_without_a_supported_get_rope_index():
     """A model with no supported family raises ValueError naming the model."""
     with pytest.raises(ValueError, match="model: expected a transformers model of a supported family.*Linear"):
