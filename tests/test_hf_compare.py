@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from family_prompts import CONFIG_DIR
 
-from mrope_tracker import MRopeConfig
+from mrope_tracker import MRopeConfig, prompt_positions
 from mrope_tracker.cli import main
 from mrope_tracker.hf.compare import compare
 from mrope_tracker.hf.sample import Prompt, read_prompts, sample_prompts
@@ -148,6 +148,28 @@ def test_ernie_differs_from_transformers_5_by_d1_exactly_where_a_video_outlasts_
         assert pairs[pair]["differ"] == 0
     for pair in (("reference", "transformers-5"), ("vllm-0.33", "transformers-5")):
         assert pairs[pair]["divergences"] == {"D1": exposed}
+
+
+def test_ernie_d1_example_of_the_docs():
+    """docs/semantics.md 2.8, token for token: 8 frames (8, 2, 4) -> 4x1x2 patches; vLLM 0.33 and the reference
+    resume at one past the last patch, the transformers-5 preset at s + max(h', w')."""
+    ids = [1, 101306, *[100295] * 8, 101307, 2]
+    config = f"{CONFIG_DIR}/ernie4_5_moe_vl.json"
+    expected = {
+        "vllm-0.33": (
+            [[0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 7], [0, 1] + [2] * 8 + [6, 7], [0, 1] + [2, 3] * 4 + [6, 7]],
+            -4,
+        ),
+        "transformers-5": (
+            [[0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 4, 5], [0, 1] + [2] * 8 + [4, 5], [0, 1] + [2, 3] * 4 + [4, 5]],
+            -6,
+        ),
+    }
+    for semantics, (rows, delta) in expected.items():
+        positions, got = prompt_positions(
+            MRopeConfig.from_hf_config(config, semantics=semantics), ids, video_grid_thw=[[8, 2, 4]]
+        )
+        assert positions.tolist() == rows and got == delta, semantics
 
 
 @pytest.mark.parametrize("config", ["paddleocr_vl", "glm_ocr", "cohere_compass"])
