@@ -369,6 +369,16 @@ def test_bad_arguments_name_themselves():
         hf.get_rope_index(config, torch.tensor([[1, 2, 3]]), semantics="hf")
 
 
+@pytest.mark.parametrize("config_name", ["paddleocr_vl", "ernie4_5_vl_moe", "glm_ocr", "cohere_compass"])
+def test_families_of_transformers_5_refuse_the_4x_convention(config_name):
+    """transformers 4.x has no get_rope_index for these families: its batch convention is refused, naming it."""
+    config = load_config(config_name)
+    c = MRopeConfig.from_hf_config(config)
+    ids = torch.tensor([[5, c.vision_start_token_id] + [c.image_token_id] * 4 + [c.vision_end_token_id]])
+    with pytest.raises(ValueError, match=r"convention: expected one of transformers-5 for .*got 'transformers-4'"):
+        hf.get_rope_index(config, ids, image_grid_thw=[[1, 4, 4]], convention="transformers-4")
+
+
 def test_default_semantics_is_the_installed_line():
     """Without `semantics`, the preset of the installed transformers is used."""
     assert hf.default_semantics() == ("transformers-5" if _MAJOR >= 5 else "transformers-4.57")
