@@ -17,7 +17,7 @@ from family_prompts import CONFIG_DIR
 
 from mrope_tracker import MRopeConfig, prompt_positions
 from mrope_tracker.cli import main
-from mrope_tracker.hf.compare import compare
+from mrope_tracker.hf.compare import compare, markdown
 from mrope_tracker.hf.sample import Prompt, read_prompts, sample_prompts
 
 NUM = 60  # prompts of the built-in sample in these tests
@@ -69,6 +69,7 @@ def test_cli_reports_d1_d2_d3_for_qwen2_5_vl_from_a_folder(qwen2_5_vl_folder, ca
     assert "D2" in rows["reference vs transformers-4.57"]
     assert "D1" in rows["reference vs transformers-5"]
     assert "first differing token" in out and "200 prompts" in out
+    assert "No model in" not in out  # both transformers lines have Qwen2.5-VL
 
 
 def test_counts_match_the_divergence_conditions(qwen2_5_vl_folder):
@@ -148,6 +149,8 @@ def test_ernie_differs_from_transformers_5_by_d1_exactly_where_a_video_outlasts_
         assert pairs[pair]["differ"] == 0
     for pair in (("reference", "transformers-5"), ("vllm-0.33", "transformers-5")):
         assert pairs[pair]["divergences"] == {"D1": exposed}
+    assert result["no_model"] == ["transformers-4.57"]  # ERNIE-4.5-VL is in transformers 5 only
+    assert "No model in transformers-4.57" in markdown(result)
 
 
 def test_ernie_d1_example_of_the_docs():
