@@ -29,6 +29,10 @@ How vLLM's placeholder ranges map onto `PromptLayout.from_ranges`
   vLLM's processor laid the interleave out, so Qwen2.5-Omni blocks are
   built with the ``"vllm"`` interleave convention.
 
+For Model Runner V2, `RopeState` and `get_rope_state` (rope_state.py) keep
+these layouts on the device, and `install()` (vllm_plugin.py) makes MRV2
+use them.
+
 Each feature is read once: O(items), no token is scanned. Positions follow
 ``config.semantics``: use ``semantics="vllm-0.33"`` to reproduce vLLM 0.33
 bit for bit, ``"reference"`` for the transformers 4.x rules.
@@ -44,8 +48,10 @@ import torch
 from .families import FAMILIES
 from .inputs import as_config
 from .layout import PromptLayout
+from .rope_state import RopeState, get_rope_state
+from .vllm_plugin import install
 
-__all__ = ["layout_from_features", "get_mrope_input_positions"]
+__all__ = ["layout_from_features", "get_mrope_input_positions", "RopeState", "get_rope_state", "install"]
 
 _MODALITIES = ("image", "video", "audio")
 
