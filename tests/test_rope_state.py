@@ -34,7 +34,7 @@ from test_vllm_adapter import VECTORS, vector_features, vllm_config  # noqa: E40
 
 from mrope_tracker import MRopeConfig, PromptLayout  # noqa: E402
 from mrope_tracker.families import SEMANTICS  # noqa: E402
-from mrope_tracker.rope_state import RopeState, get_rope_state  # noqa: E402
+from mrope_tracker.rope_state import RopeState, get_rope_state, planned_nbytes  # noqa: E402
 from mrope_tracker.vllm import layout_from_features  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -282,17 +282,17 @@ def test_staging_smaller_than_a_request():
 def test_memory_at_vllm_scale():
     """1,024 slots x 262,144 max_model_len, 8 items a request: the device state stays
     under 8 MiB and the pinned staging under 1 MiB (vLLM's table: 3 GiB), whatever
-    max_model_len is. Built on the meta-free path: only sizes are read."""
-    if DEVICE == "cpu":
-        state = RopeState(3, 1024, 8192, 262144, "cpu")
-        sizes = state.nbytes()
-        device_bytes = sum(v for k, v in sizes.items() if k != "staging_host")
-        assert device_bytes <= 8 * 2**20
-        assert sizes["staging_host"] <= 2**20
-    else:
-        state = RopeState(3, 1024, 8192, 262144, DEVICE)
-        assert state.device_nbytes() <= 8 * 2**20 and state.pinned_nbytes() <= 2**20
+    max_model_len is (on a CPU, the host staging stands for the pinned one)."""
+    state = RopeState(3, 1024, 8192, 262144, DEVICE)
+    sizes = state.nbytes()
+    host = sizes.get("staging_pinned", sizes.get("staging_host"))
+    assert sum(sizes.values()) - host <= 8 * 2**20 and host <= 2**20
+    if DEVICE != "cpu":
+        assert state.device_nbytes() == sum(sizes.values()) - host and state.pinned_nbytes() == host
     assert state.max_num_rows >= 1024 * 17  # 8 items and the text around them, for every slot at once
+    assert state.nbytes() == planned_nbytes(1024, 8192, on_cuda=DEVICE != "cpu")
+    small = RopeState(3, 4, 16, 64, DEVICE, max_num_rows=50, staging_bytes=4096)
+    assert small.nbytes() == planned_nbytes(4, 16, on_cuda=DEVICE != "cpu", max_num_rows=50, staging_bytes=4096)
 
 
 # ---------------------------------------------------------------- EVS hooks

@@ -44,7 +44,7 @@ from .inputs import as_index
 from .layout import PromptLayout
 from .rope_staging import StagedWrites
 
-__all__ = ["RopeState", "get_rope_state", "load_kernels"]
+__all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes"]
 
 DEFAULT_ROWS_PER_REQ = 64
 DEFAULT_STAGING_BYTES = 256 * 1024
@@ -446,6 +446,30 @@ class RopeState:
         for slot in range(self.max_num_reqs):
             assert self._records[slot, D.S_NUM_ROWS] <= self._rows_held[slot]
             assert (slot in self._overrides) or self._records[slot, D.S_OVERRIDE_LEN] == 0 or self._arena_dirty
+
+
+def planned_nbytes(
+    max_num_reqs: int,
+    max_num_tokens: int,
+    *,
+    on_cuda: bool = True,
+    max_num_rows: int | None = None,
+    staging_bytes: int = DEFAULT_STAGING_BYTES,
+) -> dict[str, int]:
+    """What `RopeState(...).nbytes()` will be (with no EVS override), computed
+    without building one (or importing triton): its memory is fixed at
+    construction, whatever the requests and max_model_len."""
+    if max_num_rows is None:
+        max_num_rows = max_num_reqs * DEFAULT_ROWS_PER_REQ
+    staging = 4 * (staging_bytes // 4)
+    return {
+        "positions": NUM_DIMS * (max_num_tokens + 1) * 8,
+        "slot_records": max_num_reqs * D.NUM_SLOT_COLS * 4,
+        "row_pool": max_num_rows * D.NUM_DEVICE_COLS * 4,
+        "evs_arena": 4,
+        "staging_pinned" if on_cuda else "staging_host": 2 * staging,
+        "staging_device": staging,
+    }
 
 
 def triton_cdiv(a: int, b: int) -> int:
