@@ -372,8 +372,8 @@ def memory_tables(result: dict) -> str:
                 [
                     "requests x prompt (max len)",
                     "images",
-                    "MRV2 table (pinned)",
-                    "RopeState device",
+                    "MRV2 table",
+                    "RopeState",
                     "pinned",
                     "rows used",
                 ],
