@@ -231,9 +231,9 @@ class RopeState:
             source = np.repeat(old_starts - new_starts, held) + np.arange(total)
             index = torch.from_numpy(source).to(self.device)
             self._pool_dev[:total] = self._pool_dev.index_select(0, index)
-            for s, start in zip(live.tolist(), new_starts.tolist()):
-                self._records[s, D.S_ROW_START] = start
-                self._staging.stage(s * D.NUM_SLOT_COLS, self._records[s].copy(), self._state)
+            self._records[live, D.S_ROW_START] = new_starts
+            # every record in one write (nothing else is staged: the apply above emptied the buffer)
+            self._staging.stage(0, self._records.reshape(-1).copy(), self._state)
             self._staging.apply(self._state)
         self._top = total
 
