@@ -172,7 +172,7 @@ def prepare_kernel(
         tl.store(out + 2 * positions_stride, w, mask=lanes)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["length", "slot"])  # one compile whatever the slot and length
 def read_kernel(out_ptr, length, records_ptr, pool_ptr, arena_ptr, slot, BLOCK_SIZE: tl.constexpr):
     """A slot's positions of tokens [0, length), as an int32 [3, length] table."""
     block = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
@@ -186,7 +186,7 @@ def read_kernel(out_ptr, length, records_ptr, pool_ptr, arena_ptr, slot, BLOCK_S
     tl.store(out_ptr + 2 * length + block, w.to(tl.int32), mask=lanes)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["headers_at"])
 def scatter_kernel(dst_ptr, src_ptr, headers_at, BLOCK_SIZE: tl.constexpr):
     """Staged writes, one program each: header k at src[headers_at + 3k] is
     (destination offset, length, source offset), all written by the host side."""
