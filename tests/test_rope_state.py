@@ -80,6 +80,12 @@ def test_recorded_vectors(index):
     idx, qsl, prefill, computed = index_tensors([2], [0, 1], [0, 0, n, 0], [0, 0, n + 3, 0])
     state.prepare_positions(idx, qsl, prefill, computed)
     assert state.get_positions(1).cpu().tolist() == [[n + 3 + vector["delta"]]] * 3
+    # resumed after preemption: the prompt and 3 generated tokens as one prefill, 2 of them cached
+    state.init_prefill_positions(0, config, vector["token_ids"] + [11, 12, 13], vector_features(vector))
+    idx, qsl, prefill, computed = index_tensors([0], [0, n + 1], [n + 3, 0, n, 0], [2, 0, 0, 0])
+    state.prepare_positions(idx, qsl, prefill, computed)
+    generated = [n + k + vector["delta"] for k in range(3)]
+    assert state.get_positions(n + 1).cpu().tolist() == [row[2:] + generated for row in vector["positions"]]
 
 
 def test_model_config_is_read_once_per_model():
@@ -451,3 +457,21 @@ def test_get_rope_state():
     assert state.config.semantics == "vllm-0.33"
     assert state.positions.shape == (3, 17) and state.positions.dtype == torch.int64
     assert layout_from_features is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU, gpu_check runs in full instead")
+def test_gpu_check_smoke_runs_on_a_cpu(tmp_path):
+    """`python -m mrope_tracker.bench.gpu_check --smoke` runs RopeState's device check end
+    to end in triton's interpreter, and finds it equal to the CPU tracker."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "smoke.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    command = [sys.executable, "-m", "mrope_tracker.bench.gpu_check", "--smoke", "--no-tests", "--json", str(out)]
+    subprocess.run(command, check=True, env=env, capture_output=True, timeout=600)
+    results = json.loads(out.read_text())["rope_state"]
+    assert results["checks"] and all(c["equal"] for c in results["checks"])
+    assert results["memory"]["rope_state_device_bytes"] <= 8 * 2**20
+    assert {r["contender"] for r in results["steps"]} == {"RopeState (layout rows)", "table design kernel"}
