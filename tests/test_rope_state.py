@@ -275,14 +275,19 @@ def test_staging_smaller_than_a_request():
     """A staging buffer that holds less than one request's rows: the writes are split
     and applied as the buffer fills; the positions are the same."""
     config = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2, semantics="vllm-0.33")
-    ranges = [(1 + 20 * k, 16) for k in range(6)]
+    ranges = [(1 + 20 * k, 16) for k in range(12)]
     layout = PromptLayout.from_ranges(
-        config, 125, video_ranges=ranges, video_grid_thw=[[4, 4, 4]] * 6, second_per_grid_ts=[0.7, 1.3] * 3
+        config, 245, video_ranges=ranges, video_grid_thw=[[4, 4, 4]] * 12, second_per_grid_ts=[0.7, 1.3] * 6
     )
-    h = Harness(config, 2, 128, 256, DEVICE, block_size=BLOCK, staging_bytes=1024)
+    small = PromptLayout.from_ranges(config, 25, video_ranges=ranges[:1], video_grid_thw=[[4, 4, 4]])
+    h = Harness(config, 3, 160, 512, DEVICE, block_size=BLOCK, staging_bytes=1024)
+    assert (layout.num_rows + 2) * 11 > 1024 // 4  # more than a whole staging buffer: split
     h.admit(0, layout)
     h.admit(1, layout, 50)
-    h.step([(1, 60), (0, 64)])
+    for _ in range(7):  # records and rows landing on every buffer boundary, slot 2 admitted again and again
+        h.state.init_prefill_layout(2, small)
+    h.admit(2, small)
+    h.step([(1, 60), (0, 64), (2, 25)])
 
 
 def test_memory_at_vllm_scale():

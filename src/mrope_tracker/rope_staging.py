@@ -11,8 +11,9 @@ one wins), since the scatter's programs run in no set order.
 Two pinned buffers take turns. Before a buffer is written again, the host
 waits for the event recorded after its last copy: that copy is long over in
 practice, and the wait keeps a queued copy from reading half-rewritten
-values. A write larger than a buffer is split into pieces, and a buffer
-that fills up is applied before the next write starts.
+values. A buffer that cannot take the next write is applied first; only a
+write larger than a whole buffer is split, into pieces applied as each
+buffer fills (a compaction's record table, a request of many thousand rows).
 """
 
 from __future__ import annotations
@@ -62,9 +63,21 @@ class StagedWrites:
                 self._host_np[self._current][src : src + size] = values
                 return
             self.apply(target)  # a write of another size to the same place: keep the order
+        if size <= self.capacity - 2 * _HEADER:
+            # fits an empty buffer: never split, so that a later write to the same
+            # place in the same apply finds it and replaces it (merged above)
+            if self._room() < size:
+                self.apply(target)
+            src = self._used
+            self._host_np[self._current][src : src + size] = values
+            self._used += size
+            self._by_destination[destination] = len(self._headers)
+            self._headers.append([destination, size, src])
+            return
+        # larger than a buffer: in pieces, each buffer applied as it fills
         done = 0
         while done < size:
-            room = self.capacity - self._used - _HEADER * (len(self._headers) + 1)
+            room = self._room()
             if room <= 0:
                 self.apply(target)
                 continue
@@ -72,10 +85,12 @@ class StagedWrites:
             src = self._used
             self._host_np[self._current][src : src + piece] = values[done : done + piece]
             self._used += piece
-            if piece == size:
-                self._by_destination[destination] = len(self._headers)
             self._headers.append([destination + done, piece, src])
             done += piece
+
+    def _room(self) -> int:
+        """Values the current buffer still takes, with a header for one more write."""
+        return self.capacity - self._used - _HEADER * (len(self._headers) + 1)
 
     def apply(self, target: torch.Tensor) -> None:
         """Every staged write into `target` (flat int32, on the device): one
