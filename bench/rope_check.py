@@ -223,3 +223,57 @@ def print_report(results: dict) -> None:
         f"MiB device, {m['rope_state_pinned_bytes'] / 2**20:.2f} MiB pinned; the table design "
         f"{m['table_design_pinned_bytes'] / 2**30:.2f} GiB pinned"
     )
+
+
+# Argument types of each kernel for `compile_for_gpu`: MRV2's dtypes (int64 idx_mapping, int32 counts)
+_SIGNATURES = {
+    "prepare_kernel": {
+        "positions_ptr": "*i64",
+        "positions_stride": "i32",
+        "num_columns": "i32",
+        "records_ptr": "*i32",
+        "pool_ptr": "*i32",
+        "arena_ptr": "*i32",
+        "max_num_reqs": "i32",
+        "idx_mapping_ptr": "*i64",
+        "query_start_loc_ptr": "*i32",
+        "prefill_lens_ptr": "*i32",
+        "num_computed_tokens_ptr": "*i32",
+    },
+    "read_kernel": {
+        "out_ptr": "*i32",
+        "length": "i32",
+        "records_ptr": "*i32",
+        "pool_ptr": "*i32",
+        "arena_ptr": "*i32",
+        "slot": "i32",
+    },
+    "scatter_kernel": {"dst_ptr": "*i32", "src_ptr": "*i32", "headers_at": "i32"},
+}
+
+
+def compile_for_gpu(capability: int = 90) -> dict[str, str]:
+    """Compile RopeState's kernels for a CUDA GPU of this compute capability
+    (90: H100, H200) without one, through triton's ahead-of-time compiler:
+    it catches what the interpreter lets through (types, shapes, constructs
+    the compiler lacks). Returns each kernel's "ok" or its error. Needs
+    TRITON_INTERPRET unset when the kernels were imported."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from mrope_tracker import triton_step
+
+    target = GPUTarget("cuda", capability, 32)
+    out = {}
+    for name, signature in _SIGNATURES.items():
+        source = ASTSource(
+            fn=getattr(triton_step, name),
+            signature={**signature, "BLOCK_SIZE": "constexpr"},
+            constexprs={"BLOCK_SIZE": 1024},
+        )
+        try:
+            triton.compile(source, target=target)
+            out[name] = "ok"
+        except Exception as exc:  # a compile error of any kind is the finding
+            out[name] = f"{type(exc).__name__}: {exc}"
+    return out
