@@ -387,6 +387,18 @@ def memory_tables(result: dict) -> str:
         ]
         for r in result["rows"]
     ]
+    device_rows = [
+        [
+            f"{r['max_num_reqs']:,} x {r['prompt_tokens']:,} ({r['max_model_len']:,})",
+            str(r["images_per_request"]),
+            _bytes(r["mrv2_bytes"]),
+            _bytes(r["rope_state_device_bytes"]),
+            _bytes(r["rope_state_pinned_bytes"]),
+            f"{r['rope_state_rows_used']:,} / {r['rope_state_max_num_rows']:,}",
+        ]
+        for r in result["rows"]
+        if "rope_state_device_bytes" in r
+    ]
     return (
         paragraph(
             "Host memory that holds request positions. Tracker: its per-request state (slots and layout rows); all "
@@ -406,6 +418,29 @@ def memory_tables(result: dict) -> str:
                 "tracker / req",
             ],
             rows,
+        )
+        + (
+            "\n\n"
+            + paragraph(
+                "The device design for Model Runner V2: vLLM's own state is the MRV2-like table, in pinned host "
+                "memory; RopeState keeps a fixed device state (slot records, a row pool sized by its row budget, "
+                "the positions buffer, a staging copy) and two small pinned staging buffers, whatever "
+                "max_model_len. Rows used: the pool rows the requests' layouts take, of its budget."
+            )
+            + "\n\n"
+            + table(
+                [
+                    "requests x prompt (max len)",
+                    "images",
+                    "MRV2 table",
+                    "RopeState",
+                    "pinned",
+                    "rows used",
+                ],
+                device_rows,
+            )
+            if device_rows
+            else ""
         )
     )
 

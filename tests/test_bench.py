@@ -295,6 +295,10 @@ def test_every_table_fits_a_terminal():
                             "tracker_bytes": 2**31,
                             "v1_per_request_bytes": 196608,
                             "tracker_per_request_bytes": 1416,
+                            "rope_state_device_bytes": 2**31,
+                            "rope_state_pinned_bytes": 2**31,
+                            "rope_state_rows_used": 10**9,
+                            "rope_state_max_num_rows": 10**9,
                         }
                     ]
                 }
