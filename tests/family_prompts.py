@@ -13,9 +13,11 @@ ts a timestamp's 1-5 text ids):
   use_audio_in_video every video is ``VS AS <interleave> AE VE``.
 - qwen3_vl: image as above; video ``VS (ts VS V*(h'w') VE)*t VE`` (the outer
   pair stays, as in vLLM's prompts).
+- cohere_compass: image ``VS I*(h'w') VE``; video as qwen3_vl's, the ts being
+  transformers 5.24's ``<x.y seconds>`` text (vLLM 0.33 sends no videos).
 - glm4v, glm_ocr: image ``BOI I*(h'w') EOI``; video ``BOV (BOI I*(h'w') EOI ts)*t EOV``
   (frames reuse the image token).
-- paddleocr_vl, cohere_compass: image ``VS I*(h'w') VE``; no videos.
+- paddleocr_vl: image ``VS I*(h'w') VE``; no videos.
 - bailing_moe_v3_vl: image ``VS I*(h'w') VE NL`` (NL the newline vLLM adds); no videos.
 - ernie4_5_moe_vl: image ``BOI I*(h'w') EOI``; video of t = 2k frames
   ``BOV V*(k h'w') EOV``, V being the image token in the remote-code config
@@ -40,8 +42,8 @@ is <= a; the leftover run of either goes last.
 
 Placeholder ranges come in two forms:
 - ``vllm_ranges``: `PlaceholderRange` as vLLM 0.33 reports them: the pad run
-  (is_embed None) for images, plain videos and audio clips; a Qwen3-VL video
-  from its first timestamp token to its last frame's VE, a GLM video from BOV
+  (is_embed None) for images, plain videos and audio clips; a Qwen3-VL (or
+  Cohere Compass) video from its first timestamp token to its last frame's VE, a GLM video from BOV
   to EOV, with is_embed marking the vision tokens; an Omni audio-in-video
   block, for its video and its audio item alike, from AS to AE, with the
   video item's is_embed marking the video pads and the audio item's the
@@ -91,7 +93,7 @@ FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen2_5_omni", "qwen3_vl", "glm4v", "qwen
 # families checked against vLLM 0.33.0's vectors only (no transformers oracle here yet)
 VLLM_FAMILIES = ("paddleocr_vl", "ernie4_5_moe_vl", "glm_ocr", "bailing_moe_v3_vl", "cohere_compass")
 ALL_FAMILIES = FAMILIES + VLLM_FAMILIES
-_IMAGE_ONLY = ("paddleocr_vl", "bailing_moe_v3_vl", "cohere_compass")
+_IMAGE_ONLY = ("paddleocr_vl", "bailing_moe_v3_vl")
 _GLM = ("glm4v", "glm_ocr")
 # family -> published config files (tests/data/configs) that serve it
 CONFIG_NAMES = {
@@ -578,7 +580,7 @@ def family_prompts(
                 sp32, sp64, fps = draw(video_rates(integer_sp))
                 b.sps.append(sp32)
                 b.fps.append(fps)
-            if family == "qwen3_vl":
+            if family in ("qwen3_vl", "cohere_compass"):
                 _qwen3_vl_video(draw, b, t, hw)
             elif family in _GLM:
                 _glm_video(draw, b, t, hw)

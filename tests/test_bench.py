@@ -113,7 +113,7 @@ def test_more_family_rows_cover_every_vllm_family():
     labels = [label for label, _ in workloads.vllm_families()]
     assert list(dict.fromkeys(r["family"] for r in rows)) == labels
     videos = {r["family"] for r in rows if "video" in r["case"]}
-    assert videos == {"ERNIE-4.5-VL", "GLM-OCR"}
+    assert videos == {"ERNIE-4.5-VL", "GLM-OCR", "Cohere Compass"}
     for r in rows:
         assert _is_spread(r["speedup"]) and r["transformers_us"] is None
     text = report.prompt_tables({"seed": [], "rows": [], "families": [], "more_families": rows})
@@ -125,7 +125,7 @@ def test_more_family_rows_time_transformers_where_the_installed_line_has_the_fam
     """With transformers installed, the families it implements (5.x: PaddleOCR-VL, ERNIE-4.5-VL, GLM-OCR, Cohere
     Compass; 4.57: none) get transformers' time, checked equal to ours under its preset; the others None. The
     report adds the transformers table only when some row has a figure, within 120 columns."""
-    first = lambda config: workloads.vllm_family_cases(config)[:2]  # noqa: E731 (an image; ERNIE's, GLM-OCR's video)
+    first = lambda config: workloads.vllm_family_cases(config)[:2]  # noqa: E731 (an image; ERNIE's, GLM-OCR's, Cohere's video)
     families = workloads.vllm_families()
     rows = suite_prompt.family_rows(families, cases=first, rounds=1, target_s=0.0005)
     timed = {

@@ -177,7 +177,7 @@ def test_ernie_d1_example_of_the_docs():
 
 @pytest.mark.parametrize("config", ["paddleocr_vl", "glm_ocr", "cohere_compass"])
 def test_images_and_single_frames_agree_under_every_preset(config):
-    """PaddleOCR-VL and Cohere Compass (images) and GLM-OCR (images, one-frame blocks): R-hw equals R-max there,
+    """PaddleOCR-VL (images), Cohere Compass and GLM-OCR (images, one-frame blocks): R-hw equals R-max there,
     so transformers 5.24, vLLM 0.33 and the reference agree on every prompt."""
     result = compare(f"{CONFIG_DIR}/{config}.json", num_prompts=NUM, seed=2)
     assert not any(result["refused"].values())

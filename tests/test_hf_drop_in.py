@@ -80,8 +80,9 @@ def _prompt_kwargs(family: str, av: bool) -> dict:
 
 
 @st.composite
-def batches_of(draw, family: str):
-    """(config dict, rows (FamilyPrompt), left padding?, extra pad columns, with mask?)."""
+def batches_of(draw, family: str, min_videos: int = 0):
+    """(config dict, rows (FamilyPrompt), left padding?, extra pad columns, with mask?); each row
+    that is not text-only holds at least `min_videos` videos."""
     config_name = draw(st.sampled_from(oracle_configs(family)))
     av = family in _OMNI and draw(st.booleans())
     size = draw(st.integers(1, 8))
@@ -90,6 +91,8 @@ def batches_of(draw, family: str):
         kw = _prompt_kwargs(family, av)
         if draw(st.integers(0, 3)) == 0:
             kw["max_items"] = 0  # a text-only row
+        else:
+            kw["min_videos"] = min_videos
         prompt = draw(family_prompts(family, config_name=config_name, **kw))
         assume(interleave_matches_model(prompt))
         rows.append(prompt)
@@ -168,6 +171,40 @@ def test_unpadded_batches_without_mask_equal_transformers(family, data):
     rows = [p for p in rows if p.num_tokens == width] or rows[:1]
     ids, _, items = pack(rows, True, 0)
     assert_same(*both(config, ids, None, items))
+
+
+@pytest.mark.parametrize("family", ["cohere_compass"])
+@batches
+@given(data=st.data())
+def test_cohere_compass_video_batches_equal_transformers(family, data):
+    """Cohere Compass's videos (transformers 5.24 takes them; vLLM 0.33 sends none): padded batches whose
+    multimodal rows all hold a video, each frame its own block after its "<t seconds>" text, exactly."""
+    oracle_configs(family)
+    config, rows, left, extra, _ = data.draw(batches_of(family, min_videos=1))
+    ids, mask, items = pack(rows, left, extra)
+    items["mm_token_type_ids"] = hf.mm_token_type_ids(config, ids)
+    assert_same(*both(config, ids, mask, items))
+
+
+def test_cohere_compass_long_video_is_per_frame():
+    """A Cohere Compass video of 6 frames of 1x2 merged patches: each frame a block of its own at tau = 0, so
+    the text after it resumes at the last frame's s + max(h', w'), as transformers 5.24 puts it."""
+    oracle_configs("cohere_compass")  # (transformers 5 only)
+    config = load_config("cohere_compass")
+    c = MRopeConfig.from_hf_config(config)
+    frame = [c.vision_start_token_id, c.video_token_id, c.video_token_id, c.vision_end_token_id]
+    row = [5] + [tok for _ in range(6) for tok in [7, *frame]] + [6]
+    ids = torch.tensor([row + [PAD_ID] * 2, [PAD_ID] * 2 + row])
+    mask = (ids != PAD_ID).long()
+    types = hf.mm_token_type_ids(config, ids)
+    assert types[0, :7].tolist() == [0, 0, 0, 2, 2, 0, 0]  # timestamp text, start and end are text
+    items = dict(video_grid_thw=torch.tensor([[6, 2, 4]] * 2), mm_token_type_ids=types)
+    ours, theirs = both(config, ids, mask, items)
+    assert_same(ours, theirs)
+    assert ours[0][:, 0, 3:5].tolist() == [[3, 3], [3, 3], [3, 4]]  # the first frame at s = 3, tau = 0
+    assert ours[0][:, 0, 5].tolist() == [5, 5, 5]  # its <|VISION_END|> at s + max(1, 2)
+    assert ours[0][0, 0, 8:10].tolist() == [8, 8]  # the second frame: s = 8, tau = 0 again
+    assert ours[1][0].item() == 31 + 1 - 32  # the last text token's position, 31, is the maximum
 
 
 # (the Omni thinkers always pass attention_mask: transformers needs one there)

@@ -216,7 +216,7 @@ def test_ernie_odd_frame_count_is_refused(how):
                 assert len(tracker) == 0
 
 
-@pytest.mark.parametrize("family", ["paddleocr_vl", "bailing_moe_v3_vl", "cohere_compass"])
+@pytest.mark.parametrize("family", ["paddleocr_vl", "bailing_moe_v3_vl"])
 def test_image_only_families_refuse_videos(family):
     config = MRopeConfig.from_hf_config(load_config(family))
     for call in (
@@ -244,6 +244,43 @@ def test_documented_examples():
         [0, 1, 2, 3, 2, 3, 4, 5, 6, 7, 8, 9],
     ]
     assert delta == -2
+
+
+# Cohere Compass's video, as transformers 5.24's processor lays it out: per frame
+# "<t seconds>" text, then VS V*h'w' VE (docs/semantics.md section 2.7)
+_COHERE_VIDEO_IDS = [1, 7, 7, 255028, *[255032] * 4, 255029, 7, 255028, *[255032] * 4, 255029, 2]
+_COHERE_VIDEO_POSITIONS = [
+    [0, 1, 2, 3, 4, 4, 4, 4, 6, 7, 8, 9, 9, 9, 9, 11, 12],
+    [0, 1, 2, 3, 4, 4, 5, 5, 6, 7, 8, 9, 9, 10, 10, 11, 12],
+    [0, 1, 2, 3, 4, 5, 4, 5, 6, 7, 8, 9, 10, 9, 10, 11, 12],
+]
+
+
+@pytest.mark.parametrize("how", ["tokens", "ranges", "adapter", "reference", "tracker"])
+def test_cohere_compass_takes_per_frame_videos(how):
+    """Cohere Compass's videos (transformers 5.24; vLLM 0.33 sends none): each frame its own block at
+    tau = 0, the timestamps text, the video token read from the published config."""
+    config = MRopeConfig.from_hf_config(load_config("cohere_compass"))
+    assert config.video_token_id == 255032 and MRopeConfig(family="cohere_compass").video_token_id == 255032
+    ids, grid = _COHERE_VIDEO_IDS, [[2, 4, 4]]
+    embed = [False, False, False, *[True] * 4, False, False, False, *[True] * 4, False]
+    if how == "tokens":
+        positions, delta = prompt_positions(config, ids, video_grid_thw=grid)
+    elif how == "ranges":
+        layout = PromptLayout.from_ranges(config, len(ids), video_ranges=[(1, 15, embed)], video_grid_thw=grid)
+        positions, delta = layout.positions(), layout.delta
+    elif how == "adapter":
+        data = {"video_grid_thw": FieldElem(torch.tensor(grid[0]))}
+        feature = FeatureSpec("video", PlaceholderRange(1, 15, torch.tensor(embed)), data)
+        positions, delta = get_mrope_input_positions(config, ids, [feature])
+    elif how == "reference":
+        positions, delta = reference.prompt_positions(config, ids, video_grid_thw=grid)
+    else:
+        tracker = PositionTracker(config, max_num_reqs=1, max_num_batched_tokens=32)
+        tracker.add_request("r", ids, video_grid_thw=grid)
+        positions, delta = tracker.prepare(["r"], [len(ids)]), tracker.mrope_position_delta("r")
+    assert np.asarray(positions).tolist() == _COHERE_VIDEO_POSITIONS
+    assert int(delta) == -4
 
 
 def test_text_only_refuses_items():

@@ -38,7 +38,7 @@ FAMILIES = (
 )
 OMNI = ("qwen2_5_omni", "qwen3_omni")
 # Families served with images only: vLLM 0.33's processors register no video for them.
-IMAGE_ONLY = ("paddleocr_vl", "bailing_moe_v3_vl", "cohere_compass", "isaac")
+IMAGE_ONLY = ("paddleocr_vl", "bailing_moe_v3_vl", "isaac")
 # GLM's layout: frames reuse the image token between <|begin_of_video|> and <|end_of_video|>.
 GLM = ("glm4v", "glm_ocr")
 # Families whose items all sit at sequential positions like text (vLLM's
@@ -49,7 +49,7 @@ SCALED = ("qwen2_5_vl", "qwen2_5_omni", "qwen3_omni")
 # Families whose every video frame is its own block with tau = 0 (time is text).
 # Keye-VL and Keye-VL-1.5 frames follow each other with no text between them,
 # or with timestamps; openPangu-VL's are separated by an end/start pair.
-PER_FRAME = ("qwen3_vl", "glm4v", "glm_ocr", "keye", "keye_vl1_5", "openpangu_vl")
+PER_FRAME = ("qwen3_vl", "glm4v", "glm_ocr", "keye", "keye_vl1_5", "openpangu_vl", "cohere_compass")
 # Families whose image blocks sit at (s, i, j), H and W without the base (Isaac, as vLLM 0.33).
 RAW_SPATIAL = ("isaac",)
 
