@@ -41,6 +41,7 @@ from . import device_rows as D
 from .admission import check_layout
 from .config import MRopeConfig
 from .evs import PendingPrune, PrunedPrompt
+from .features import read_features
 from .inputs import as_index
 from .layout import PromptLayout
 from .rope_staging import StagedWrites
@@ -159,8 +160,6 @@ class RopeState:
         last item like text) from vLLM's `mm_features`, staged for the next
         `apply_staged_writes`. `model` is the vLLM model (its `.config` read
         once per model object) or an `MRopeConfig`."""
-        from .vllm import layout_from_features  # (imports this module lazily: no cycle at import)
-
         slot = self._slot(req_idx)
         if isinstance(prefill_token_ids, (str, bytes)) or not hasattr(prefill_token_ids, "__len__"):
             raise TypeError(f"prefill_token_ids: expected a list of token ids, got {type(prefill_token_ids).__name__}")
@@ -169,8 +168,9 @@ class RopeState:
             raise ValueError(
                 f"prefill_token_ids: expected 1 to max_model_len={self.max_model_len} tokens, got {num_tokens}"
             )
-        layout = layout_from_features(self._config_of(model), num_tokens, mm_features)
-        self._admit(slot, layout)
+        config = self._config_of(model)
+        items, ranges = read_features(config, mm_features)  # (what layout_from_features does, one call less)
+        self._admit(slot, PromptLayout.from_normalized(config, num_tokens, items, ranges))
 
     def init_prefill_layout(self, req_idx: int, layout: PromptLayout) -> None:
         """`init_prefill_positions` for a `PromptLayout` built elsewhere (for
@@ -197,9 +197,12 @@ class RopeState:
         n = rows.shape[0]
         total = n + math.ceil(taus.shape[0] / D.NUM_DEVICE_COLS)
         start = self._allocate(slot, total)  # the last check: nothing has changed if it raises
-        block = np.zeros(total * D.NUM_DEVICE_COLS, np.int32)
-        block[: n * D.NUM_DEVICE_COLS] = rows.reshape(-1)
-        block[n * D.NUM_DEVICE_COLS : n * D.NUM_DEVICE_COLS + taus.shape[0]] = taus
+        if taus.shape[0]:
+            block = np.zeros(total * D.NUM_DEVICE_COLS, np.int32)
+            block[: n * D.NUM_DEVICE_COLS] = rows.reshape(-1)
+            block[n * D.NUM_DEVICE_COLS : n * D.NUM_DEVICE_COLS + taus.shape[0]] = taus
+        else:  # the usual case: the rows alone, staged as they are
+            block = rows.reshape(-1)
         self._staging.stage(self._pool_at + start * D.NUM_DEVICE_COLS, block, self._state)
         self._drop_override(slot)
         self._pruned.pop(slot, None)
