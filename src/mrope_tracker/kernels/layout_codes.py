@@ -10,6 +10,14 @@ in token order, covering the prompt without gaps (see docs/design.md):
             vision grid: (base + tau(f), base + i, base + j)
     GRID_RAW the same tokens at (base + tau(f), i, j): H and W are the raw
             row and column, without the base (Isaac)
+    XD_GRID tokens of an (h', w') image whose every row ends in one extra
+            (newline) column, on four or more axes (HunYuan-VL's XD-RoPE):
+            base + n on every axis but the last three, then the raw column
+            j, the raw row i and the image's ordinal (COL_ORDINAL)
+
+Outputs have num_dims rows (the family's, 3 or more). LINEAR and CONST
+rows write every axis; the 3-axis kinds (GRID, GRID_RAW) write T, H, W
+and repeat T on any axis past the third; XD_GRID rows need num_dims >= 3.
 
 tau(f) follows the row's tau mode (TAU_* below); the per-row float32 pair
 (sp, r) lives in a parallel float32 array.
@@ -27,6 +35,7 @@ COL_T = 5  # GRID: t' (LLM grid, after merging)
 COL_H = 6  # GRID: h'
 COL_W = 7  # GRID: w'
 COL_SCALED = 8  # GRID: tau mode (TAU_*)
+COL_ORDINAL = 8  # XD_GRID: the image's ordinal, its last axis (XD rows have no tau mode)
 NUM_COLS = 9
 
 # float32 columns of the parallel scale array
@@ -38,6 +47,7 @@ KIND_LINEAR = 0
 KIND_CONST = 1
 KIND_GRID = 2
 KIND_GRID_RAW = 3  # (base + tau(f), i, j): no base on H and W (Isaac, vLLM 0.33)
+KIND_XD_GRID = 4  # (base + n, ..., j, i, ordinal): HunYuan-VL's image grid (w' + 1 columns)
 
 # --- packed config (MRopeConfig.kernel_params, float64) ----------------------
 # One float64 array carries the ids (exact below 2**53; -1 for an id the
@@ -69,7 +79,11 @@ P_SP_TRUNC = 20  # 1: second_per_grid_ts truncated to an integer first (transfor
 # position, and text after the last item resumes at its T + 1 (Isaac, vLLM 0.33)
 P_RAW_SPATIAL = 21
 P_VIDEO_T_MERGE = 22  # a video's t' = t // this (ERNIE-4.5-VL's temporal_conv_size; 1 elsewhere)
-NUM_PARAMS = 23
+# 1: an image is one extra token, its XD_GRID of h' rows of w' + 1 tokens, one
+# extra token, every token outside the grid sequential (HunYuan-VL)
+P_XD_IMAGES = 23
+P_ORDINAL_BASE = 24  # XD images: the first image's ordinal (0; transformers' batches count across rows)
+NUM_PARAMS = 25
 
 TAU_FRAME = 0  # tau(f) = f
 TAU_F32 = 1  # trunc(float32(float32(f) * sp) * r), as torch computes it
