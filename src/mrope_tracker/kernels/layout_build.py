@@ -194,6 +194,8 @@ def build_from_tokens(
                 bad = check_run(ids, i, i + size, tok)
                 if bad >= 0:
                     return C.ERR_PLACEHOLDER_SHORT, m, n, bad, 0
+                if i + size < num_tokens and ids[i + size] == tok:  # one run, as transformers groups them
+                    return C.ERR_XD_RUN, n, i, 0, 0
                 emit_xd_image(rows, scales, state, out, i, h, w, ordinal_base + n)
                 state[S_COUNT + m] = n + 1
                 i += size

@@ -124,3 +124,4 @@ ERR_RANGE_NEGATIVE = 20  # a: modality, b: item index, c: bad value
 ERR_AV_COUNT = 21  # a: video index, b: video tokens found, c: audio tokens found, d: audio expected
 ERR_VIDEO_OPEN = 22  # a: video index, b: token index of the bracket, c: frames seen
 ERR_VIDEO_T_MERGE = 23  # a: video index, b: t (not divisible by the temporal merge size)
+ERR_XD_RUN = 24  # a: image index, b: its first token (XD images: the run of image tokens goes on past it)
