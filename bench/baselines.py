@@ -30,9 +30,17 @@ place). With `device="cuda"` V1 stages in a pinned buffer and copies row by
 row, MRV2 copies its step, and the tracker uses its staging ring
 (bench/gpu_check.py).
 
-Admission for V1 and MRV2 uses this library's `prompt_positions` (vLLM uses
-its own numpy code), and the seed's main-branch design uses this library's
-torch reference: that flatters the baselines, never us.
+Admission takes what each engine's runner really gets. vLLM's runners (V1
+and MRV2) hold the prompt ids as a Python list and one
+`MultiModalFeatureSpec` per item, and call the model's
+`get_mrope_input_positions(prompt_token_ids, mm_features)`, which computes
+the positions from the features (O(items) plus a write of every position);
+V1 and MRV2 here call this library's `mrope_tracker.vllm` version of it,
+faster than vLLM's numpy code, and MRV2 writes the table with one numpy copy
+where vLLM turns each row into a Python list and stages it. The tracker
+admits from the same list and features (`add_request_from_features`). The
+seed's main-branch design uses this library's torch reference on the token
+ids. Each substitution flatters the baselines, never us.
 """
 
 from __future__ import annotations
@@ -43,7 +51,8 @@ import numba
 import numpy as np
 import torch
 
-from mrope_tracker import PositionTracker, prompt_positions, reference
+from mrope_tracker import PositionTracker, reference
+from mrope_tracker.vllm import get_mrope_input_positions
 
 from .workloads import RequestSpec, Scenario
 
@@ -102,8 +111,9 @@ class V1Design:
         self.requests: dict[str, list] = {}  # req_id -> [positions (3, L), delta, num_computed]
 
     def admit(self, spec: RequestSpec) -> None:
-        positions, delta = prompt_positions(self.config, spec.prompt.token_ids, **spec.prompt.kwargs)
-        self.requests[spec.req_id] = [positions, delta, spec.prefix_hit]
+        # the runner's call: the model's get_mrope_input_positions(prompt list, features)
+        positions, delta = get_mrope_input_positions(self.config, spec.prompt.token_list, spec.prompt.features)
+        self.requests[spec.req_id] = [positions.numpy(), delta, spec.prefix_hit]
 
     def step(self, req_ids: list[str], num_scheduled: list[int]) -> torch.Tensor:
         out = self.cpu_np
@@ -194,8 +204,9 @@ class MRV2Design:
 
     def admit(self, spec: RequestSpec) -> None:
         slot = self.free.pop()
-        positions, delta = prompt_positions(self.config, spec.prompt.token_ids, **spec.prompt.kwargs)
-        self.table[3 * slot : 3 * slot + 3, : positions.shape[1]] = positions
+        # RopeState.init_prefill_positions: the model's positions, then the table rows
+        positions, delta = get_mrope_input_positions(self.config, spec.prompt.token_list, spec.prompt.features)
+        self.table[3 * slot : 3 * slot + 3, : positions.shape[1]] = positions.numpy()
         self.delta[slot] = delta
         self.prefill_len[slot] = positions.shape[1]
         self.num_computed[slot] = spec.prefix_hit
@@ -227,23 +238,19 @@ class MRV2Design:
 class TrackerDesign:
     name = "mrope_tracker"
 
-    def __init__(self, scenario: Scenario, use_ranges: bool = True) -> None:
+    def __init__(self, scenario: Scenario) -> None:
         self.tracker = PositionTracker(
             scenario.config,
             max_num_reqs=scenario.max_num_seqs,
             max_num_batched_tokens=scenario.max_num_batched_tokens,
             max_model_len=scenario.max_model_len,
         )
-        self.use_ranges = use_ranges
 
     def admit(self, spec: RequestSpec) -> None:
         p = spec.prompt
-        if self.use_ranges:
-            self.tracker.add_request_from_ranges(
-                spec.req_id, p.num_tokens, **p.kwargs, **p.ranges, num_computed_tokens=spec.prefix_hit
-            )
-        else:
-            self.tracker.add_request(spec.req_id, p.token_ids, **p.kwargs, num_computed_tokens=spec.prefix_hit)
+        self.tracker.add_request_from_features(
+            spec.req_id, p.token_list, p.features, num_computed_tokens=spec.prefix_hit
+        )
 
     def step(self, req_ids: list[str], num_scheduled: list[int]) -> torch.Tensor:
         return self.tracker.prepare(req_ids, num_scheduled)

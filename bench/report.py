@@ -296,14 +296,30 @@ def admission_tables(result: dict) -> str:
     rows.append(
         ["32K / 1K", *(_spread(growth[n], 2) if isinstance(growth[n], dict) else f"{growth[n]:.2f}x" for n in names)]
     )
-    return table(["cached prefix", *names], rows)
+    out = table(["cached prefix", *names], rows)
+    features = result.get("from_features")
+    if features:
+        ratios = features["vs_prompt_positions"]
+        head = paragraph(
+            f"**From vLLM's inputs**: {features['case']} ({features['prompt_tokens']:,} tokens, "
+            f"{features['frames']} frame blocks), the prompt ids as a Python list and one feature whose is_embed "
+            "marks the frames. Each design's time over `prompt_positions` writing the same prompt's positions from "
+            "an int64 array, paired round by round: median (min–max). Target: the tracker's admission < 0.5x."
+        )
+        feature_rows = [[name, _us(features["us"][name]), _spread(ratios[name], 2)] for name in ratios]
+        feature_rows.append(
+            ["prompt_positions (int64 array)", _us(features["us"]["prompt_positions (int64 array)"]), "1.00x"]
+        )
+        out += "\n\n" + head + "\n\n" + table(["design", "per call", "/ prompt_positions"], feature_rows)
+    return out
 
 
 def scheduler_tables(result: dict) -> str:
     out = [
         paragraph(
-            "CPU time: everything a design spends on positions over the whole run, admission included; / tracker: "
-            "that time, or the median step's, over mrope_tracker's. Memory: what holds request positions, at its "
+            "CPU time: everything a design spends on positions over the whole run, admission included, the median "
+            "over whole replays; / tracker: that time over mrope_tracker's, paired replay by replay: median "
+            "(min–max); then the median step's over mrope_tracker's. Memory: what holds request positions, at its "
             "peak. An `ids to slots` row is the id-to-slot mapping that design leaves outside its own row."
         )
     ]
@@ -317,7 +333,9 @@ def scheduler_tables(result: dict) -> str:
             [
                 d["design"].replace(" (outside its row)", ""),
                 f"{d['total_ms']:,.1f} ms",
-                _x(d["total_vs_tracker"]),
+                _spread(d["total_vs_tracker_spread"], 2)
+                if "total_vs_tracker_spread" in d
+                else _x(d["total_vs_tracker"]),
                 "–" if d["admit_ms"] is None else f"{d['admit_ms']:,.1f} ms",
                 _us(d["step_median_us"]),
                 _x(d["step_vs_tracker"]),

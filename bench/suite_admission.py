@@ -1,8 +1,9 @@
-"""Suite `admission`: what admitting a request costs, by cached-prefix length.
+"""Suite `admission`: what admitting a request costs.
 
-A request whose prompt is one long video followed by 512 uncached text
-tokens, with the video (and the text before it) in the prefix cache: 1K
-and 32K cached tokens, the same single multimodal item. Designs:
+By cached-prefix length: a request whose prompt is one long video followed
+by 512 uncached text tokens, with the video (and the text before it) in the
+prefix cache: 1K and 32K cached tokens, the same single multimodal item.
+Designs:
 - the tracker from placeholder ranges: O(items), whatever the length;
 - the tracker from token ids: one scan of the tokens, no positions written;
 - today's V1 design: the whole prompt's positions, cached part included;
@@ -10,6 +11,20 @@ and 32K cached tokens, the same single multimodal item. Designs:
 Each timed call admits and then removes the request. Both prefix lengths
 run in the same interleaved rounds, so the growth from 1K to 32K is a ratio
 per round, reported as its median, min and max.
+
+From vLLM's inputs: a long Qwen3-VL video (a 192 x 40 x 40 grid: 192 frame
+blocks of 400 tokens, each after 8 timestamp tokens; 78,760 tokens), given
+as vLLM's runners get it: the prompt ids as a Python list and one
+`MultiModalFeatureSpec`-like feature whose `is_embed` tensor marks the
+frames (one run per frame). Timed, against `prompt_positions` writing the
+same prompt's positions from an int64 array (ratios per round):
+- the tracker's `add_request_from_features`: the layout built from the
+  feature and its rows written into the tracker's pool (then removed);
+- `layout_from_features` alone;
+- the MRV2-like table's admission: the model's `get_mrope_input_positions`
+  (this library's, faster than vLLM's numpy) and the table write;
+- the same positions by a token scan of the id list (the list converted to
+  an array first): the other way such a table could be filled.
 """
 
 from __future__ import annotations
@@ -17,12 +32,21 @@ from __future__ import annotations
 import numpy as np
 
 from mrope_tracker import PositionTracker, prompt_positions
+from mrope_tracker.vllm import get_mrope_input_positions, layout_from_features
 
 from .timing import measure, medians_us, ratio
-from .workloads import PromptBuilder, qwen2_5_vl
+from .workloads import PromptBuilder, qwen2_5_vl, qwen3_vl
 
 UNCACHED = 512
 DESIGNS = ("tracker (ranges)", "tracker (tokens)", "V1 design", "MRV2-like")
+# the long-video case: its contenders, and the one every ratio divides by
+FEATURE_DESIGNS = (
+    "tracker: add_request_from_features",
+    "layout_from_features",
+    "MRV2-like: positions from features + table",
+    "MRV2-like: token scan of the list + table",
+)
+WRITE_POSITIONS = "prompt_positions (int64 array)"
 
 
 def _prompt(config, cached_tokens: int):
@@ -32,7 +56,12 @@ def _prompt(config, cached_tokens: int):
     return prompt, prompt.num_tokens - UNCACHED
 
 
-def run(quick: bool, progress) -> dict:
+def long_qwen3_vl_video():
+    """20 text tokens, a 192 x 40 x 40 Qwen3-VL video with 8 timestamp tokens a frame, 20 text tokens."""
+    return PromptBuilder(qwen3_vl(), timestamp_tokens=8).text(20).video(192, 40, 40).text(20).build()
+
+
+def _by_cached_prefix(quick: bool, progress) -> dict:
     config = qwen2_5_vl()
     max_model_len = 40960
     tracker = PositionTracker(config, max_num_reqs=4, max_num_batched_tokens=8192, max_model_len=max_model_len)
@@ -79,3 +108,60 @@ def run(quick: bool, progress) -> dict:
         row.update({name: us[f"{name}@{key}"] for name in DESIGNS})
     growth = {name: ratio(samples, f"{name}@32768", f"{name}@1024") for name in DESIGNS}
     return {"rows": rows, "growth_32k_over_1k": growth}
+
+
+def _from_features(quick: bool, progress) -> dict:
+    prompt = long_qwen3_vl_video()
+    config = qwen3_vl()
+    ids, id_list, features, kwargs = prompt.token_ids, prompt.token_list, prompt.features, prompt.kwargs
+    num_tokens = prompt.num_tokens
+    tracker = PositionTracker(config, max_num_reqs=4, max_num_batched_tokens=num_tokens, max_model_len=131072)
+    table = np.zeros((4 * 3, 131072), np.int32)  # the MRV2-like design's per-slot rows
+
+    def write_positions():
+        return prompt_positions(config, ids, **kwargs)
+
+    def tracker_admit():
+        tracker.add_request_from_features("r", id_list, features)
+        tracker.remove_request("r")
+
+    def layout():
+        return layout_from_features(config, len(id_list), features)
+
+    def mrv2_features():
+        positions, delta = get_mrope_input_positions(config, id_list, features)
+        table[0:3, :num_tokens] = positions.numpy()
+        return delta
+
+    def mrv2_scan():
+        grids = {name: elem.data.numpy()[None] for f in features for name, elem in f.data.items() if "grid" in name}
+        positions, delta = prompt_positions(config, np.array(id_list, np.int64), **grids)
+        table[0:3, :num_tokens] = positions
+        return delta
+
+    # every contender must agree on the delta (and the tracker's rows on the positions) before it is timed
+    expected, delta = write_positions()
+    tracker.add_request_from_features("check", id_list, features)
+    got = tracker.prepare(["check"], [num_tokens]).numpy()
+    deltas = {delta, tracker.mrope_position_delta("check"), layout().delta, mrv2_features(), mrv2_scan()}
+    tracker.remove_request("check")
+    if len(deltas) != 1 or not np.array_equal(got, expected):
+        raise AssertionError(f"admission from features: the designs disagree (deltas {deltas})")
+    contenders = dict(zip(FEATURE_DESIGNS, (tracker_admit, layout, mrv2_features, mrv2_scan)))
+    contenders[WRITE_POSITIONS] = write_positions
+    progress(f"admission: a {num_tokens:,}-token Qwen3-VL video from vLLM's features")
+    samples = measure(contenders, rounds=7 if quick else 21)
+    us = medians_us(samples)
+    return {
+        "case": "Qwen3-VL, 192 x 40 x 40 video with timestamps",
+        "prompt_tokens": num_tokens,
+        "frames": int(prompt.kwargs["video_grid_thw"][0, 0]),
+        "us": us,
+        "vs_prompt_positions": {name: ratio(samples, name, WRITE_POSITIONS) for name in FEATURE_DESIGNS},
+    }
+
+
+def run(quick: bool, progress) -> dict:
+    out = _by_cached_prefix(quick, progress)
+    out["from_features"] = _from_features(quick, progress)
+    return out

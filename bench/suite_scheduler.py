@@ -9,7 +9,11 @@ a request leaves once it has all its output tokens.
 
 Every design then replays the same schedule in lockstep, step by step:
 admissions, the step's positions, removals, the designs taking turns to go
-first. Only those calls are timed.
+first. Only those calls are timed. Admission gets what vLLM's runners hold:
+the prompt ids as a Python list and one feature per item (bench/baselines.py
+says how each design uses them). The whole replay runs three times
+(once with --quick), fresh designs each time: times are medians over the
+replays, and a design's ratio to the tracker pairs the totals of each replay.
 The MRV2-like design maps the batch's request ids to slots before its step,
 outside its timed row, as real MRV2 finds them in its shared input batch;
 that mapping is timed on its own and shown as a row of its own. After each
@@ -19,6 +23,7 @@ on one thread, as our kernels do.
 
 from __future__ import annotations
 
+import gc
 from collections import deque
 
 import attrs
@@ -77,7 +82,9 @@ def schedule(scenario: Scenario) -> list[Step]:
     return steps
 
 
-def replay(scenario: Scenario, steps: list[Step], progress) -> dict:
+def _replay_once(scenario: Scenario, steps: list[Step], progress) -> tuple[list, dict, dict, dict]:
+    """One lockstep replay with fresh designs: their names, stopwatches,
+    id-mapping stopwatches and peak bytes."""
     designs = [cls(scenario) for cls in DESIGNS]
     reference_name = designs[-1].name  # the tracker
     watches = {d.name: {"admit": Stopwatch(), "step": Stopwatch(), "finish": Stopwatch()} for d in designs}
@@ -107,40 +114,79 @@ def replay(scenario: Scenario, steps: list[Step], progress) -> dict:
             with w["finish"]:
                 for req_id in step.finished:
                     d.finish(req_id)
+        if k % 64 == 63:
+            gc.collect(1)  # the young generations, outside every timed call
         expected = outputs[reference_name]
         for name, out in outputs.items():
             if not torch.equal(out, expected):
                 raise AssertionError(f"scenario {scenario.key}, step {k}: {name} positions differ from the tracker's")
+    return [d.name for d in designs], watches, id_mapping, peak
+
+
+def _spread(values: list[float]) -> dict:
+    return {"median": median(values), "min": min(values), "max": max(values)}
+
+
+def replay(scenario: Scenario, steps: list[Step], progress, repeats: int = 1) -> dict:
+    """Replay the schedule `repeats` times, fresh designs each time. Times are
+    medians over the repeats; a design's ratio to the tracker pairs the two
+    totals of each repeat (which ran in the same lockstep) and gives the
+    median, min and max of those ratios."""
+    runs = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a collection landing in one design's timed call is noise (bench/timing.py)
+    try:
+        for _ in range(repeats):
+            runs.append(_replay_once(scenario, steps, progress))
+            gc.collect()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    names = runs[0][0]
+    tracker = names[-1]
+
+    def totals(name: str) -> list[float]:
+        return [sum(w.total for w in watches[name].values()) for _, watches, _, _ in runs]
+
+    tracker_totals = totals(tracker)
+    tracker_steps = [median(watches[tracker]["step"].laps) for _, watches, _, _ in runs]
     results = []
-    for d in designs:
-        w = watches[d.name]
-        total = w["admit"].total + w["step"].total + w["finish"].total
+    for name in names:
+        total = totals(name)
+        step_medians = [median(watches[name]["step"].laps) for _, watches, _, _ in runs]
+        ratios = [a / b for a, b in zip(total, tracker_totals)]
         results.append(
             {
-                "design": d.name,
-                "total_ms": total * 1e3,
-                "admit_ms": w["admit"].total * 1e3,
-                "steps_ms": w["step"].total * 1e3,
-                "step_median_us": median(w["step"].laps) * 1e6,
-                "peak_bytes": peak[d.name],
+                "design": name,
+                "total_ms": median(total) * 1e3,
+                "admit_ms": median([watches[name]["admit"].total for _, watches, _, _ in runs]) * 1e3,
+                "steps_ms": median([watches[name]["step"].total for _, watches, _, _ in runs]) * 1e3,
+                "step_median_us": median(step_medians) * 1e6,
+                "peak_bytes": max(peak[name] for _, _, _, peak in runs),
+                "total_vs_tracker": median(ratios),
+                "total_vs_tracker_spread": _spread(ratios),
+                "step_vs_tracker": median([a / b for a, b in zip(step_medians, tracker_steps)]),
             }
         )
-    tracker_row = results[-1]
-    mapping_rows = [
-        {
-            "design": f"{name}: ids to slots (outside its row)",
-            "total_ms": watch.total * 1e3,
-            "admit_ms": None,
-            "steps_ms": watch.total * 1e3,
-            "step_median_us": median(watch.laps) * 1e6,
-            "peak_bytes": None,
-            "id_mapping": True,
-        }
-        for name, watch in id_mapping.items()
-    ]
-    for row in results + mapping_rows:
-        row["total_vs_tracker"] = row["total_ms"] / tracker_row["total_ms"]
-        row["step_vs_tracker"] = row["step_median_us"] / tracker_row["step_median_us"]
+    mapping_rows = []
+    for name in runs[0][2]:
+        total = [mapping[name].total for _, _, mapping, _ in runs]
+        step_medians = [median(mapping[name].laps) for _, _, mapping, _ in runs]
+        ratios = [a / b for a, b in zip(total, tracker_totals)]
+        mapping_rows.append(
+            {
+                "design": f"{name}: ids to slots (outside its row)",
+                "total_ms": median(total) * 1e3,
+                "admit_ms": None,
+                "steps_ms": median(total) * 1e3,
+                "step_median_us": median(step_medians) * 1e6,
+                "peak_bytes": None,
+                "id_mapping": True,
+                "total_vs_tracker": median(ratios),
+                "total_vs_tracker_spread": _spread(ratios),
+                "step_vs_tracker": median([a / b for a, b in zip(step_medians, tracker_steps)]),
+            }
+        )
     return {
         "scenario": scenario.key,
         "title": scenario.title,
@@ -149,9 +195,13 @@ def replay(scenario: Scenario, steps: list[Step], progress) -> dict:
         "tokens": sum(sum(s.counts) for s in steps),
         "max_num_seqs": scenario.max_num_seqs,
         "max_num_batched_tokens": scenario.max_num_batched_tokens,
+        "repeats": repeats,
         "designs": results,
         "id_mapping": mapping_rows,
     }
+
+
+REPEATS = 3  # whole replays per scenario (1 with --quick): the machines are shared and noisy
 
 
 def run(quick: bool, progress) -> dict:
@@ -159,5 +209,5 @@ def run(quick: bool, progress) -> dict:
     with torch_threads(1):
         for scenario in scenarios(quick):
             progress(f"scheduler {scenario.key}: scheduling {len(scenario.requests)} requests")
-            out.append(replay(scenario, schedule(scenario), progress))
-    return {"scenarios": out, "torch_threads": 1}
+            out.append(replay(scenario, schedule(scenario), progress, repeats=1 if quick else REPEATS))
+    return {"scenarios": out, "torch_threads": 1, "repeats": 1 if quick else REPEATS}

@@ -8,8 +8,11 @@ design can take the form it needs.
 
 from __future__ import annotations
 
+from collections import UserDict
+
 import attrs
 import numpy as np
+import torch
 
 from mrope_tracker import MRopeConfig
 
@@ -51,6 +54,45 @@ def vllm_families() -> list[tuple[str, MRopeConfig]]:
     ]
 
 
+# --------------------------------------------------------------------------
+# vLLM 0.33's multimodal features, as its processor hands them to a runner
+# --------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class FieldElem:
+    """Like vLLM's MultiModalFieldElem: the field's tensor in `.data`."""
+
+    data: object
+
+
+class KwargsItem(UserDict):
+    """Like vLLM's MultiModalKwargsItem, a UserDict of field name to element."""
+
+
+@attrs.define(eq=False)
+class PlaceholderRange:
+    """Like vLLM's PlaceholderRange: `is_embed` a bool tensor or None."""
+
+    offset: int
+    length: int
+    is_embed: torch.Tensor | None = None
+
+
+@attrs.define(eq=False)
+class FeatureSpec:
+    """Like vLLM's MultiModalFeatureSpec (identifier and hash left out)."""
+
+    modality: str
+    mm_position: PlaceholderRange
+    data: KwargsItem
+
+
+def _feature(modality: str, offset: int, length: int, is_embed, **fields) -> FeatureSpec:
+    data = KwargsItem({name: FieldElem(value) for name, value in fields.items()})
+    return FeatureSpec(modality, PlaceholderRange(offset, length, is_embed), data)
+
+
 @attrs.frozen(eq=False)
 class Prompt:
     token_ids: np.ndarray
@@ -58,6 +100,10 @@ class Prompt:
     # image_ranges / video_ranges / audio_ranges: (n, 2) int64 arrays, or for
     # per-frame videos (Qwen3-VL, GLM) a list of (offset, length, is_embed)
     ranges: dict
+    # what vLLM's runners get: the prompt ids as a list, one feature per item
+    # (in prompt order, an audio-in-video track after its video)
+    features: list = attrs.field(factory=list)
+    token_list: list = attrs.field(factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -67,14 +113,16 @@ class Prompt:
 class PromptBuilder:
     """Appends text and items, tracking grids and ranges in prompt order."""
 
-    def __init__(self, config: MRopeConfig) -> None:
+    def __init__(self, config: MRopeConfig, timestamp_tokens: int = 4) -> None:
         self.config = config
+        self.timestamp_tokens = timestamp_tokens  # per frame of a per-frame video
         self.ids: list[int] = []
         self.images: list[tuple[int, int, int]] = []
         self.videos: list[tuple[int, int, int]] = []
         self.sps: list[float] = []
         self.audio: list[int] = []
         self.ranges: dict[str, list[tuple]] = {"image": [], "video": [], "audio": []}
+        self.features: list[FeatureSpec] = []
         self.audio_in_video = False
 
     def text(self, n: int) -> PromptBuilder:
@@ -88,6 +136,7 @@ class PromptBuilder:
         self.images.append((1, h, w))
         self.ids.append(c.vision_start_token_id)
         self.ranges["image"].append((len(self.ids), n))
+        self.features.append(_feature("image", len(self.ids), n, None, image_grid_thw=torch.tensor([1, h, w])))
         self.ids.extend([c.image_token_id] * n)
         self.ids.append(c.vision_end_token_id)
         return self
@@ -104,6 +153,9 @@ class PromptBuilder:
         self.sps.append(sp)
         self.ids.append(c.vision_start_token_id)
         self.ranges["video"].append((len(self.ids), n))
+        self.features.append(
+            _feature("video", len(self.ids), n, None, **self._video_fields(t, h, w, sp, audio_in_video=False))
+        )
         self.ids.extend([c.video_token_id] * n)
         self.ids.append(c.vision_end_token_id)
         return self
@@ -135,17 +187,32 @@ class PromptBuilder:
             self.ids.append(c.video_start_token_id)
         for f in range(t):
             if not glm:
-                self.ids.extend(_timestamp(f))
+                self.ids.extend(_timestamp(f, self.timestamp_tokens))
             self.ids.append(c.vision_start_token_id)
             self.ids.extend([token] * hw)
             self.ids.append(c.vision_end_token_id)
             if glm:
-                self.ids.extend(_timestamp(f))
+                self.ids.extend(_timestamp(f, self.timestamp_tokens))
         if glm:
             self.ids.append(c.video_end_token_id)
         span = np.array(self.ids[start:], dtype=np.int64)
         self.ranges["video"].append((start, span.shape[0], span == token))
+        # vLLM's processor: one range over the frames and the text between
+        # them, is_embed marking the frame tokens (one run per frame)
+        is_embed = torch.from_numpy(span == token)
+        fields = self._video_fields(t, h, w, 1.0)
+        if not glm:  # Qwen3-VL's feature also carries the timestamps (which no position reads)
+            fields["timestamps"] = [0.5 + f for f in range(t)]
+        self.features.append(_feature("video", start, span.shape[0], is_embed, **fields))
         return self
+
+    def _video_fields(self, t: int, h: int, w: int, sp: float, audio_in_video: bool = False) -> dict:
+        fields = {"video_grid_thw": torch.tensor([t, h, w])}
+        if self.config.tokens_per_second is not None:
+            fields["second_per_grid_ts"] = torch.tensor(sp, dtype=torch.float32)
+        if self.config.is_omni:
+            fields["use_audio_in_video"] = torch.tensor(audio_in_video)
+        return fields
 
     def audio_clip(self, mel_frames: int) -> PromptBuilder:
         c = self.config
@@ -153,6 +220,7 @@ class PromptBuilder:
         self.audio.append(mel_frames)
         self.ids.append(c.audio_start_token_id)
         self.ranges["audio"].append((len(self.ids), n))
+        self.features.append(_feature("audio", len(self.ids), n, None, audio_feature_lengths=torch.tensor(mel_frames)))
         self.ids.extend([c.audio_token_id] * n)
         self.ids.append(c.audio_end_token_id)
         return self
@@ -180,6 +248,21 @@ class PromptBuilder:
         self.audio_in_video = True
         self.ids.extend([c.vision_start_token_id, c.audio_start_token_id])
         self.ranges["video"].append((len(self.ids), len(order)))
+        # vLLM's processor: the video and its audio track share one range,
+        # from audio_start to audio_end inclusive; each is_embed marks its own tokens
+        span = torch.tensor([c.audio_start_token_id, *order, c.audio_end_token_id])
+        offset = len(self.ids) - 1
+        fields = self._video_fields(t, h, w, sp, audio_in_video=True)
+        self.features.append(_feature("video", offset, len(order) + 2, span == c.video_token_id, **fields))
+        self.features.append(
+            _feature(
+                "audio",
+                offset,
+                len(order) + 2,
+                span == c.audio_token_id,
+                audio_feature_lengths=torch.tensor(mel_frames),
+            )
+        )
         self.ids.extend(order)
         self.ids.extend([c.audio_end_token_id, c.vision_end_token_id])
         return self
@@ -202,15 +285,15 @@ class PromptBuilder:
                 ranges[f"{kind}_ranges"] = list(items)
             elif items:
                 ranges[f"{kind}_ranges"] = np.array(items, dtype=np.int64).reshape(-1, 2)
-        return Prompt(np.array(self.ids, dtype=np.int64), kwargs, ranges)
+        return Prompt(np.array(self.ids, dtype=np.int64), kwargs, ranges, list(self.features), list(self.ids))
 
 
 TIMESTAMP_TOKENS = 4  # "<1.5 seconds>" is a few text tokens
 
 
-def _timestamp(frame: int) -> list[int]:
+def _timestamp(frame: int, num_tokens: int = TIMESTAMP_TOKENS) -> list[int]:
     """A frame's timestamp text: a few ordinary text ids."""
-    return [TEXT_ID + 1 + (frame + k) % 10 for k in range(TIMESTAMP_TOKENS)]
+    return [TEXT_ID + 1 + (frame + k) % 10 for k in range(num_tokens)]
 
 
 def audio_tokens(mel_frames: int) -> int:

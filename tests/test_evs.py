@@ -315,3 +315,80 @@ def test_engine_guide_example_runs():
     section = text[text.index("## 9. Pruned videos (EVS)") :]
     (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     exec(compile(block, "docs/engine.md", "exec"), {})  # noqa: S102
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.sampled_from((0.0, 0.05, 0.5, 0.95, 1.0)),
+    st.sampled_from(("reference", "vllm-0.33")),
+    st.data(),
+)
+def test_delete_tokens_any_mask(t, h, w, density, semantics, data):
+    """Any keep mask over a Qwen2.5-VL prompt: every kept token at its old
+    position, whether the video's rows stay runs or become mask rows, and the
+    rows never outnumber the mask's runs or its 192-bit windows by much."""
+    config = MRopeConfig(family="qwen2_5_vl", spatial_merge_size=1, tokens_per_second=2, semantics=semantics)
+    ids = [1, 2, VS] + [VIDEO] * (t * h * w) + [VE, 3]
+    full = PromptLayout.from_tokens(config, ids, video_grid_thw=[[t, h, w]], second_per_grid_ts=[1.3])
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    keep = np.random.default_rng(seed).random(len(ids)) < density
+    keep[0] = True
+    pruned = delete_tokens(full, keep)
+    np.testing.assert_array_equal(pruned.positions(), full.positions()[:, keep])
+    assert pruned.delta == int(full.positions()[:, keep].max()) + 1 - int(keep.sum())
+    runs = int(np.count_nonzero(np.diff(keep.view(np.int8), prepend=0) == 1))
+    assert pruned.num_rows <= min(runs, t * h * w // 192 + 2) + full.num_rows + 2
+    # a layout of mask rows survives serialisation and the direct constructor's checks
+    again = PromptLayout.from_bytes(pruned.to_bytes())
+    np.testing.assert_array_equal(again.positions(), pruned.positions())
+
+
+def test_mask_rows_are_compact_and_checked():
+    """A scattered mask over a 32 x 14 x 14 video: mask rows, a few hundred
+    bytes per thousand tokens kept; a mask row whose bits disagree with its
+    length is refused by the direct constructor."""
+    from mrope_tracker.kernels import layout_codes as C
+
+    config = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
+    t, size = 32, 14 * 14
+    mask = np.zeros(t * size, bool)
+    mask[:size] = True
+    rng = np.random.default_rng(7)
+    mask[size + rng.choice(t * size - size, 1400, replace=False)] = True
+    ids = [1, VS] + [VIDEO] * int(mask.sum()) + [VE, 2]
+    prompt = PrunedPrompt(config, ids, video_grid_thw=[[t, 28, 28]], second_per_grid_ts=[1.0])
+    layout = prompt.layout([mask])
+    kinds = layout.rows[:, C.COL_KIND]
+    assert (kinds == C.KIND_GRID_BITS).sum() >= 25
+    assert layout.num_rows <= t * size // C.BITS_PER_ROW + 6
+    reference_positions, _ = reference.pruned_prompt_positions(
+        config, ids, video_grid_thw=[[t, 28, 28]], retention_masks=[mask], second_per_grid_ts=[1.0]
+    )
+    np.testing.assert_array_equal(layout.positions(), reference_positions.numpy())
+    rows = layout.rows.copy()
+    bits = int(np.flatnonzero(kinds == C.KIND_GRID_BITS)[0])
+    rows[bits, C.COL_BITS_WORDS] ^= 1 << 5  # one bit more or less than the row's length
+    with pytest.raises(ValueError, match=rf"rows\[{bits}\]: expected a grid row"):
+        PromptLayout(rows, layout.scales, layout.num_tokens, layout.delta)
+
+
+def test_whole_windows_merge_only_when_adjacent():
+    """Whole 192-token windows next to each other make one GRID row; an empty
+    window between two whole ones keeps them apart (their grid offsets differ)."""
+    from mrope_tracker.kernels import layout_codes as C
+
+    config = MRopeConfig(family="qwen2_vl", spatial_merge_size=1)
+    n = 192 * 6
+    ids = [1, VS] + [VIDEO] * n + [VE]
+    full = PromptLayout.from_tokens(config, ids, video_grid_thw=[[6, 16, 12]])
+    keep = np.ones(len(ids), bool)
+    video = keep[2 : 2 + n].reshape(6, 192)
+    video[2] = False  # an empty window between whole ones
+    video[5, ::3] = False  # a scattered window
+    pruned = delete_tokens(full, keep)
+    np.testing.assert_array_equal(pruned.positions(), full.positions()[:, keep])
+    kinds = pruned.rows[:, C.COL_KIND].tolist()
+    assert kinds.count(C.KIND_GRID) == 2 and kinds.count(C.KIND_GRID_BITS) == 1

@@ -250,10 +250,11 @@ def test_frames_from_is_embed(form):
         ((2, 16, [False] * 16), "found 0 before"),
         ((2, 16, [False] * 3 + [True] * 3 + [False] * 5 + [True] * 4 + [False]), "found 0 before"),
         ((2, 16, Q_MASK[:-1] + [True]), "found 2 before"),
+        ((2, 6, [False] + [True] * 4 + [False]), "exactly 2 frames of 4 embedding tokens, found 1 before"),
         ((2, 16), "without is_embed"),
         ((2, 16, ["x"] * 16), "bool mask"),
     ],
-    ids=["mask_length", "no_frames", "short_frame", "extra_tokens", "no_mask", "not_bool"],
+    ids=["mask_length", "no_frames", "short_frame", "extra_tokens", "range_short_of_frames", "no_mask", "not_bool"],
 )
 def test_bad_frame_masks(video_range, match):
     """A mask that does not mark exactly t frames of h'w' tokens is a ValueError or TypeError naming video_ranges."""

@@ -100,18 +100,19 @@ def test_tracker_reproduces_vllm_in_chunks(index):
     config = token_config(vector["config"])
     positions, delta = expected(vector)
     num_tokens = len(vector["token_ids"])
-    tracker = PositionTracker(config, max_num_reqs=2, max_num_batched_tokens=64)
+    tracker = PositionTracker(config, max_num_reqs=3, max_num_batched_tokens=96)
     tracker.add_request("tokens", vector["token_ids"], **token_kwargs(vector))
     layout = layout_from_features(config, num_tokens, vector_features(vector))
     tracker.add_request_layout("ranges", layout)
+    tracker.add_request_from_features("features", vector["token_ids"], vector_features(vector))
     done, chunk = 0, 7 + index % 23
     while done < num_tokens + 3:
         n = min(chunk, 32)
-        got = tracker.prepare(["tokens", "ranges"], [n, n]).numpy()
+        got = tracker.prepare(["tokens", "ranges", "features"], [n, n, n]).numpy()
         index_ = np.arange(done, done + n)
         want = np.where(index_ < num_tokens, positions[:, np.minimum(index_, num_tokens - 1)], index_ + delta)
-        np.testing.assert_array_equal(got[:, :n], want)
-        np.testing.assert_array_equal(got[:, n:], want)
+        for k in range(3):
+            np.testing.assert_array_equal(got[:, k * n : (k + 1) * n], want)
         done += n
     tracker.check_invariants()
 

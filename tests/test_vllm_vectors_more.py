@@ -121,17 +121,19 @@ def test_reference(index):
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_tracker_in_chunks(family):
-    """Every prompt of the family admitted from tokens and from ranges, run in chunks of 7 tokens past its end."""
+    """Every prompt of the family admitted from tokens, from ranges and from vLLM's features, run in chunks of 7
+    tokens past its end."""
     group = [v for v in VECTORS if v["family"] == family]
     config = config_of(group[0])
-    tracker = PositionTracker(config, max_num_reqs=2 * len(group), max_num_batched_tokens=4096)
+    tracker = PositionTracker(config, max_num_reqs=3 * len(group), max_num_batched_tokens=4096)
     for k, vector in enumerate(group):
         tracker.add_request(f"t{k}", vector["token_ids"], **grids(vector))
         tracker.add_request_from_ranges(f"r{k}", len(vector["token_ids"]), **grids(vector), **ranges(vector))
+        tracker.add_request_from_features(f"f{k}", vector["token_ids"], features(vector))
     done = 0
     longest = max(len(v["token_ids"]) for v in group) + 3
     while done < longest:
-        ids = [f"{form}{k}" for k in range(len(group)) for form in "tr"]
+        ids = [f"{form}{k}" for k in range(len(group)) for form in "trf"]
         got = tracker.prepare(ids, [7] * len(ids)).numpy()
         for q, req in enumerate(ids):
             vector = group[int(req[1:])]

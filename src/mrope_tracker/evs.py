@@ -14,9 +14,11 @@ its unpruned position; for Qwen3-VL the span's tokens are the frames in
 order, each with its own kept tokens (the order in which vLLM hands the
 model its embeddings). Positions never depend on how prefill is chunked,
 and nothing already computed changes. In layout terms, `delete_tokens`
-splits the unpruned layout's rows around the deleted tokens: a GRID row
-becomes one row per run of kept tokens (its grid offset says where the run
-starts), text rows keep their bases.
+splits the unpruned layout's rows around the deleted tokens: text rows keep
+their bases, and a video's grid row becomes GRID_BITS rows that carry the
+retention mask itself (192 bits a row), or one GRID row per run of kept
+tokens where that takes fewer rows: the state grows with the mask's bits,
+never with a table of positions.
 
 Under ``semantics="vllm-0.33"``, a Qwen2.5-VL prompt with one video and no
 item after it takes vLLM 0.33's recompute result instead, which does not
@@ -42,33 +44,92 @@ PRUNABLE = ("qwen2_5_vl", "qwen3_vl")
 
 def delete_tokens(layout: PromptLayout, keep) -> PromptLayout:
     """`layout` with the tokens where `keep` is False removed, each kept token
-    at its old position. O(rows + runs of kept tokens), plus O(tokens) numpy
-    work to find the runs."""
+    at its old position. A row keeps its kind where its kept tokens form few
+    runs (one row per run, its base or grid offset moved to the run's start);
+    a grid row whose kept tokens are scattered becomes GRID_BITS rows, the
+    mask itself at 192 bits a row, with runs of whole windows as GRID rows.
+    So the rows grow with the mask's bits (divided by 192) or its runs,
+    whichever is fewer, never with the tokens."""
     keep = np.asarray(keep)
     if keep.dtype != np.bool_ or keep.shape != (layout.num_tokens,):
         raise ValueError(f"keep: expected a bool array of shape ({layout.num_tokens},), got {describe(keep)}")
     if not keep.any():
         raise ValueError("keep: expected at least one token kept, got none")
-    rows, scales = layout.rows, layout.scales
-    row_starts = rows[:, C.COL_TOK_START]
-    edges = np.flatnonzero(np.diff(keep.view(np.int8), prepend=0, append=0))
-    run_starts, run_ends = edges[0::2], edges[1::2]
-    # cut the kept runs at row boundaries: each piece lies in one row
-    cuts = np.union1d(np.concatenate([run_starts, run_ends]), row_starts)
-    cuts = np.append(cuts, layout.num_tokens) if cuts[-1] != layout.num_tokens else cuts
-    piece_starts, piece_ends = cuts[:-1], cuts[1:]
-    kept = keep[piece_starts]
-    piece_starts, piece_ends = piece_starts[kept], piece_ends[kept]
-    owner = np.searchsorted(row_starts, piece_starts, side="right") - 1
-    offset = piece_starts - row_starts[owner]
-    lengths = piece_ends - piece_starts
-    new_rows = rows[owner].copy()
-    new_rows[:, C.COL_TOK_START] = np.cumsum(lengths) - lengths
-    new_rows[:, C.COL_TOK_LEN] = lengths
-    kind = new_rows[:, C.COL_KIND]
-    new_rows[:, C.COL_BASE] += np.where(kind == C.KIND_LINEAR, offset, 0)
-    new_rows[:, C.COL_GRID_OFFSET] += np.where(kind == C.KIND_GRID, offset, 0)
-    return _layout(layout.config, new_rows, scales[owner].copy(), int(lengths.sum()))
+    out_rows, out_scales = [], []
+    for r in range(layout.num_rows):
+        row, scale = layout.rows[r], layout.scales[r]
+        start, length = int(row[C.COL_TOK_START]), int(row[C.COL_TOK_LEN])
+        kept = keep[start : start + length]
+        runs = _runs(kept)
+        if runs.shape[0] == 0:
+            continue
+        grid = row[C.COL_KIND] in (C.KIND_GRID, C.KIND_GRID_RAW)
+        if row[C.COL_KIND] == C.KIND_GRID and runs.shape[0] > 1:
+            bits = _bits_rows(row, kept, runs)
+            if bits is not None and len(bits) < runs.shape[0]:
+                out_rows.extend(bits)
+                out_scales.extend([scale] * len(bits))
+                continue
+        for offset, count in runs.tolist():
+            piece = row.copy()
+            piece[C.COL_TOK_LEN] = count
+            if row[C.COL_KIND] == C.KIND_LINEAR:
+                piece[C.COL_BASE] += offset
+            elif grid:
+                piece[C.COL_GRID_OFFSET] += offset
+            out_rows.append(piece)
+            out_scales.append(scale)
+    rows = np.array(out_rows, np.int64)
+    lengths = rows[:, C.COL_TOK_LEN]
+    rows[:, C.COL_TOK_START] = np.cumsum(lengths) - lengths
+    return _layout(layout.config, rows, np.array(out_scales, np.float32), int(lengths.sum()))
+
+
+def _runs(kept: np.ndarray) -> np.ndarray:
+    """(offset, length) of each run of True in `kept`, as an (n, 2) array."""
+    edges = np.flatnonzero(np.diff(kept.view(np.int8), prepend=0, append=0))
+    return np.stack([edges[0::2], edges[1::2] - edges[0::2]], axis=1)
+
+
+def _bits_rows(row: np.ndarray, kept: np.ndarray, runs: np.ndarray) -> list[np.ndarray] | None:
+    """A grid row's kept tokens as GRID_BITS rows, one per window of
+    BITS_PER_ROW grid tokens from the first kept one, and GRID rows for runs
+    of windows kept whole; None when the grid's sides do not fit the packing."""
+    h, w, mode = int(row[C.COL_H]), int(row[C.COL_W]), int(row[C.COL_SCALED])
+    if max(h, w) >= 1 << C.BITS_SIDE:
+        return None
+    shape = h | (w << C.BITS_SIDE) | (mode << (2 * C.BITS_SIDE))
+    first, last = int(runs[0, 0]), int(runs[-1, 0] + runs[-1, 1])
+    size = C.BITS_PER_ROW
+    out: list[np.ndarray] = []
+    grid_end = -1  # where the last GRID row of whole windows ends (row-local), if it was the last row
+    for at in range(first, last, size):
+        window = kept[at : min(at + size, last)]
+        count = int(np.count_nonzero(window))
+        if count == 0:
+            grid_end = -1
+            continue
+        whole = count == window.shape[0]
+        if whole and grid_end == at:
+            out[-1][C.COL_TOK_LEN] += count  # whole windows one after the other: one GRID row
+            grid_end += count
+            continue
+        piece = row.copy()
+        piece[C.COL_TOK_LEN] = count
+        if whole:
+            piece[C.COL_GRID_OFFSET] += at
+            grid_end = at + count
+        else:
+            grid_end = -1
+            words = np.zeros(C.BITS_WORDS * 8, np.uint8)
+            packed = np.packbits(window, bitorder="little")
+            words[: packed.shape[0]] = packed
+            piece[C.COL_KIND] = C.KIND_GRID_BITS
+            piece[C.COL_GRID_OFFSET] = row[C.COL_GRID_OFFSET] + at
+            piece[C.COL_BITS_SHAPE] = shape
+            piece[C.COL_BITS_WORDS : C.COL_BITS_WORDS + C.BITS_WORDS] = words.view("<i8")
+        out.append(piece)
+    return out
 
 
 def _layout(config, rows: np.ndarray, scales: np.ndarray, num_tokens: int) -> PromptLayout:
@@ -245,8 +306,12 @@ def _vllm_recompute(layout: PromptLayout, video_start: int, video_end: int) -> P
     starts = rows[:, C.COL_TOK_START]
     video = (starts >= video_start) & (starts < video_end)
     scales[video, C.SCALE_SP] = np.trunc(scales[video, C.SCALE_SP])
-    base = int(rows[video, C.COL_BASE][0])
-    width = int(rows[video, C.COL_W][0])
+    first = int(np.flatnonzero(video)[0])
+    base = int(rows[first, C.COL_BASE])
+    if rows[first, C.COL_KIND] == C.KIND_GRID_BITS:
+        width = int(rows[first, C.COL_BITS_SHAPE] >> C.BITS_SIDE) & ((1 << C.BITS_SIDE) - 1)
+    else:
+        width = int(rows[first, C.COL_W])
     after = starts >= video_end
     rows[after, C.COL_BASE] = base + width + starts[after] - video_end
     return _layout(layout.config, rows, scales, layout.num_tokens)

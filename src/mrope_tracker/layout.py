@@ -175,9 +175,11 @@ _CHECK_MESSAGES = {
     check.CHECK_EMPTY: "expected at least one row",
     check.CHECK_TILING: "expected rows that tile the prompt in order (each starting where the last ended)",
     check.CHECK_LENGTH: "expected rows of positive length ending exactly at num_tokens",
-    check.CHECK_KIND: "expected kinds LINEAR, CONST, GRID or GRID_RAW",
-    check.CHECK_GRID: "expected a grid row with positive t, h, w, its tokens inside the grid and a known tau mode "
-    "(an XD row: t 1, w at least 2, a non-negative ordinal)",
+    check.CHECK_KIND: "expected kinds LINEAR, CONST, GRID, GRID_RAW, GRID_BITS or XD_GRID",
+    check.CHECK_GRID: (
+        "expected a grid row with positive t, h, w, its tokens inside the grid and a known tau mode (GRID_BITS: a "
+        "valid packed shape and as many set mask bits as tokens; XD_GRID: t 1, w at least 2, a non-negative ordinal)"
+    ),
     check.CHECK_SCALE: "expected finite, non-negative time scales keeping temporal positions below 2**31",
     check.CHECK_BASE: "expected positions in [0, 2**62]",
 }
@@ -414,6 +416,14 @@ class PromptLayout:
         rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
         if token_ids is not None:
             check_ranges_against_tokens(config, items, ranges, token_ids)
+        return cls._built(config, rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
+
+    @classmethod
+    def from_normalized(cls, config: MRopeConfig, num_tokens: int, items: Items, ranges: Ranges) -> PromptLayout:
+        """`from_ranges` for inputs already checked and converted: an `MRopeConfig`,
+        a prompt length >= 1, and the `Items` and `Ranges` made for them under
+        that config (as `features.read_features` makes them from vLLM's features)."""
+        rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
         return cls._built(config, rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
 
     @property

@@ -32,6 +32,7 @@ __all__ = ["Ranges"]
 
 _INT64 = np.dtype(np.int64)
 _NO_RUNS = np.zeros((0, 2), np.int64)
+_NO_BOUNDS = np.zeros(1, np.int64)
 _RUN_KINDS = {"video": RUN_VIDEO, "audio": RUN_AUDIO, RUN_VIDEO: RUN_VIDEO, RUN_AUDIO: RUN_AUDIO}
 
 
@@ -110,43 +111,56 @@ def _embedded_run(rows: np.ndarray, masks: list | None, name: str) -> np.ndarray
 def _frame_ranges(config: MRopeConfig, video_grid: np.ndarray, rows: np.ndarray, masks: list) -> np.ndarray:
     """One (offset, length) per frame of every video, located from the masks."""
     m = config.spatial_merge_size
-    out = np.empty((int(video_grid[:, 0].sum()) if video_grid.shape[0] else 0, 2), np.int64)
-    q = 0
-    for n in range(video_grid.shape[0]):
-        t = int(video_grid[n, 0])
-        hw = (int(video_grid[n, 1]) // m) * (int(video_grid[n, 2]) // m)
-        offset, length = int(rows[n, 0]), int(rows[n, 1])
-        mask = None if masks is None else masks[n]
+    grids, spans = video_grid.tolist(), rows.tolist()  # Python ints: numpy scalars cost more per read
+    # every video's frames must fit its range before the table of frames is sized from the grids
+    for n, (t, h, w) in enumerate(grids):
+        hw = (h // m) * (w // m)
+        offset, length = spans[n]
         if t < 1 or hw < 1:
             raise ValueError(
-                f"video_grid_thw[{n}]: expected positive (t, h, w) of at least one merged patch, got "
-                f"{tuple(int(v) for v in video_grid[n])}"
+                f"video_grid_thw[{n}]: expected positive (t, h, w) of at least one merged patch, got {(t, h, w)}"
             )
-        if mask is None:
-            gap = config.spec.frame_gap  # text tokens between frames (openPangu's [ve][vs])
-            if length != t * hw + gap * (t - 1):
-                how = f"{gap} tokens apart" if gap else "back to back"
-                raise ValueError(
-                    f"video_ranges[{n}]: without is_embed, expected the video's {t} frames of {hw} tokens {how} "
-                    f"(length {t * hw + gap * (t - 1)}), got length {length}; pass is_embed to locate frames "
-                    "among other text"
-                )
+        mask = None if masks is None else masks[n]
+        gap = config.spec.frame_gap  # text tokens between frames (openPangu's [ve][vs])
+        if mask is None and length != t * hw + gap * (t - 1):
+            how = f"{gap} tokens apart" if gap else "back to back"
+            raise ValueError(
+                f"video_ranges[{n}]: without is_embed, expected the video's {t} frames of {hw} tokens {how} "
+                f"(length {t * hw + gap * (t - 1)}), got length {length}; pass is_embed to locate frames "
+                "among other text"
+            )
+        if mask is not None and t * hw > length:  # too short for its frames: say how many it holds
+            fit = length // hw
+            found = _walk(mask, offset, fit, hw, np.empty((fit, 2), np.int64))
+            _frames_error(n, t, hw, fit if found < 0 else found)
+    out = np.empty((sum(g[0] for g in grids), 2), np.int64)
+    gap = config.spec.frame_gap
+    q = 0
+    for n, (t, h, w) in enumerate(grids):
+        hw = (h // m) * (w // m)
+        offset, length = spans[n]
+        if masks is None or masks[n] is None:
             out[q : q + t, 0] = offset + (hw + gap) * np.arange(t)
             out[q : q + t, 1] = hw
-            q += t
-            continue
-        # the mask is walked once by a kernel (kernels/frames.py); no token is read
-        starts = np.empty(t, np.int64)
-        found = locate_frames(mask.view(np.uint8), t, hw, starts)
-        if found >= 0:
-            raise ValueError(
-                f"video_ranges[{n}] is_embed: expected exactly {t} frames of {hw} embedding tokens, "
-                f"found {found} before a short run or extra embedding tokens"
-            )
-        out[q : q + t, 0] = offset + starts
-        out[q : q + t, 1] = hw
+        else:
+            found = _walk(masks[n], offset, t, hw, out[q : q + t])
+            if found >= 0:
+                _frames_error(n, t, hw, found)
         q += t
     return out
+
+
+def _walk(mask: np.ndarray, offset: int, t: int, hw: int, frames: np.ndarray) -> int:
+    """The mask walked once by a kernel (kernels/frames.py): no token is read.
+    -1 when it holds exactly `t` frames of `hw` tokens, else how many it found."""
+    return locate_frames(mask.view(np.uint8), offset, t, hw, frames)
+
+
+def _frames_error(n: int, t: int, hw: int, found: int):
+    raise ValueError(
+        f"video_ranges[{n}] is_embed: expected exactly {t} frames of {hw} embedding tokens, "
+        f"found {found} before a short run or extra embedding tokens"
+    )
 
 
 def _sp_float64(second_per_grid_ts, items: Items) -> np.ndarray:
@@ -203,6 +217,37 @@ class Ranges:
         image, image_masks = _split(image_ranges, "image_ranges")
         video, video_masks = _split(video_ranges, "video_ranges")
         audio, audio_masks = _split(audio_ranges, "audio_ranges")
+        self._set(
+            config, items, image, image_masks, video, video_masks, audio, audio_masks, interleave, second_per_grid_ts
+        )
+
+    @classmethod
+    def from_rows(
+        cls,
+        config: MRopeConfig,
+        items: Items,
+        image: np.ndarray,
+        image_masks: list | None,
+        video: np.ndarray,
+        video_masks: list | None,
+        audio: np.ndarray,
+        audio_masks: list | None,
+        interleave="transformers",
+        second_per_grid_ts=None,
+    ) -> Ranges:
+        """Ranges a caller has already split (features.py): per modality, the
+        (n, 2) int64 (offset, length) rows, and their is_embed masks (C-contiguous
+        numpy bools of each range's length, or None), or None when no range
+        has one. Everything else is checked as by the constructor."""
+        self = cls.__new__(cls)
+        self._set(
+            config, items, image, image_masks, video, video_masks, audio, audio_masks, interleave, second_per_grid_ts
+        )
+        return self
+
+    def _set(
+        self, config, items, image, image_masks, video, video_masks, audio, audio_masks, interleave, second_per_grid_ts
+    ) -> None:
         num_videos = items.video_grid.shape[0]
         if image.shape[0] != items.image_grid.shape[0]:
             raise ValueError(
@@ -233,8 +278,9 @@ class Ranges:
                         "whose every token is embedded (video or audio)"
                     )
             self.video = video if av else _embedded_run(video, video_masks, "video_ranges")
-        self.av_runs, self.av_bounds = _NO_RUNS, np.zeros(num_videos + 1, np.int64)
-        if isinstance(interleave, str) and interleave not in config.spec.interleaves and config.is_omni:
+        # without audio-in-video blocks the builder never reads the bounds
+        self.av_runs, self.av_bounds = _NO_RUNS, np.zeros(num_videos + 1, np.int64) if av else _NO_BOUNDS
+        if isinstance(interleave, str) and config.is_omni and interleave not in config.spec.interleaves:
             raise ValueError(
                 f"interleave: expected one of {', '.join(config.spec.interleaves)} or explicit runs, got {interleave!r}"
             )

@@ -23,6 +23,7 @@ import torch
 
 from .admission import RequestSlots, check_layout, check_num_computed
 from .evs import PendingPrune, PrunedPrompt
+from .features import count_prompt_tokens, read_features
 from .inputs import Items, as_config, as_index, as_token_ids
 from .kernels import layout_codes as C
 from .kernels import tracker_step as K
@@ -198,6 +199,28 @@ class PositionTracker:
             self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
         ranges = Ranges(self.config, items, image_ranges, video_ranges, audio_ranges, interleave, second_per_grid_ts)
+        return self._admit(
+            req_id,
+            num_tokens,
+            num_computed_tokens,
+            estimate_rows(self.config, items, ranges),
+            lambda rows, scales: build_rows_from_ranges(self.config, num_tokens, items, ranges, rows, scales),
+        )
+
+    def add_request_from_features(self, req_id, prompt_token_ids, mm_features, *, num_computed_tokens=0) -> int:
+        """Admit a request from what vLLM's model runners hold: its prompt ids
+        (only counted; their number may be given instead) and its multimodal
+        features (vLLM 0.33's ``MultiModalFeatureSpec`` objects, read by duck
+        typing: features.py). O(items): no token is read, no position
+        written; each `is_embed` mask of a per-frame video is walked once.
+        Positions follow this tracker's ``config.semantics`` (``"vllm-0.33"``
+        reproduces vLLM 0.33)."""
+        self._slots.check_new(req_id)
+        num_tokens = count_prompt_tokens(prompt_token_ids, "prompt_token_ids")
+        num_computed_tokens = check_num_computed(
+            num_computed_tokens, num_tokens, "prompt_token_ids", self.max_model_len
+        )
+        items, ranges = read_features(self.config, mm_features)
         return self._admit(
             req_id,
             num_tokens,

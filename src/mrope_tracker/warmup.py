@@ -193,7 +193,7 @@ def _other_kernels_group(config, dtypes, ids, kwargs, ranges) -> None:
     PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
     as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of grids and ranges
     as_token_ids([1, 2])  # the list decoder of token ids
-    locate_frames(np.array([0, 1, 1, 0], np.uint8), 1, 2, np.empty(1, np.int64))  # a per-frame video's frames
+    locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))  # a per-frame video's frames
     _next_positions()
     prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
     for dtype in dtypes:

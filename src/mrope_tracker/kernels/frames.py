@@ -8,15 +8,18 @@ and go on. Only the mask is read, never a token; the walk is a plain loop
 that LLVM vectorises, so even a 10^6-token range takes tens of microseconds.
 """
 
+import numpy as np
+
 from .jit_options import helper
 
 
 @helper
-def locate_frames(mask, t, hw, starts):
-    """Write the first index of each of the `t` frames of `hw` embedded tokens
-    into `starts`. Returns -1 when the mask holds exactly those frames (and
-    nothing else), else the number of frames found before the first problem
-    (a short run, or embedded tokens after the last frame)."""
+def locate_frames(mask, offset, t, hw, frames):
+    """Write each of the `t` frames of `hw` embedded tokens into the (t, 2)
+    rows `frames` as (offset + its first index in the mask, hw). Returns -1
+    when the mask holds exactly those frames (and nothing else), else the
+    number of frames found before the first problem (a short run, or
+    embedded tokens after the last frame)."""
     n = mask.shape[0]
     p = 0
     for f in range(t):
@@ -24,15 +27,19 @@ def locate_frames(mask, t, hw, starts):
             p += 1
         if p + hw > n:
             return f
-        bad = 0
+        # an AND of the 0/1 bytes over a view indexed from 0 vectorises
+        # better than a compare per byte (docs/benchmarks.md)
+        every = np.uint8(1)
         run = mask[p : p + hw]
         for k in range(hw):
-            bad |= run[k] == 0
-        if bad:
+            every &= run[k]
+        if every == 0:
             return f
-        starts[f] = p
+        frames[f, 0] = offset + p
+        frames[f, 1] = hw
         p += hw
-    rest = 0
-    for k in range(p, n):
-        rest |= mask[k] != 0
+    rest = np.uint8(0)
+    tail = mask[p:]
+    for k in range(tail.shape[0]):
+        rest |= tail[k]
     return t if rest else -1

@@ -5,9 +5,9 @@ the step and fill kernels run without bounds checks."""
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import jit
+from .jit_options import inner, jit
 from .layout_emit import TAU_LIMIT
-from .position_rules import grid_range_max, temporal_index
+from .position_rules import bits_shape, grid_range_max, temporal_index
 
 CHECK_OK = 0
 CHECK_EMPTY = 1  # no rows
@@ -52,7 +52,8 @@ def check_layout(rows, scales, num_tokens):
             w = rows[r, C.COL_W]
             offset = rows[r, C.COL_GRID_OFFSET]
             scaled = rows[r, C.COL_SCALED]
-            if t <= 0 or h <= 0 or w <= 0 or t > num_tokens or h > num_tokens or w > num_tokens:
+            # the grid may be larger than the prompt (a pruned video keeps part of it): bound its size only
+            if t <= 0 or h <= 0 or w <= 0 or np.float64(t) * np.float64(h) * np.float64(w) > 2.0**62:
                 return CHECK_GRID, r, 0
             if offset < 0 or offset + length > t * h * w or not C.TAU_FRAME <= scaled <= C.TAU_F32_RATE:
                 return CHECK_GRID, r, 0
@@ -69,6 +70,10 @@ def check_layout(rows, scales, num_tokens):
                 row_top = base + grid_range_max(offset, offset + length, h, w, tau_last)
             else:  # H and W without the base
                 row_top = max(base + tau_last, grid_range_max(offset, offset + length, h, w, np.int64(0)))
+        elif kind == C.KIND_GRID_BITS:
+            code, row_top = _check_bits(rows, scales, r, length, base)
+            if code != CHECK_OK:
+                return code, r, 0
         elif kind == C.KIND_XD_GRID:
             h = rows[r, C.COL_H]
             w = rows[r, C.COL_W]
@@ -87,3 +92,40 @@ def check_layout(rows, scales, num_tokens):
     if expected_start != num_tokens:
         return CHECK_LENGTH, n - 1, 0
     return CHECK_OK, 0, top
+
+
+@inner
+def _check_bits(rows, scales, r, length, base):
+    """(code, largest position) of GRID_BITS row r: a valid shape and tau mode,
+    exactly `length` set bits, finite scales."""
+    shape = rows[r, C.COL_BITS_SHAPE]
+    g0 = rows[r, C.COL_GRID_OFFSET]
+    if shape < 0 or g0 < 0 or g0 > _POSITION_LIMIT:
+        return CHECK_GRID, 0
+    h, w, mode = bits_shape(shape)
+    if h <= 0 or w <= 0 or not C.TAU_FRAME <= mode <= C.TAU_F32_RATE:
+        return CHECK_GRID, 0
+    sp = scales[r, C.SCALE_SP]
+    rate = scales[r, C.SCALE_R]
+    hw = h * w
+    if mode != C.TAU_FRAME:
+        if not (sp >= 0) or not (rate >= 0) or sp == np.inf or rate == np.inf:
+            return CHECK_SCALE, 0
+        last_frame = (g0 + C.BITS_PER_ROW - 1) // hw
+        if np.float64(last_frame) * np.float64(sp) * np.float64(rate) >= TAU_LIMIT:
+            return CHECK_SCALE, 0
+    seen = 0
+    top = np.int64(0)
+    for k in range(C.BITS_WORDS):
+        word = rows[r, C.COL_BITS_WORDS + k]
+        for b in range(64):
+            if (word >> b) & 1:
+                g = g0 + 64 * k + b
+                frame = g // hw
+                rest = g - frame * hw
+                i = rest // w
+                top = max(top, temporal_index(frame, mode, sp, rate), i, rest - i * w)
+                seen += 1
+    if seen != length:
+        return CHECK_GRID, 0
+    return CHECK_OK, base + top

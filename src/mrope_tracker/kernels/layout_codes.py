@@ -10,14 +10,18 @@ in token order, covering the prompt without gaps (see docs/design.md):
             vision grid: (base + tau(f), base + i, base + j)
     GRID_RAW the same tokens at (base + tau(f), i, j): H and W are the raw
             row and column, without the base (Isaac)
+    GRID_BITS the grid tokens g0 + b, for each set bit b of the row's three
+            64-bit words in order, at (base + tau(f), base + i, base + j):
+            a pruned video's kept tokens (EVS), 192 mask bits to a row
     XD_GRID tokens of an (h', w') image whose every row ends in one extra
             (newline) column, on four or more axes (HunYuan-VL's XD-RoPE):
             base + n on every axis but the last three, then the raw column
             j, the raw row i and the image's ordinal (COL_ORDINAL)
 
 Outputs have num_dims rows (the family's, 3 or more). LINEAR and CONST
-rows write every axis; the 3-axis kinds (GRID, GRID_RAW) write T, H, W
-and repeat T on any axis past the third; XD_GRID rows need num_dims >= 3.
+rows write every axis; the 3-axis kinds (GRID, GRID_RAW, GRID_BITS) write
+T, H, W and repeat T on any axis past the third; XD_GRID rows need
+num_dims >= 3.
 
 tau(f) follows the row's tau mode (TAU_* below); the per-row float32 pair
 (sp, r) lives in a parallel float32 array.
@@ -47,7 +51,18 @@ KIND_LINEAR = 0
 KIND_CONST = 1
 KIND_GRID = 2
 KIND_GRID_RAW = 3  # (base + tau(f), i, j): no base on H and W (Isaac, vLLM 0.33)
-KIND_XD_GRID = 4  # (base + n, ..., j, i, ordinal): HunYuan-VL's image grid (w' + 1 columns)
+KIND_GRID_BITS = 4  # the kept tokens of a pruned grid, chosen by the row's mask bits (EVS)
+
+# --- GRID_BITS rows: COL_BASE and COL_GRID_OFFSET (the grid index of bit 0)
+# as in GRID; the grid's h', w' and tau mode packed in one column; then the
+# mask, bit b of word k standing for grid token g0 + 64k + b.
+COL_BITS_SHAPE = 5  # h' | w' << BITS_SIDE | tau mode << 2 * BITS_SIDE
+COL_BITS_WORDS = 6  # first of BITS_WORDS mask words (int64, read as 64 bits)
+BITS_WORDS = 3
+BITS_PER_ROW = 64 * BITS_WORDS
+BITS_SIDE = 24  # bits for h' and for w' in COL_BITS_SHAPE (sides below 2**24)
+
+KIND_XD_GRID = 5  # (base + n, ..., j, i, ordinal): HunYuan-VL's image grid (w' + 1 columns)
 
 # --- packed config (MRopeConfig.kernel_params, float64) ----------------------
 # One float64 array carries the ids (exact below 2**53; -1 for an id the

@@ -7,7 +7,7 @@ written by the segment writers of position_rules.
 
 from . import layout_codes as C
 from .jit_options import helper, tiny
-from .position_rules import write_linear, write_segment
+from .position_rules import write_bits, write_linear, write_segment
 
 
 @tiny
@@ -37,12 +37,19 @@ def fill_positions(out, out_col, rows, scales, row_begin, row_end, start, end):
         row_start = rows[r, C.COL_TOK_START]
         stop = min(end, row_start + rows[r, C.COL_TOK_LEN])
         count = stop - token
+        kind = rows[r, C.COL_KIND]
+        if kind == C.KIND_GRID_BITS:
+            write_bits(out, col, rows, r, token - row_start, count, scales[r, C.SCALE_SP], scales[r, C.SCALE_R])
+            col += count
+            token = stop
+            r += 1
+            continue
         write_segment(
             out,
             col,
             token - row_start,
             count,
-            rows[r, C.COL_KIND],
+            kind,
             rows[r, C.COL_BASE],
             rows[r, C.COL_GRID_OFFSET],
             rows[r, C.COL_H],

@@ -249,6 +249,42 @@ def write_segment(out, col, n0, count, kind, base, grid_offset, h, w, scaled, sp
 
 
 @inner
+def bits_shape(shape):
+    """(h', w', tau mode) packed in a GRID_BITS row's COL_BITS_SHAPE."""
+    side = (np.int64(1) << C.BITS_SIDE) - 1
+    return shape & side, (shape >> C.BITS_SIDE) & side, shape >> (2 * C.BITS_SIDE)
+
+
+@inner
+def write_bits(out, col, rows, r, n0, count, sp, rate):
+    """Kept tokens n0 .. n0+count-1 of GRID_BITS row r, into out[:, col:col+count]:
+    kept token n is the grid token of the row's n-th set mask bit. A row holds
+    at most BITS_PER_ROW bits, so the walk is short and needs no popcount."""
+    base = rows[r, C.COL_BASE]
+    g0 = rows[r, C.COL_GRID_OFFSET]
+    h, w, mode = bits_shape(rows[r, C.COL_BITS_SHAPE])
+    hw = h * w
+    seen = 0
+    done = 0
+    for k in range(C.BITS_WORDS):
+        word = rows[r, C.COL_BITS_WORDS + k]
+        for b in range(64):
+            if (word >> b) & 1:
+                if seen >= n0:
+                    g = g0 + 64 * k + b
+                    frame = g // hw
+                    rest = g - frame * hw
+                    i = rest // w
+                    out[0, col + done] = base + temporal_index(frame, mode, sp, rate)
+                    out[1, col + done] = base + i
+                    out[2, col + done] = base + rest - i * w
+                    done += 1
+                    if done == count:
+                        return
+                seen += 1
+
+
+@inner
 def write_t_checked(out, ids, col, base, t, hw, token, scaled, sp, r):
     """The T row of a whole (t', h', w') block placed at column `col`, written
     in the same pass that checks its tokens: returns True if any of

@@ -20,6 +20,7 @@ How vLLM 0.33 lays a pruned video out (docs/semantics.md, "EVS"):
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ._inputs import Rules, as_tensor, describe
@@ -39,6 +40,8 @@ def masks(name: str, value, videos: list) -> list[torch.Tensor]:
         where = f"{name}[{k}]"
         if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
             mask = mask.to(torch.int64)
+        elif isinstance(mask, np.ndarray) and mask.dtype == np.bool_:
+            mask = mask.astype(np.int64)
         mask = as_tensor(where, mask, "int", 1)
         if mask.numel() != t * h * w:
             raise ValueError(f"{where}: expected {t * h * w} entries (t*h'*w' of video {k}), got {mask.numel()}")
