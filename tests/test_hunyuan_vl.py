@@ -142,10 +142,13 @@ def test_tracker_chunks_and_decode(prompt, data):
     )
     tracker = PositionTracker(CONFIG, max_num_reqs=2, max_num_batched_tokens=64)
     assert tuple(tracker.positions.shape) == (4, 65)
-    if data.draw(st.booleans()):
+    how = data.draw(st.sampled_from(["tokens", "ranges", "features"]))
+    if how == "tokens":
         tracker.add_request("a", ids, **_kwargs(grids))
-    else:
+    elif how == "ranges":
         tracker.add_request_from_ranges("a", len(ids), **({"image_ranges": ranges} if ranges else {}), **_kwargs(grids))
+    else:
+        tracker.add_request_from_features("a", ids, _features(grids, ranges))
     assert tracker.mrope_position_delta("a") == delta
     done = 0
     total = len(ids) + decode
