@@ -315,3 +315,35 @@ def test_batch_numbering_quirk():
     single, _ = prompt_positions(CONFIG, row, image_grid_thw=[[1, 2, 2]])
     assert single[3, 2] == 0
     assert deltas.tolist() == [[0], [0]]
+
+
+@needs_hunyuan
+def test_patch_takes_transformers_signature():
+    """hf.patch on a module with HunYuanVLModel's get_rope_index: positional and keyword
+    calls, as its compute_3d_position_ids and generation make them, give its own result."""
+    import json
+
+    from transformers.models.hunyuan_vl import modeling_hunyuan_vl
+
+    from mrope_tracker.hf import mm_token_type_ids, native, patch
+
+    class Module:
+        get_rope_index = modeling_hunyuan_vl.HunYuanVLModel.get_rope_index
+        get_vision_position_ids = modeling_hunyuan_vl.HunYuanVLModel.get_vision_position_ids
+
+    module = Module()
+    module.config = native._stand_in(json.dumps(native.config_dict(CONFIG), sort_keys=True))[1].config
+    row = [1, START, *[IMAGE] * image_tokens(4, 4), END, 5]
+    ids = torch.tensor([row, [0, 0, *row[:-2]]])
+    mask = torch.tensor([[1] * len(row), [0, 0] + [1] * (len(row) - 2)])
+    grids = torch.tensor([[1, 4, 4], [1, 4, 4]])
+    types = mm_token_type_ids(CONFIG, ids)
+    expected = module.get_rope_index(ids, mm_token_type_ids=types, image_grid_thw=grids, attention_mask=mask)
+    with patch(module) as patched:
+        assert patched.modules == [""]
+        for got in (
+            module.get_rope_index(ids, mm_token_type_ids=types, image_grid_thw=grids, attention_mask=mask),
+            module.get_rope_index(ids, types, grids, mask),
+        ):
+            torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0)
+            torch.testing.assert_close(got[1], expected[1], rtol=0, atol=0)
