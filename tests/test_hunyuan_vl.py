@@ -206,8 +206,11 @@ def test_from_hf_config_reads_ids_and_axes():
 def test_three_axis_sections_are_refused():
     config = _published()
     config["text_config"]["rope_parameters"]["mrope_section"] = [16, 24, 24]
-    with pytest.raises(ValueError, match=r"mrope_section: expected 4 sections"):
+    with pytest.raises(ValueError, match=r"config.text_config.rope_parameters.mrope_section: expected 4 sections"):
         MRopeConfig.from_hf_config(config)
+    flat = {"model_type": "hunyuan_vl", "rope_scaling": {"xdrope_section": [32, 32]}}
+    with pytest.raises(ValueError, match=r"config.rope_scaling.xdrope_section: expected 4 sections .*got \[32, 32\]"):
+        MRopeConfig.from_hf_config(flat)
 
 
 def test_three_axis_families_keep_three_rows():

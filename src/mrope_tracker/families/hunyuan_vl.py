@@ -24,13 +24,14 @@ def _section(scopes):
     """The rotary sections, wherever a config keeps them: ``rope_parameters`` or
     the legacy ``rope_scaling``, in ``text_config`` or at the top level (the
     flat published checkpoints), as ``mrope_section`` or ``xdrope_section``."""
-    text = tuple(get(s, "text_config") for s in scopes)
-    for scope in (*text, *scopes):
+    text = tuple(("text_config.", get(s, "text_config")) for s in scopes)
+    for prefix, scope in (*text, *(("", s) for s in scopes)):
         for key in ("rope_parameters", "rope_scaling"):
             params = get(scope, key)
-            section = first((params,), ("mrope_section", "xdrope_section"))
-            if section is not None:
-                return key, section
+            for name in ("mrope_section", "xdrope_section"):
+                section = get(params, name)
+                if section is not None:
+                    return f"{prefix}{key}.{name}", section
     return None, None
 
 
@@ -38,7 +39,7 @@ def read_config(scopes, semantics=None) -> dict:
     where, section = _section(scopes)
     if section is not None and (not isinstance(section, (list, tuple)) or len(section) != NUM_AXES):
         raise ValueError(
-            f"config.{where}.mrope_section: expected {NUM_AXES} sections (HunYuan-VL's XD-RoPE axes: position, "
+            f"config.{where}: expected {NUM_AXES} sections (HunYuan-VL's XD-RoPE axes: position, "
             f"width, height, image index), got {section!r}"
         )
     vision = first(scopes, ("vision_config",))
