@@ -350,3 +350,22 @@ def test_patch_takes_transformers_signature():
         ):
             torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0)
             torch.testing.assert_close(got[1], expected[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("copy_mode", ["rows", "span"])
+def test_staged_copies_move_four_rows(copy_mode):
+    """Through the host staging ring (as on CUDA), both copy modes move all four rows."""
+    ids = [7, START, *[IMAGE] * image_tokens(4, 6), END, 8, START, *[IMAGE] * image_tokens(2, 2), END]
+    grids = [[1, 4, 6], [1, 2, 2]]
+    direct = PositionTracker(CONFIG, max_num_reqs=2, max_num_batched_tokens=32)
+    staged = PositionTracker(CONFIG, max_num_reqs=2, max_num_batched_tokens=32, staging=True, num_staging_buffers=2)
+    staged.buffers.copy_mode = copy_mode
+    for tracker in (direct, staged):
+        tracker.add_request("a", ids, image_grid_thw=grids)
+        tracker.add_request("b", [1, 2, 3])
+    for counts in ([5, 3], [9, 1], [10, 1], [1, 1]):
+        want = direct.prepare(["a", "b"], counts).numpy().copy()
+        np.testing.assert_array_equal(staged.prepare(["a", "b"], counts).numpy(), want)
+        assert want.shape == (4, sum(counts))
+    width = staged.positions.shape[1]
+    assert staged.buffers.copy_nbytes(5) == (4 * 5 if copy_mode == "rows" else 3 * width + 5) * 8
