@@ -40,6 +40,8 @@ FAMILIES = (
     ("qwen3_vl", MRopeConfig(family="qwen3_vl")),
     ("glm4v", MRopeConfig(family="glm4v")),
     ("qwen3_omni", MRopeConfig(family="qwen3_omni", model_type="qwen3_omni_moe", tokens_per_second=13, n_window=50)),
+    # four position axes; transformers 5.24 and later only (the others skip it)
+    ("hunyuan_vl", MRopeConfig(family="hunyuan_vl")),
 )
 
 
@@ -95,7 +97,11 @@ def run(quick: bool, progress) -> dict:
     semantics = hf.default_semantics()
     rounds = 5 if quick else 15
     rows = []
+    installed = set(hf_native.supported_model_types())
     for label, base in FAMILIES:
+        if base.model_type not in installed:
+            progress(f"hf: {label}: transformers {version} has no get_rope_index for it; skipped")
+            continue
         config = MRopeConfig.from_hf_config(base, semantics=semantics)
         for audio_in_video in (False, True) if config.is_omni else (False,):
             name = f"{label}, audio in video" if audio_in_video else label
