@@ -1,9 +1,11 @@
 """The device check, as one short script for a machine with a CUDA GPU.
 
-    python -m mrope_tracker.bench.gpu_check [--copy rows|span|both] [--json PATH]
+    python -m mrope_tracker.bench.gpu_check [--copy rows|span|both] [--json PATH] [--rope-only] [--smoke]
 
 1. runs tests/test_gpu.py (correctness on the device, staging ring under an
-   un-synchronised queue), when the tests folder is present;
+   un-synchronised queue) and the RopeState tests (tests/test_rope_state.py,
+   tests/test_device_rows.py, tests/test_vllm_plugin.py: on CUDA, the Triton
+   kernels compiled), when the tests folder is present;
 2. times one scheduler step with its host-to-device copy: the tracker
    (`prepare_slots` with int32 arrays, and `prepare` with lists) against the
    vLLM V1 design (pinned host buffer, three row copies), for a 256-request
@@ -12,7 +14,16 @@
    device (a synchronize inside every call); and the bytes each step copies.
    `--copy` picks the tracker's staging copy (staging.py): "rows" (three
    copies of the step's n columns, the default), "span" (one copy of
-   2 * (max_num_batched_tokens + 1) + n elements), or "both" to compare them.
+   2 * (max_num_batched_tokens + 1) + n elements), or "both" to compare them;
+3. RopeState, Model Runner V2's state on the device (bench/rope_check.py):
+   its steps equal to the CPU tracker's, `prepare_positions` time at 256 and
+   1,024 requests (decode and mixed) against our Triton re-implementation of
+   the table design's kernel, and device and pinned memory at 1,024 x
+   262,144.
+
+`--rope-only` runs part 3 alone (and its tests); `--smoke` runs part 3 at a
+tiny size, on the CPU in triton's interpreter when there is no CUDA device,
+to check that the script works end to end. It has not run on a GPU yet.
 """
 
 from __future__ import annotations
@@ -129,25 +140,42 @@ def main(argv=None) -> int:
         help="the tracker's staging copy to time (default: both, to compare them)",
     )
     parser.add_argument("--json", metavar="PATH")
-    parser.add_argument("--no-tests", action="store_true", help="skip tests/test_gpu.py")
+    parser.add_argument("--no-tests", action="store_true", help="skip the test files")
+    parser.add_argument("--rope-only", action="store_true", help="only RopeState's part (and its tests)")
+    parser.add_argument("--smoke", action="store_true", help="RopeState's part at a tiny size (runs on a CPU too)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("no CUDA device: nothing to check", file=sys.stderr)
+    on_cuda = torch.cuda.is_available()
+    if not on_cuda and not args.smoke:
+        print("no CUDA device: nothing to check (--smoke runs RopeState's part on the CPU)", file=sys.stderr)
         return 1
+    if not on_cuda:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
     copy_modes = ["rows", "span"] if args.copy == "both" else [args.copy]
-    results: dict = {"device": torch.cuda.get_device_name(0), "copy_modes": copy_modes}
-    tests = os.path.join(os.path.dirname(__file__), "..", "tests", "test_gpu.py")
-    if os.path.exists(tests) and not args.no_tests:
-        proc = subprocess.run([sys.executable, "-m", "pytest", tests, "-q", "-p", "no:cacheprovider"], check=False)
+    results: dict = {"device": torch.cuda.get_device_name(0) if on_cuda else "cpu", "copy_modes": copy_modes}
+    folder = os.path.join(os.path.dirname(__file__), "..", "tests")
+    names = ["test_rope_state.py", "test_device_rows.py", "test_vllm_plugin.py"]
+    if not args.rope_only and on_cuda:
+        names.insert(0, "test_gpu.py")
+    tests = [os.path.join(folder, name) for name in names if os.path.exists(os.path.join(folder, name))]
+    if tests and not args.no_tests:
+        proc = subprocess.run([sys.executable, "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider"], check=False)
         results["tests_returncode"] = proc.returncode
     warmup()
-    results["steps"] = _time_steps("cuda", copy_modes) + _time_steps("cpu", copy_modes)
-    print("| step | device | contender | enqueue | on device | bytes copied |\n|---|---|---|---|---|---|")
-    for r in results["steps"]:
-        print(
-            f"| {r['step']} | {r['device']} | {r['contender']} | {r['enqueue_us']:.1f} us | {r['on_device_us']:.1f} us "
-            f"| {r['bytes_copied']:,} |"
-        )
+    if not args.rope_only and not args.smoke:
+        results["steps"] = _time_steps("cuda", copy_modes) + _time_steps("cpu", copy_modes)
+        print("| step | device | contender | enqueue | on device | bytes copied |\n|---|---|---|---|---|---|")
+        for r in results["steps"]:
+            print(
+                f"| {r['step']} | {r['device']} | {r['contender']} | {r['enqueue_us']:.1f} us "
+                f"| {r['on_device_us']:.1f} us | {r['bytes_copied']:,} |"
+            )
+    from . import rope_check  # imports triton (after TRITON_INTERPRET is set)
+
+    results["rope_state"] = rope_check.run("cuda" if on_cuda else "cpu", args.smoke)
+    rope_check.print_report(results["rope_state"])
+    if not all(c["equal"] for c in results["rope_state"]["checks"]):
+        print("RopeState differs from the CPU tracker", file=sys.stderr)
+        results["tests_returncode"] = results.get("tests_returncode") or 1
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)

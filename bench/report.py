@@ -162,10 +162,20 @@ def prompt_tables(result: dict) -> str:
             )
         )
     if result.get("more_families"):
+        more = result["more_families"]
+        hf = result.get("transformers")
+        with_hf = any(r.get("transformers_us") is not None for r in more)
+        if with_hf:
+            hf_note = (
+                f" The second table: `get_rope_index` of transformers {hf} against ours under its preset, where it "
+                "has the family (– where not)."
+            )
+        else:
+            hf_note = f" {f'transformers {hf}' if hf else 'The installed transformers'} has none of them."
         out.append(
             paragraph(
                 '**Families served to vLLM 0.33\'s rules** (`semantics="vllm-0.33"`): `prompt_positions` vs the torch '
-                "reference (one thread). Speedup: its time / ours."
+                f"reference (one thread). Speedup: its time / ours.{hf_note}"
             )
         )
         rows = [
@@ -178,9 +188,21 @@ def prompt_tables(result: dict) -> str:
                 _spread(r["speedup"]),
                 _spread(r["vs_floor"]),
             ]
-            for r in result["more_families"]
+            for r in more
         ]
         out.append(table(["family", "case", "tokens", "reference", "ours", "vs reference", "ours / floor"], rows))
+        if with_hf:
+            rows = [
+                [
+                    r["family"],
+                    _case(r["case"]),
+                    f"{r['num_tokens']:,}",
+                    "–" if r.get("transformers_us") is None else _us(r["transformers_us"]),
+                    _spread(r.get("speedup_transformers")),
+                ]
+                for r in more
+            ]
+            out.append(table(["family", "case", "tokens", "transformers", "vs transformers"], rows))
     if result.get("input_forms"):
         out.append(input_form_tables(result["input_forms"]))
     if result.get("breakdown"):
@@ -365,6 +387,18 @@ def memory_tables(result: dict) -> str:
         ]
         for r in result["rows"]
     ]
+    device_rows = [
+        [
+            f"{r['max_num_reqs']:,} x {r['prompt_tokens']:,} ({r['max_model_len']:,})",
+            str(r["images_per_request"]),
+            _bytes(r["mrv2_bytes"]),
+            _bytes(r["rope_state_device_bytes"]),
+            _bytes(r["rope_state_pinned_bytes"]),
+            f"{r['rope_state_rows_used']:,} / {r['rope_state_max_num_rows']:,}",
+        ]
+        for r in result["rows"]
+        if "rope_state_device_bytes" in r
+    ]
     return (
         paragraph(
             "Host memory that holds request positions. Tracker: its per-request state (slots and layout rows); all "
@@ -384,6 +418,29 @@ def memory_tables(result: dict) -> str:
                 "tracker / req",
             ],
             rows,
+        )
+        + (
+            "\n\n"
+            + paragraph(
+                "The device design for Model Runner V2: vLLM's own state is the MRV2-like table, in pinned host "
+                "memory; RopeState keeps a fixed device state (slot records, a row pool sized by its row budget, "
+                "the positions buffer, a staging copy) and two small pinned staging buffers, whatever "
+                "max_model_len. Rows used: the pool rows the requests' layouts take, of its budget."
+            )
+            + "\n\n"
+            + table(
+                [
+                    "requests x prompt (max len)",
+                    "images",
+                    "MRV2 table",
+                    "RopeState",
+                    "pinned",
+                    "rows used",
+                ],
+                device_rows,
+            )
+            if device_rows
+            else ""
         )
     )
 

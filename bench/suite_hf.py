@@ -6,7 +6,8 @@ Per family, a left-padded batch of 8 prompts from the `compare` sample
 rates, audio clips; text between), as a training step hands them to the
 model: (8, L) int64 ids, an attention mask, the batch's grids concatenated.
 The Omni families get two batches, one without and one with audio inside
-the videos. transformers runs its method unbound on a stand-in that holds
+the videos. PaddleOCR-VL, ERNIE-4.5-VL, GLM-OCR and Cohere Compass join
+under transformers 5.x, which has them (4.57 does not). transformers runs its method unbound on a stand-in that holds
 its real config class (`mrope_tracker.hf.native`), so no weight is loaded;
 its tensors are built once, outside the timed call. Ours is called with a
 ready `MRopeConfig`, as `hf.patch` calls it. Both outputs are checked equal
@@ -40,7 +41,12 @@ FAMILIES = (
     ("qwen3_vl", MRopeConfig(family="qwen3_vl")),
     ("glm4v", MRopeConfig(family="glm4v")),
     ("qwen3_omni", MRopeConfig(family="qwen3_omni", model_type="qwen3_omni_moe", tokens_per_second=13, n_window=50)),
-    # four position axes; transformers 5.24 and later only (the others skip it)
+    # transformers 5.x only (a line without the family leaves it out)
+    ("paddleocr_vl", MRopeConfig(family="paddleocr_vl")),
+    ("ernie4_5_vl_moe", MRopeConfig(family="ernie4_5_moe_vl", model_type="ernie4_5_vl_moe")),
+    ("glm_ocr", MRopeConfig(family="glm_ocr")),
+    ("cohere_compass", MRopeConfig(family="cohere_compass")),
+    # four position axes (transformers 5.24 and later)
     ("hunyuan_vl", MRopeConfig(family="hunyuan_vl")),
 )
 
@@ -99,8 +105,7 @@ def run(quick: bool, progress) -> dict:
     rows = []
     installed = set(hf_native.supported_model_types())
     for label, base in FAMILIES:
-        if base.model_type not in installed:
-            progress(f"hf: {label}: transformers {version} has no get_rope_index for it; skipped")
+        if not set(base.spec.transformers_classes) & installed:
             continue
         config = MRopeConfig.from_hf_config(base, semantics=semantics)
         for audio_in_video in (False, True) if config.is_omni else (False,):

@@ -6,11 +6,19 @@ keeps a [max_num_reqs * 3, max_model_len] int32 table in pinned memory
 whatever the requests are; the tracker keeps a slot row per request and a
 few layout rows per multimodal item. The tracker's figures are measured on
 a real tracker filled with the requests; the others are their buffer sizes.
+
+The device design (`RopeState`, Model Runner V2's state on the GPU) holds a
+fixed device state, sized by its row budget and never by max_model_len, and
+two small pinned staging buffers: its bytes come from `planned_nbytes`
+(what its constructor allocates; a test checks they agree), and the rows
+the requests use from their layouts' device rows, against its budget.
 """
 
 from __future__ import annotations
 
-from mrope_tracker import PositionTracker
+from mrope_tracker import PositionTracker, PromptLayout
+from mrope_tracker.device_rows import NUM_DEVICE_COLS, device_rows
+from mrope_tracker.rope_state import planned_nbytes
 
 from .workloads import PromptBuilder, qwen2_5_vl
 
@@ -21,7 +29,9 @@ CONFIGS = (
     (256, 8192, 32768, 1),
     (1024, 8192, 131072, 1),
     (1024, 8192, 131072, 8),
+    (1024, 8192, 262144, 8),
 )
+MAX_NUM_TOKENS = 8192
 
 
 def run(quick: bool, progress) -> dict:
@@ -35,11 +45,15 @@ def run(quick: bool, progress) -> dict:
         used = len(b.ids)
         prompt = b.text(prompt_len - used).build()
         tracker = PositionTracker(
-            config, max_num_reqs=max_num_reqs, max_num_batched_tokens=8192, max_model_len=max_model_len
+            config, max_num_reqs=max_num_reqs, max_num_batched_tokens=MAX_NUM_TOKENS, max_model_len=max_model_len
         )
         for i in range(max_num_reqs):
             tracker.add_request_from_ranges(i, prompt.num_tokens, **prompt.kwargs, **prompt.ranges)
         held = tracker.nbytes()
+        layout = PromptLayout.from_ranges(config, prompt.num_tokens, **prompt.kwargs, **prompt.ranges)
+        device, taus = device_rows(layout.rows, layout.scales)
+        rope_rows = device.shape[0] + -(-taus.shape[0] // NUM_DEVICE_COLS)
+        rope = planned_nbytes(max_num_reqs, MAX_NUM_TOKENS)
         v1 = max_num_reqs * prompt.num_tokens * 3 * 8
         mrv2 = max_num_reqs * 3 * max_model_len * 4
         rows.append(
@@ -55,6 +69,11 @@ def run(quick: bool, progress) -> dict:
                 "tracker_per_request_bytes": tracker.state_nbytes(0),
                 "v1_per_request_bytes": prompt.num_tokens * 24,
                 "tracker_breakdown": held,
+                "rope_state_device_bytes": sum(rope.values()) - rope["staging_pinned"],
+                "rope_state_pinned_bytes": rope["staging_pinned"],
+                "rope_state_rows_used": rope_rows * max_num_reqs,
+                "rope_state_max_num_rows": rope["row_pool"] // (4 * NUM_DEVICE_COLS),
+                "rope_state_breakdown": rope,
             }
         )
     return {"rows": rows}

@@ -19,7 +19,8 @@ rounds:
 - `more_families`: the families served to vLLM 0.33's rules (PaddleOCR-VL,
   ERNIE-4.5-VL, GLM-OCR, Bailing-MoE-V3-VL, Cohere Compass: one image, ten
   images, a 64-frame video where the family has videos) against the torch
-  reference.
+  reference and, where the installed transformers has the family (5.x:
+  all but Bailing-MoE-V3-VL; 4.57: none), its own `get_rope_index`.
 - `input_forms`: what the form of the inputs costs: every argument of
   `prompt_positions`, `PromptLayout.from_ranges` and the tracker's
   `add_request` / `add_request_from_ranges`, one at a time, as a list, a
@@ -203,10 +204,16 @@ def family_rows(
 ) -> list[dict]:
     """`configs`: (label, MRopeConfig) pairs; `cases` overrides the workload
     (a function of the config returning (name, prompt) pairs); `with_hf`
-    False leaves transformers out (default: when it can be imported)."""
+    False leaves transformers out (default: when it can be imported). A
+    family the installed transformers lacks gets None in its transformers
+    columns. transformers is checked against, and timed beside, ours under
+    the installed line's preset (`transformers_rope.semantics`): the same
+    call, with that line's rules where they differ (ERNIE-4.5-VL's D1)."""
     with_hf = transformers_rope.available() if with_hf is None else with_hf
     rows = []
     for label, config in configs:
+        hf_here = with_hf and transformers_rope.implements(config)
+        hf_config = transformers_rope.semantics(config) if hf_here else config
         for name, prompt in (cases or family_prompt_cases)(config):
             progress(f"prompt {label}: {name}")
             ids, kwargs = prompt.token_ids, prompt.kwargs
@@ -217,13 +224,18 @@ def family_rows(
                 "ours": lambda: prompt_positions(config, ids, **kwargs),
                 "floor": lambda: write_floor(ids.shape[0]),
             }
-            if with_hf:
-                _same(f"transformers, {label}, {name}", transformers_rope.positions(config, ids, kwargs), ours)
+            ours_hf = "ours"
+            if hf_here:
+                theirs = transformers_rope.positions(config, ids, kwargs)
+                _same(f"transformers, {label}, {name}", theirs, prompt_positions(hf_config, ids, **kwargs))
                 contenders["transformers"] = transformers_rope.rope_index_call(config, ids, kwargs)
+                if hf_config.switches != config.switches:
+                    ours_hf = "ours_transformers_preset"
+                    contenders[ours_hf] = lambda: prompt_positions(hf_config, ids, **kwargs)
             samples = measure(contenders, rounds=rounds, target_s=target_s)
             row = reference_row(label, name, prompt, samples)
             row["transformers_us"] = medians_us(samples).get("transformers")
-            row["speedup_transformers"] = ratio(samples, "transformers", "ours") if with_hf else None
+            row["speedup_transformers"] = ratio(samples, "transformers", ours_hf) if hf_here else None
             rows.append(row)
     return rows
 
@@ -521,7 +533,8 @@ def run(quick: bool, progress) -> dict:
         rows += omni_rows(qwen2_5_omni(), rounds, target_s, progress)
         rows += vllm_family_rows(rounds, target_s, progress)
         families = family_rows((("Qwen3-VL", qwen3_vl()), ("GLM-4.1V", glm4v())), rounds, target_s, progress)
-        more = family_rows(vllm_families(), rounds, target_s, progress, cases=vllm_family_cases, with_hf=False)
+        # transformers 5.x has four of them (4.57 none): their transformers columns stay empty elsewhere
+        more = family_rows(vllm_families(), rounds, target_s, progress, cases=vllm_family_cases)
         forms = input_form_rows(rounds, target_s, progress)
         picked = [case for case in vl_cases if case[0].split(",")[0] in BREAKDOWN_CASES]
         breakdown = breakdown_rows(vl, picked, rounds, target_s, progress)

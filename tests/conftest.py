@@ -6,6 +6,9 @@ hunt on one module). None has a deadline: the first example of a
 run may include numba loading compiled kernels from its cache. A test that
 sets its own count takes it from `strategies.examples`, scaled by the profile.
 
+Without CUDA, TRITON_INTERPRET=1 is set before anything imports triton, so
+the Triton kernels run in triton's interpreter on CPU tensors.
+
 Tests marked `slow` (the subprocess warm-ups, the state machines) are left
 out of a plain run (pyproject's addopts: -m "not slow"); `python -m pytest
 -m slow` runs only them and `python -m pytest -m ""` runs everything.
@@ -14,9 +17,16 @@ out of a plain run (pyproject's addopts: -m "not slow"); `python -m pytest
 import os
 
 import pytest
+import torch
 from hypothesis import HealthCheck, settings
 
 from mrope_tracker import MRopeConfig
+
+# Without a GPU, Triton kernels (RopeState) run in triton's interpreter. It
+# reads this when triton is first imported, which any test module may do
+# (transformers and torch import it on their own), so it is set here first.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -121,6 +121,30 @@ def test_more_family_rows_cover_every_vllm_family():
     assert max(len(line) for line in text.splitlines()) <= report.WIDTH
 
 
+def test_more_family_rows_time_transformers_where_the_installed_line_has_the_family():
+    """With transformers installed, the families it implements (5.x: PaddleOCR-VL, ERNIE-4.5-VL, GLM-OCR, Cohere
+    Compass; 4.57: none) get transformers' time, checked equal to ours under its preset; the others None. The
+    report adds the transformers table only when some row has a figure, within 120 columns."""
+    first = lambda config: workloads.vllm_family_cases(config)[:2]  # noqa: E731 (an image; ERNIE's, GLM-OCR's video)
+    families = workloads.vllm_families()
+    rows = suite_prompt.family_rows(families, cases=first, rounds=1, target_s=0.0005)
+    timed = {
+        label for label, config in families if transformers_rope.available() and transformers_rope.implements(config)
+    }
+    if transformers_rope.available() and int(transformers_rope.version().split(".")[0]) >= 5:
+        assert timed == {"PaddleOCR-VL", "ERNIE-4.5-VL", "GLM-OCR", "Cohere Compass"}
+    else:
+        assert timed == set()
+    for r in rows:
+        assert (r["transformers_us"] is not None) == (r["family"] in timed)
+        assert (r["speedup_transformers"] is None) == (r["family"] not in timed)
+    text = report.prompt_tables(
+        {"seed": [], "rows": [], "families": [], "more_families": rows, "transformers": transformers_rope.version()}
+    )
+    assert ("vs transformers" in text) == bool(timed)
+    assert max(len(line) for line in text.splitlines()) <= report.WIDTH
+
+
 @pytest.mark.parametrize("make_config", [qwen3_vl, glm4v])
 def test_frame_videos_match_the_reference(make_config):
     """The 64-frame timestamped video workload is positioned alike by prompt_positions and the reference."""
@@ -271,6 +295,10 @@ def test_every_table_fits_a_terminal():
                             "tracker_bytes": 2**31,
                             "v1_per_request_bytes": 196608,
                             "tracker_per_request_bytes": 1416,
+                            "rope_state_device_bytes": 2**31,
+                            "rope_state_pinned_bytes": 2**31,
+                            "rope_state_rows_used": 10**9,
+                            "rope_state_max_num_rows": 10**9,
                         }
                     ]
                 }

@@ -312,7 +312,7 @@ def test_engine_guide_example_runs():
     import re
 
     text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "engine.md").read_text(encoding="utf-8")
-    section = text[text.index("## 9. Pruned videos (EVS)") :]
+    section = text[text.index("## 10. Pruned videos (EVS)") :]
     (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     exec(compile(block, "docs/engine.md", "exec"), {})  # noqa: S102
 

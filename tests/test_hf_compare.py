@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from family_prompts import CONFIG_DIR
 
-from mrope_tracker import MRopeConfig
+from mrope_tracker import MRopeConfig, prompt_positions
 from mrope_tracker.cli import main
-from mrope_tracker.hf.compare import compare
+from mrope_tracker.hf.compare import compare, markdown
 from mrope_tracker.hf.sample import Prompt, read_prompts, sample_prompts
 
 NUM = 60  # prompts of the built-in sample in these tests
@@ -69,6 +69,7 @@ def test_cli_reports_d1_d2_d3_for_qwen2_5_vl_from_a_folder(qwen2_5_vl_folder, ca
     assert "D2" in rows["reference vs transformers-4.57"]
     assert "D1" in rows["reference vs transformers-5"]
     assert "first differing token" in out and "200 prompts" in out
+    assert "No model in" not in out  # both transformers lines have Qwen2.5-VL
 
 
 def test_counts_match_the_divergence_conditions(qwen2_5_vl_folder):
@@ -130,6 +131,57 @@ def test_omni_divergences_are_the_documented_ones():
     result = compare(f"{CONFIG_DIR}/qwen3_omni_moe.json", num_prompts=40, seed=1)
     for pair in result["pairs"]:
         assert set(pair["divergences"]) <= {"D8", "D3", "D3+D8"}, pair
+
+
+@pytest.mark.parametrize("config", ["ernie4_5_vl_moe", "ernie4_5_moe_vl"])
+def test_ernie_differs_from_transformers_5_by_d1_exactly_where_a_video_outlasts_its_frame(config):
+    """ERNIE-4.5-VL: vLLM 0.33 and the reference agree; transformers 5 differs by D1 on exactly the prompts with a
+    video of more temporal patches than max(h', w') (its last patch reaches past s + max(h', w'))."""
+    result = compare(f"{CONFIG_DIR}/{config}.json", num_prompts=NUM, seed=2)
+    prompts = sample_prompts(MRopeConfig.from_hf_config(f"{CONFIG_DIR}/{config}.json"), NUM, 2)
+    exposed = 0
+    for p in prompts:
+        grids = [] if p.video_grid_thw is None else p.video_grid_thw.tolist()
+        exposed += any(t // 2 > max(h, w) // 2 for t, h, w in grids)  # t frames -> t / 2 temporal patches
+    assert 0 < exposed < NUM
+    pairs = {(p["a"], p["b"]): p for p in result["pairs"]}
+    for pair in (("reference", "vllm-0.33"), ("reference", "transformers-4.57")):
+        assert pairs[pair]["differ"] == 0
+    for pair in (("reference", "transformers-5"), ("vllm-0.33", "transformers-5")):
+        assert pairs[pair]["divergences"] == {"D1": exposed}
+    assert result["no_model"] == ["transformers-4.57"]  # ERNIE-4.5-VL is in transformers 5 only
+    assert "No model in transformers-4.57" in markdown(result)
+
+
+def test_ernie_d1_example_of_the_docs():
+    """docs/semantics.md 2.8, token for token: 8 frames (8, 2, 4) -> 4x1x2 patches; vLLM 0.33 and the reference
+    resume at one past the last patch, the transformers-5 preset at s + max(h', w')."""
+    ids = [1, 101306, *[100295] * 8, 101307, 2]
+    config = f"{CONFIG_DIR}/ernie4_5_moe_vl.json"
+    expected = {
+        "vllm-0.33": (
+            [[0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 7], [0, 1] + [2] * 8 + [6, 7], [0, 1] + [2, 3] * 4 + [6, 7]],
+            -4,
+        ),
+        "transformers-5": (
+            [[0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 4, 5], [0, 1] + [2] * 8 + [4, 5], [0, 1] + [2, 3] * 4 + [4, 5]],
+            -6,
+        ),
+    }
+    for semantics, (rows, delta) in expected.items():
+        positions, got = prompt_positions(
+            MRopeConfig.from_hf_config(config, semantics=semantics), ids, video_grid_thw=[[8, 2, 4]]
+        )
+        assert positions.tolist() == rows and got == delta, semantics
+
+
+@pytest.mark.parametrize("config", ["paddleocr_vl", "glm_ocr", "cohere_compass"])
+def test_images_and_single_frames_agree_under_every_preset(config):
+    """PaddleOCR-VL and Cohere Compass (images) and GLM-OCR (images, one-frame blocks): R-hw equals R-max there,
+    so transformers 5.24, vLLM 0.33 and the reference agree on every prompt."""
+    result = compare(f"{CONFIG_DIR}/{config}.json", num_prompts=NUM, seed=2)
+    assert not any(result["refused"].values())
+    assert all(pair["differ"] == 0 for pair in result["pairs"]), result["pairs"]
 
 
 def test_jsonl_prompts_and_json_output(tmp_path, capsys):

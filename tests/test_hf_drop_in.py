@@ -2,6 +2,9 @@
 ``get_rope_index`` (4.57.6 or 5.24, whichever is installed), bit for bit:
 random padded batches of every family, left and right padding, 1 to 8 rows,
 text-only rows mixed with multimodal ones; then `patch` on real models.
+PaddleOCR-VL, ERNIE-4.5-VL (its transformers 5 config, ``ernie4_5_vl_moe``),
+GLM-OCR and Cohere Compass exist in transformers 5 only: their cases skip
+under 4.x.
 
 transformers is the oracle (through `mrope_tracker.hf.native`, which calls
 its method on a stand-in holding the real config class). The prompts are
@@ -25,6 +28,7 @@ from family_prompts import (  # noqa: E402
     CONFIG_NAMES,
     FAMILIES,
     TEXT_IDS,
+    VLLM_FAMILIES,
     family_prompts,
     interleave_matches_model,
     load_config,
@@ -32,12 +36,26 @@ from family_prompts import (  # noqa: E402
 from strategies import examples  # noqa: E402
 
 from mrope_tracker import MRopeConfig, hf, prompt_positions  # noqa: E402
+from mrope_tracker.families import FAMILIES as RECORDS  # noqa: E402
 from mrope_tracker.hf import native as hf_native  # noqa: E402
 from mrope_tracker.hf import patching as hf_patching  # noqa: E402
 
 _OMNI = ("qwen2_5_omni", "qwen3_omni")
 _MAJOR = int(hf.installed_transformers().split(".")[0])
 PAD_ID = 0  # not a special token of any family
+# every family with a transformers get_rope_index (in some line); the installed line may lack some
+HF_FAMILIES = FAMILIES + tuple(f for f in VLLM_FAMILIES if RECORDS[f].transformers_classes)
+_INSTALLED_TYPES = frozenset(hf_native.supported_model_types())
+
+
+def oracle_configs(family: str) -> tuple[str, ...]:
+    """The family's published configs whose model type the installed transformers implements
+    (skips the test when there is none)."""
+    names = tuple(n for n in CONFIG_NAMES[family] if load_config(n)["model_type"] in _INSTALLED_TYPES)
+    if not names:
+        pytest.skip(f"transformers {hf.installed_transformers()} has no get_rope_index for {family}")
+    return names
+
 
 # transformers' Python loops are slow: fewer examples than the profile's.
 batches = settings(
@@ -64,7 +82,7 @@ def _prompt_kwargs(family: str, av: bool) -> dict:
 @st.composite
 def batches_of(draw, family: str):
     """(config dict, rows (FamilyPrompt), left padding?, extra pad columns, with mask?)."""
-    config_name = draw(st.sampled_from(CONFIG_NAMES[family]))
+    config_name = draw(st.sampled_from(oracle_configs(family)))
     av = family in _OMNI and draw(st.booleans())
     size = draw(st.integers(1, 8))
     rows = []
@@ -123,12 +141,13 @@ def both(config, ids, mask, items, av=False, **extra):
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", HF_FAMILIES)
 @batches
 @given(data=st.data())
 def test_padded_batches_equal_transformers(family, data):
     """Random padded batches (left or right, 1-8 rows, text-only rows mixed in): the installed transformers'
     output, exactly."""
+    oracle_configs(family)
     config, rows, left, extra, av = data.draw(batches_of(family))
     ids, mask, items = pack(rows, left, extra)
     if family in _OMNI and items["video_grid_thw"] is None:
@@ -138,11 +157,12 @@ def test_padded_batches_equal_transformers(family, data):
     assert_same(*both(config, ids, mask, items, av))
 
 
-@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in _OMNI])
+@pytest.mark.parametrize("family", [f for f in HF_FAMILIES if f not in _OMNI])
 @batches
 @given(data=st.data())
 def test_unpadded_batches_without_mask_equal_transformers(family, data):
     """VL models take attention_mask=None as "no padding": same rows of equal length, no mask."""
+    oracle_configs(family)
     config, rows, _, _, _ = data.draw(batches_of(family))
     width = rows[0].num_tokens
     rows = [p for p in rows if p.num_tokens == width] or rows[:1]
@@ -151,10 +171,10 @@ def test_unpadded_batches_without_mask_equal_transformers(family, data):
 
 
 # (the Omni thinkers always pass attention_mask: transformers needs one there)
-@pytest.mark.parametrize("family, masked", [(f, m) for f in FAMILIES for m in (True, False) if m or f not in _OMNI])
+@pytest.mark.parametrize("family, masked", [(f, m) for f in HF_FAMILIES for m in (True, False) if m or f not in _OMNI])
 def test_text_only_batch_without_grids_equals_transformers(family, masked):
     """No grids at all: transformers' fallback (mask cumsum, arange) or its per-row path (5.x VL), exactly."""
-    config = load_config(CONFIG_NAMES[family][0])
+    config = load_config(oracle_configs(family)[0])
     rng = np.random.default_rng(7)
     lengths = [9, 4, 12]
     width = 14
@@ -236,6 +256,28 @@ def test_qwen2_vl_long_video_d1():
     assert_same(ours, theirs)
     vision_end = ours[0][0, 1, 2 + 24].item()  # the right-padded row's vision_end
     assert vision_end == (8 if _MAJOR < 5 else 4)  # R-max: 2 + 5 + 1; R-hw: 2 + max(2, 2)
+
+
+def test_ernie_long_video_resumes_at_the_frame_size_on_transformers_5():
+    """ERNIE-4.5-VL (transformers 5's config, its own video token), 8 frames of 1x2 merged patches: 4 temporal
+    patches. transformers 5 resumes after the video at s + max(h', w') (D1); vLLM 0.33's rule past the last patch."""
+    oracle_configs("ernie4_5_moe_vl")  # (transformers 5 only)
+    config = load_config("ernie4_5_vl_moe")
+    c = MRopeConfig.from_hf_config(config)
+    row = [5, c.video_start_token_id] + [c.video_token_id] * 8 + [c.video_end_token_id, 6]
+    ids = torch.tensor([row + [PAD_ID] * 2, [PAD_ID] * 2 + row])
+    mask = (ids != PAD_ID).long()
+    types = hf.mm_token_type_ids(config, ids)
+    assert types[0].tolist() == [0, 0] + [2] * 8 + [0] * 4  # the brackets are text
+    items = dict(video_grid_thw=torch.tensor([[8, 2, 4]] * 2), mm_token_type_ids=types)
+    ours, theirs = both(config, ids, mask, items)
+    assert_same(ours, theirs)
+    assert ours[0][0, 0, 2:10].tolist() == [2, 2, 3, 3, 4, 4, 5, 5]  # T: the video's temporal patches from s = 2
+    assert ours[0][:, 0, 10].tolist() == [4, 4, 4]  # <|VIDEO_END|> at s + max(1, 2)
+    assert ours[1][0].item() == 6 - 12  # the maximum is the last patch's T (5)
+    vllm = MRopeConfig.from_hf_config(config, semantics="vllm-0.33")
+    positions, delta = prompt_positions(vllm, row, video_grid_thw=[[8, 2, 4]])
+    assert positions[:, 10].tolist() == [6, 6, 6] and delta == 8 - 12  # one past the last patch; 6 at 7 ends it
 
 
 def test_qwen3_omni_fractional_times_are_float32():
@@ -325,6 +367,16 @@ def test_bad_arguments_name_themselves():
         hf.get_rope_index(config, torch.tensor([[1, 2, 3]]), convention="transformers-6")
     with pytest.raises(ValueError, match="semantics"):
         hf.get_rope_index(config, torch.tensor([[1, 2, 3]]), semantics="hf")
+
+
+@pytest.mark.parametrize("config_name", ["paddleocr_vl", "ernie4_5_vl_moe", "glm_ocr", "cohere_compass"])
+def test_families_of_transformers_5_refuse_the_4x_convention(config_name):
+    """transformers 4.x has no get_rope_index for these families: its batch convention is refused, naming it."""
+    config = load_config(config_name)
+    c = MRopeConfig.from_hf_config(config)
+    ids = torch.tensor([[5, c.vision_start_token_id] + [c.image_token_id] * 4 + [c.vision_end_token_id]])
+    with pytest.raises(ValueError, match=r"convention: expected one of transformers-5 for .*got 'transformers-4'"):
+        hf.get_rope_index(config, ids, image_grid_thw=[[1, 4, 4]], convention="transformers-4")
 
 
 def test_default_semantics_is_the_installed_line():
@@ -483,6 +535,36 @@ def test_patch_keeps_qwen2_5_vl_keywords_and_positions():
         assert_same(owner.get_rope_index(ids, **kwargs), expected)
     finally:
         handle()
+    assert "get_rope_index" not in owner.__dict__
+
+
+@pytest.mark.parametrize(
+    "config_name, module, model_class, config_class",
+    [
+        ("paddleocr_vl", "paddleocr_vl", "PaddleOCRVLModel", "PaddleOCRVLConfig"),
+        ("ernie4_5_vl_moe", "ernie4_5_vl_moe", "Ernie4_5_VLMoeModel", "Ernie4_5_VLMoeConfig"),
+        ("glm_ocr", "glm_ocr", "GlmOcrModel", "GlmOcrConfig"),
+        ("cohere_compass", "cohere_compass", "CohereCompassModel", "CohereCompassConfig"),
+    ],
+)
+def test_patch_serves_the_families_of_transformers_5(config_name, module, model_class, config_class):
+    """PaddleOCR-VL, ERNIE-4.5-VL, GLM-OCR, Cohere Compass (5.x only): patched, the model's own call (ids and
+    mm_token_type_ids positionally, the rest by keyword) returns transformers' positions."""
+    family = MRopeConfig.from_hf_config(load_config(config_name)).family
+    oracle_configs(family)  # (transformers 5 only)
+    config = load_config(config_name)
+    owner = _stand_in_class(module, model_class)(_hf_config(config, module, config_class))
+    c = MRopeConfig.from_hf_config(config)
+    start, end = (c.vision_start_token_id, c.vision_end_token_id)
+    row = [5, start] + [c.image_token_id] * 4 + [end, 6]
+    ids = torch.tensor([[PAD_ID, PAD_ID] + row, row + [7, 8]])
+    mask = (ids != PAD_ID).long()
+    types = hf.mm_token_type_ids(config, ids)
+    kwargs = dict(image_grid_thw=torch.tensor([[1, 4, 4]] * 2), video_grid_thw=None, attention_mask=mask)
+    expected = type(owner).get_rope_index(owner, ids, types, **kwargs)
+    with hf.patch(owner) as handle:
+        assert handle.modules == [""]
+        assert_same(owner.get_rope_index(ids, types, **kwargs), expected)
     assert "get_rope_index" not in owner.__dict__
 
 

@@ -369,3 +369,67 @@ def test_staged_copies_move_four_rows(copy_mode):
         assert want.shape == (4, sum(counts))
     width = staged.positions.shape[1]
     assert staged.buffers.copy_nbytes(5) == (4 * 5 if copy_mode == "rows" else 3 * width + 5) * 8
+
+
+# --------------------------------------------------------------------------
+# RopeState (Model Runner V2): a [4, max_num_tokens + 1] buffer
+# --------------------------------------------------------------------------
+
+
+def _rope_state(num_dims, config=CONFIG):
+    triton = pytest.importorskip("triton", reason="RopeState's kernels need triton")
+    if int(triton.__version__.split(".")[0]) < 3:
+        pytest.skip(f"needs triton >= 3.0 for its CPU interpreter, found {triton.__version__}")
+    from mrope_tracker.rope_state import RopeState
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return RopeState(num_dims, 3, 48, 256, device, config=config, block_size=16), device
+
+
+@settings(max_examples=examples(10, minimum=3))
+@given(prompt=prompts(max_items=3, max_text=3), data=st.data())
+def test_rope_state_four_rows(prompt, data):
+    """RopeState(4, ...) from vLLM's features: chunked prefill steps, a read, and decode
+    tokens at index + delta on all four rows, as the reference."""
+    ids, grids, ranges = prompt
+    state, device = _rope_state(4)
+    assert tuple(state.positions.shape) == (4, 49)
+    expected, delta = reference.prompt_positions(CONFIG, ids, **_kwargs(grids))
+    expected = np.concatenate(
+        [expected.numpy(), reference.next_positions(delta, len(ids), 2, num_dims=4).numpy()], axis=1
+    )
+    state.init_prefill_positions(1, CONFIG, ids, _features(grids, ranges))
+    np.testing.assert_array_equal(state.read_prefill_positions(1, len(ids)).cpu().numpy(), expected[:, : len(ids)])
+    n = len(ids)
+
+    def tensor(values, dtype):
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    done = 0
+    while done < n + 2:
+        count = 1 if done >= n else data.draw(st.integers(1, min(48, n - done)))
+        state.prepare_positions(
+            tensor([1], torch.int64),
+            tensor([0, count], torch.int32),
+            tensor([0, n, 0], torch.int32),
+            tensor([0, done, 0], torch.int32),
+        )
+        np.testing.assert_array_equal(state.get_positions(count).cpu().numpy(), expected[:, done : done + count])
+        done += count
+
+
+def test_rope_state_follows_the_family():
+    """num_dims must be the family's; a layout of another number of rows is refused."""
+    with pytest.raises(ValueError, match=r"num_dims: expected hunyuan_vl's 4 position rows"):
+        _rope_state(3)
+    with pytest.raises(ValueError, match=r"num_dims: expected 3 \(T, H, W\) or 4"):
+        _rope_state(5, config=None)
+    three, _ = _rope_state(3, config=None)
+    layout = PromptLayout.from_tokens(CONFIG, [START, *[IMAGE] * image_tokens(2, 2), END], image_grid_thw=[[1, 2, 2]])
+    with pytest.raises(ValueError, match=r"layout: expected positions of this state's 3 rows"):
+        three.init_prefill_layout(0, layout)
+    four, _ = _rope_state(4, config=None)
+    with pytest.raises(ValueError, match=r"layout: expected positions of this state's 4 rows"):
+        four.init_prefill_layout(0, PromptLayout.from_tokens(MRopeConfig(family="qwen2_vl"), [1, 2]))
+    four.init_prefill_layout(0, layout)
+    np.testing.assert_array_equal(four.read_prefill_positions(0, layout.num_tokens).cpu().numpy(), layout.positions())

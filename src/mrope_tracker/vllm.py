@@ -8,6 +8,10 @@ works with vLLM's own classes and with any stand-in that has the same
 attributes. `PositionTracker.add_request_from_features` admits a request
 from the same features.
 
+For Model Runner V2, `RopeState` and `get_rope_state` (rope_state.py) keep
+these layouts on the device, and `install()` (vllm_plugin.py) makes MRV2
+use them.
+
 Each feature is read once: O(items), no token is scanned. Positions follow
 ``config.semantics``: use ``semantics="vllm-0.33"`` to reproduce vLLM 0.33
 bit for bit, ``"reference"`` for the transformers 4.x rules.
@@ -20,8 +24,10 @@ import torch
 from .features import describe, read_features
 from .inputs import as_config, as_index
 from .layout import PromptLayout
+from .rope_state import RopeState, get_rope_state
+from .vllm_plugin import install
 
-__all__ = ["layout_from_features", "get_mrope_input_positions"]
+__all__ = ["layout_from_features", "get_mrope_input_positions", "RopeState", "get_rope_state", "install"]
 
 
 def layout_from_features(config, num_tokens: int, mm_features) -> PromptLayout:

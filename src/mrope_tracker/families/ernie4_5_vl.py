@@ -19,6 +19,7 @@ brackets, or the video token anywhere, is a video.
 """
 
 from ._spec import Family, first, get
+from .qwen2_vl import TRANSFORMERS_VL_BATCH
 
 
 def read_config(scopes, semantics=None) -> dict:
@@ -40,6 +41,23 @@ def read_config(scopes, semantics=None) -> dict:
     return kwargs
 
 
+def config_dict(config) -> dict:
+    """transformers 5's form (the remote-code form has no transformers class)."""
+    return {
+        "model_type": "ernie4_5_vl_moe",
+        "image_token_id": config.image_token_id,
+        "video_token_id": config.video_token_id,
+        "image_start_token_id": config.vision_start_token_id,
+        "image_end_token_id": config.vision_end_token_id,
+        "video_start_token_id": config.video_start_token_id,
+        "video_end_token_id": config.video_end_token_id,
+        "vision_config": {
+            "spatial_merge_size": config.spatial_merge_size,
+            "temporal_merge_size": config.temporal_merge_size,
+        },
+    }
+
+
 FAMILY = Family(
     name="ernie4_5_moe_vl",
     model_types={"ernie4_5_moe_vl": "", "ernie4_5_vl_moe": ""},
@@ -56,6 +74,11 @@ FAMILY = Family(
     },
     read_config=read_config,
     video_brackets=True,
+    # transformers 5.24 resumes after a video at s + max(h', w') (D1)
+    presets={"transformers-5": frozenset({"next_hw"})},
+    transformers_batch={"transformers-5": TRANSFORMERS_VL_BATCH["transformers-5"]},
+    transformers_classes={"ernie4_5_vl_moe": ("ernie4_5_vl_moe", "Ernie4_5_VLMoeModel", "Ernie4_5_VLMoeConfig")},
+    config_dict=config_dict,
     fallback_notes={
         "spatial_merge_size": "read from spatial_conv_size or vision_config.spatial_merge_size",
         "temporal_merge_size": "read from temporal_conv_size or vision_config.temporal_merge_size",

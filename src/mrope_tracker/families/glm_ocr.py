@@ -5,7 +5,14 @@ only the ids and the model type differ.
 """
 
 from ._spec import Family
+from .glm4v import config_dict as glm4v_config_dict
 from .glm4v import read_config
+from .qwen2_vl import TRANSFORMERS_VL_BATCH
+
+
+def config_dict(config) -> dict:
+    return {**glm4v_config_dict(config), "model_type": "glm_ocr"}
+
 
 FAMILY = Family(
     name="glm_ocr",
@@ -23,4 +30,8 @@ FAMILY = Family(
     read_config=read_config,
     video_blocks="frames",
     video_brackets=True,
+    # transformers 5.24's get_rope_index is GLM-4.1V's
+    transformers_batch={"transformers-5": TRANSFORMERS_VL_BATCH["transformers-5"]},
+    transformers_classes={"glm_ocr": ("glm_ocr", "GlmOcrModel", "GlmOcrConfig")},
+    config_dict=config_dict,
 )

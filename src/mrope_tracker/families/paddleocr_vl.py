@@ -7,7 +7,18 @@ is refused. The ids sit at the top level, the merge size in `vision_config`.
 """
 
 from ._spec import Family
-from .qwen2_vl import read_qwen_images
+from .qwen2_vl import TRANSFORMERS_VL_BATCH, read_qwen_images
+
+
+def config_dict(config) -> dict:
+    return {
+        "model_type": "paddleocr_vl",
+        "image_token_id": config.image_token_id,
+        "vision_start_token_id": config.vision_start_token_id,
+        "vision_end_token_id": config.vision_end_token_id,
+        "vision_config": {"spatial_merge_size": config.spatial_merge_size},
+    }
+
 
 FAMILY = Family(
     name="paddleocr_vl",
@@ -20,4 +31,8 @@ FAMILY = Family(
         "spatial_merge_size": 2,
     },
     read_config=read_qwen_images,
+    # transformers 5.24's get_rope_index is Qwen2-VL's (R-hw), which equals R-max on images
+    transformers_batch={"transformers-5": TRANSFORMERS_VL_BATCH["transformers-5"]},
+    transformers_classes={"paddleocr_vl": ("paddleocr_vl", "PaddleOCRVLModel", "PaddleOCRVLConfig")},
+    config_dict=config_dict,
 )

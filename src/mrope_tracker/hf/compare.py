@@ -31,6 +31,7 @@ from ..config import SUPPORTED_MODEL_TYPES, MRopeConfig
 from ..families import FAMILIES, SEMANTICS
 from ..positions import prompt_positions
 from .sample import Prompt, read_prompts, sample_prompts
+from .versions import default_convention
 
 __all__ = ["Prompt", "compare", "load_config", "markdown", "read_prompts", "sample_prompts"]
 
@@ -268,7 +269,13 @@ def compare(
         "presets": presets,
         "refused": refused,
         "pairs": pairs,
+        # transformers presets of a line that has no get_rope_index for the family (they give our rules)
+        "no_model": [p for p in presets if p.startswith("transformers") and not _has_model(base, p)],
     }
+
+
+def _has_model(config: MRopeConfig, preset: str) -> bool:
+    return default_convention(preset) in config.spec.transformers_batch
 
 
 def _number(x: float):
@@ -312,6 +319,12 @@ def markdown(result: dict) -> str:
             f"| {pair['a']} vs {pair['b']} | {pair['differ']} / {pair['total']} | {100 * pair['share']:.1f}% | "
             f"{div} | {example} |"
         )
+    if result.get("no_model"):
+        lines += [
+            "",
+            f"No model in {', '.join(result['no_model'])}: that transformers line has no get_rope_index for "
+            f"{result['family']}; its preset gives the reference rules.",
+        ]
     refused = {k: v for k, v in result["refused"].items() if v}
     if refused:
         lines += ["", "Refused (ValueError): " + ", ".join(f"{k} {v}" for k, v in refused.items())]

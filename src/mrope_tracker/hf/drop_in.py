@@ -140,7 +140,9 @@ def _grid_or_none(value, name: str):
 def mm_token_type_ids(config, input_ids) -> torch.Tensor:
     """The ``mm_token_type_ids`` transformers 5.x processors return with the
     ids: 0 text, 1 image, 2 video (GLM: an image token inside
-    begin/end_of_video is a video frame), 3 audio (Omni). (B, L) int64."""
+    begin/end_of_video is a video frame; ERNIE-4.5-VL: its video token, or
+    the image token between its video brackets), 3 audio (Omni); start and
+    end markers are text. (B, L) int64."""
     cfg = config if type(config) is MRopeConfig else MRopeConfig.from_hf_config(config)
     ids, _, device = _input_ids(input_ids)
     return torch.from_numpy(_type_ids(cfg, ids)).to(device)
@@ -153,6 +155,9 @@ def _type_ids(cfg: MRopeConfig, ids: np.ndarray) -> np.ndarray:
         inside = np.cumsum(ids == cfg.video_start_token_id, axis=1) > np.cumsum(ids == cfg.video_end_token_id, axis=1)
         types[image & ~inside] = 1
         types[image & inside] = 2
+        # ERNIE's transformers 5 form has a video token of its own; GLM's frames reuse the image token
+        if cfg.spec.video_blocks == "block" and cfg.video_token_id is not None:
+            types[ids == cfg.video_token_id] = 2
     else:
         types[image] = 1
         types[ids == cfg.video_token_id] = 2

@@ -1,0 +1,283 @@
+"""RopeState on the device: correctness, step time against the table design, memory.
+
+Run by bench/gpu_check.py (`--rope-only` runs only this part, `--smoke` a
+tiny version that also runs on a CPU, in triton's interpreter). Three parts:
+
+1. correctness: MRV2-like decode and mixed steps (unsorted `idx_mapping`,
+   per-slot int32 counts, as MRV2 passes them) on the device, equal to
+   `PositionTracker` on the CPU and to the table design's kernel;
+2. time per `prepare_positions` at 256 and 1,024 requests, decode steps and
+   mixed steps (a few 512-token prefill chunks among decodes), against
+   `TableKernel`: our own Triton re-implementation of the table design
+   (vLLM 0.33's `_prepare_rope_positions_kernel`, re-written from its rules:
+   a [slots * 3, max_model_len] int32 table, a gather while the prefill
+   lasts, index + delta after). Our table lives in device memory, where
+   vLLM's is pinned host memory read over UVA: a faster baseline than
+   vLLM's own. Two figures each: host time to enqueue, and time until the
+   positions are on the device (a synchronize per call);
+3. memory at 1,024 slots x 262,144 max_model_len: RopeState's device and
+   pinned bytes (measured by the CUDA allocator where there is one), and
+   the table design's 3 GiB.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from mrope_tracker import PositionTracker, PromptLayout
+from mrope_tracker.rope_state import RopeState
+
+from .timing import compare
+from .workloads import PromptBuilder, qwen2_5_vl
+
+
+@triton.jit
+def _table_kernel(
+    out_ptr,
+    out_stride,
+    table_ptr,
+    table_stride,
+    delta_ptr,
+    idx_mapping_ptr,
+    query_start_loc_ptr,
+    prefill_lens_ptr,
+    num_computed_ptr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    b = tl.program_id(0)
+    slot = tl.load(idx_mapping_ptr + b)
+    first = tl.load(query_start_loc_ptr + b)
+    count = tl.load(query_start_loc_ptr + b + 1) - first
+    done = tl.load(num_computed_ptr + slot)
+    prefilling = done < tl.load(prefill_lens_ptr + slot)
+    delta = tl.load(delta_ptr + slot).to(tl.int64)
+    rows = table_ptr + slot * 3 * table_stride
+    for i in range(0, count, BLOCK_SIZE):
+        k = i + tl.arange(0, BLOCK_SIZE)
+        lanes = k < count
+        index = done + k
+        for d in tl.static_range(3):
+            if prefilling:
+                value = tl.load(rows + d * table_stride + index, mask=lanes).to(tl.int64)
+            else:
+                value = index.to(tl.int64) + delta
+            tl.store(out_ptr + d * out_stride + first + k, value, mask=lanes)
+
+
+class TableKernel:
+    """The table design: every slot's prefill positions in a dense int32 table."""
+
+    def __init__(self, max_num_reqs: int, max_num_tokens: int, max_model_len: int, device) -> None:
+        self.table = torch.zeros((max_num_reqs * 3, max_model_len), dtype=torch.int32, device=device)
+        self.delta = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        self.positions = torch.zeros((3, max_num_tokens + 1), dtype=torch.int64, device=device)
+
+    def admit(self, slot: int, layout: PromptLayout) -> None:
+        positions = torch.from_numpy(layout.positions()).to(torch.int32)
+        self.table[3 * slot : 3 * slot + 3, : layout.num_tokens] = positions.to(self.table.device)
+        self.delta[slot] = layout.delta
+
+    def prepare_positions(self, idx_mapping, query_start_loc, prefill_lens, num_computed_tokens) -> None:
+        _table_kernel[(idx_mapping.shape[0],)](
+            self.positions,
+            self.positions.stride(0),
+            self.table,
+            self.table.stride(0),
+            self.delta,
+            idx_mapping,
+            query_start_loc,
+            prefill_lens,
+            num_computed_tokens,
+            BLOCK_SIZE=1024,
+        )
+
+
+def _layouts(config, num: int, smoke: bool) -> list[PromptLayout]:
+    """Prompts of text, images and a video (two frame rates: a tau step and a tau table)."""
+    layouts = []
+    for i in range(num):
+        b = PromptBuilder(config).text(20 + i % 7)
+        if smoke:
+            b.image(8, 8).text(5).video(4, 8, 8, sp=0.7 if i % 2 else 1.0).text(3)
+        else:
+            b.image(36, 36).text(40).video(16, 28, 28, sp=0.7 if i % 2 else 1.0).text(60).image(28, 56).text(30)
+        p = b.build()
+        layouts.append(PromptLayout.from_ranges(config, p.num_tokens, **p.kwargs, **p.ranges))
+    return layouts
+
+
+def _steps(num_reqs: int, layouts, kind: str, chunk: int, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(idx_mapping, counts, num_computed per slot) of a decode or mixed step over every slot."""
+    slots = rng.permutation(num_reqs).astype(np.int64)
+    counts = np.ones(num_reqs, np.int32)
+    computed = np.array([layout.num_tokens + 5 + s % 9 for s, layout in enumerate(layouts)], np.int32)
+    if kind == "mixed":
+        for s in slots[:4].tolist():
+            n = layouts[s].num_tokens
+            start = int(rng.integers(0, max(1, n - chunk)))
+            computed[s] = start
+            counts[s] = min(chunk, n - start)
+    return slots, counts, computed
+
+
+def run(device: str, smoke: bool) -> dict:
+    on_cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
+    config = qwen2_5_vl()
+    rng = np.random.default_rng(0)
+    sizes = (8,) if smoke else (256, 1024)
+    chunk = 16 if smoke else 512
+    max_num_tokens = 8192
+    max_model_len = 4096 if smoke else 16384
+    results: dict = {"device": device, "steps": [], "checks": []}
+    for num_reqs in sizes:
+        layouts = _layouts(config, num_reqs, smoke)
+        state = RopeState(3, num_reqs, max_num_tokens, max_model_len, device, config=config)
+        table = TableKernel(num_reqs, max_num_tokens, max_model_len, device)
+        tracker = PositionTracker(config, max_num_reqs=num_reqs, max_num_batched_tokens=max_num_tokens)
+        for slot, layout in enumerate(layouts):
+            state.init_prefill_layout(slot, layout)
+            table.admit(slot, layout)
+            tracker.add_request_layout(slot, layout)
+        state.apply_staged_writes()
+        prefill = torch.tensor([layout.num_tokens for layout in layouts], dtype=torch.int32, device=device)
+        for kind in ("decode", "mixed"):
+            slots, counts, computed = _steps(num_reqs, layouts, kind, chunk, rng)
+            qsl = np.zeros(num_reqs + 1, np.int32)
+            np.cumsum(counts, out=qsl[1:])
+            total = int(qsl[-1])
+            args = (
+                torch.from_numpy(slots).to(device),
+                torch.from_numpy(qsl).to(device),
+                prefill,
+                torch.from_numpy(computed).to(device),
+            )
+            state.prepare_positions(*args)
+            table.prepare_positions(*args)
+            tracker_slots = np.array([tracker.slot(s) for s in slots.tolist()], np.int64)
+            expected = tracker.prepare_slots(tracker_slots, counts.astype(np.int64), computed[slots].astype(np.int64))
+            ours = state.get_positions(total).cpu()
+            same = torch.equal(ours, expected) and torch.equal(table.positions[:, :total].cpu(), expected)
+            results["checks"].append({"requests": num_reqs, "step": kind, "tokens": total, "equal": same})
+            contenders = {
+                "RopeState (layout rows)": lambda a=args, s=state: s.prepare_positions(*a),
+                "table design kernel": lambda a=args, t=table: t.prepare_positions(*a),
+            }
+            rounds = 3 if smoke else 15
+            target = 0.001 if smoke else 0.01
+            enqueue = compare(contenders, rounds=rounds, target_s=target)
+            landed = compare(
+                {k: (lambda fn=fn: (fn(), sync())) for k, fn in contenders.items()}, rounds=rounds, target_s=target
+            )
+            for name in contenders:
+                results["steps"].append(
+                    {
+                        "step": f"{kind}: {num_reqs} requests, {total} tokens",
+                        "contender": name,
+                        "enqueue_us": enqueue[name] * 1e6,
+                        "on_device_us": landed[name] * 1e6,
+                    }
+                )
+        del state, table, contenders  # free the device before the next size
+    results["memory"] = _memory(device, smoke)
+    return results
+
+
+def _memory(device: str, smoke: bool) -> dict:
+    """Bytes at 1,024 slots x 262,144 max_model_len (vLLM's table: 12 bytes per token per slot)."""
+    max_num_reqs, max_model_len, max_num_tokens = 1024, 262144, 8192
+    on_cuda = device.startswith("cuda")
+    if on_cuda:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+    state = RopeState(3, max_num_reqs, max_num_tokens, max_model_len, device)
+    out = {
+        "max_num_reqs": max_num_reqs,
+        "max_model_len": max_model_len,
+        "rope_state_device_bytes": state.device_nbytes(),
+        "rope_state_pinned_bytes": state.pinned_nbytes(),
+        "rope_state_breakdown": state.nbytes(),
+        "table_design_pinned_bytes": max_num_reqs * 3 * max_model_len * 4,
+        "max_num_rows": state.max_num_rows,
+    }
+    if on_cuda:
+        torch.cuda.synchronize()
+        out["cuda_allocator_bytes"] = torch.cuda.memory_allocated() - before
+    return out
+
+
+def print_report(results: dict) -> None:
+    print(f"\nRopeState on {results['device']}")
+    for c in results["checks"]:
+        verdict = "equal" if c["equal"] else "DIFFERENT"
+        print(f"- {c['step']} step, {c['requests']} requests, {c['tokens']} tokens: {verdict} to the CPU tracker")
+    print("| step | contender | enqueue | on device |\n|---|---|---|---|")
+    for r in results["steps"]:
+        print(f"| {r['step']} | {r['contender']} | {r['enqueue_us']:.1f} us | {r['on_device_us']:.1f} us |")
+    m = results["memory"]
+    print(
+        f"memory at {m['max_num_reqs']} x {m['max_model_len']}: RopeState {m['rope_state_device_bytes'] / 2**20:.2f} "
+        f"MiB device, {m['rope_state_pinned_bytes'] / 2**20:.2f} MiB pinned; the table design "
+        f"{m['table_design_pinned_bytes'] / 2**30:.2f} GiB pinned"
+    )
+
+
+# Argument types of each kernel for `compile_for_gpu`: MRV2's dtypes (int64 idx_mapping, int32 counts)
+_SIGNATURES = {
+    "prepare_kernel": {
+        "positions_ptr": "*i64",
+        "positions_stride": "i32",
+        "num_columns": "i32",
+        "records_ptr": "*i32",
+        "pool_ptr": "*i32",
+        "arena_ptr": "*i32",
+        "max_num_reqs": "i32",
+        "idx_mapping_ptr": "*i64",
+        "query_start_loc_ptr": "*i32",
+        "prefill_lens_ptr": "*i32",
+        "num_computed_tokens_ptr": "*i32",
+    },
+    "read_kernel": {
+        "out_ptr": "*i32",
+        "length": "i32",
+        "records_ptr": "*i32",
+        "pool_ptr": "*i32",
+        "arena_ptr": "*i32",
+        "slot": "i32",
+    },
+    "scatter_kernel": {"dst_ptr": "*i32", "src_ptr": "*i32", "headers_at": "i32"},
+}
+
+
+def compile_for_gpu(capability: int = 90) -> dict[str, str]:
+    """Compile RopeState's kernels for a CUDA GPU of this compute capability
+    (90: H100, H200) without one, through triton's ahead-of-time compiler:
+    it catches what the interpreter lets through (types, shapes, constructs
+    the compiler lacks). Returns each kernel's "ok" or its error. Needs
+    TRITON_INTERPRET unset when the kernels were imported."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from mrope_tracker import triton_step
+
+    target = GPUTarget("cuda", capability, 32)
+    out = {}
+    for name, signature in _SIGNATURES.items():
+        out[name] = "ok"
+        # the position kernels once per number of axes (3: M-RoPE; 4: HunYuan-VL)
+        for num_dims in (3, 4) if name != "scatter_kernel" else (None,):
+            dims = {} if num_dims is None else {"NUM_DIMS": num_dims}
+            source = ASTSource(
+                fn=getattr(triton_step, name),
+                signature={**signature, "BLOCK_SIZE": "constexpr", **dict.fromkeys(dims, "constexpr")},
+                constexprs={"BLOCK_SIZE": 1024, **dims},
+            )
+            try:
+                triton.compile(source, target=target)
+            except Exception as exc:  # a compile error of any kind is the finding
+                out[name] = f"{'' if num_dims is None else f'NUM_DIMS={num_dims}: '}{type(exc).__name__}: {exc}"
+                break
+    return out

@@ -1,0 +1,129 @@
+"""The device form of a layout, as `RopeState` keeps it: int32, integers only.
+
+A layout row (kernels/layout_codes.py) holds integers, except the time scale
+of a grid row whose tau mode is one of the float ones (TAU_F32, TAU_F64,
+TAU_F32_RATE): tau(f) there is a float product. The device kernel does
+integer arithmetic only, so the products are made here, at admission, by
+the same numba code the CPU path runs (`fill_positions` on a stand-in row
+whose frames are one token each), and each such row gets one of:
+
+- a step k, when tau(f) = f * k for every frame the row covers (the common
+  case: a whole number of positions per frame, 2 for Qwen2.5-VL videos at
+  2 fps, 25 for Omni), or 0 when the row covers frame 0 only;
+- otherwise a small table: the row's tau values, one int32 per frame,
+  stored in pool rows right after the request's layout rows.
+
+A device row is the host row's COL_* columns cast to int32 (every value fits:
+admission refuses a prompt whose tokens or positions pass 2**31 - 1, which
+vLLM's own int32 table could not hold either) followed by two columns of its
+own, DCOL_TAU_STEP and DCOL_TAU_AT. A TAU_FRAME grid row gets step 1.
+
+This module imports no triton: it is the host half of `RopeState`'s
+admission, shared with its tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import layout_codes as C
+from .kernels.layout_fill import fill_positions
+
+__all__ = [
+    "DCOL_TAU_STEP",
+    "DCOL_TAU_AT",
+    "NUM_DEVICE_COLS",
+    "TAU_FROM_TABLE",
+    "INT32_MAX",
+    "S_ROW_START",
+    "S_NUM_ROWS",
+    "S_PROMPT_LEN",
+    "S_DELTA",
+    "S_OVERRIDE_AT",
+    "S_OVERRIDE_LEN",
+    "NUM_SLOT_COLS",
+    "device_rows",
+]
+
+# --- device row columns: the host's COL_* (0 .. NUM_COLS - 1), then these ----
+DCOL_TAU_STEP = C.NUM_COLS  # GRID: tau(f) = f * step when step >= 0; TAU_FROM_TABLE: from the table
+DCOL_TAU_AT = C.NUM_COLS + 1  # GRID with a table: tau(f) = pool_flat[request's first row * width + at + f]
+NUM_DEVICE_COLS = C.NUM_COLS + 2
+TAU_FROM_TABLE = -1
+
+INT32_MAX = 2**31 - 1
+
+# --- per-slot record (int32), one row per request slot ------------------------
+S_ROW_START = 0  # the request's first pool row
+S_NUM_ROWS = 1  # its layout rows (the binary search's range; tau tables follow them)
+S_PROMPT_LEN = 2  # tokens the rows cover (len(prefill_token_ids))
+S_DELTA = 3  # mrope_position_delta
+S_OVERRIDE_AT = 4  # EVS: first element of the request's dense override in the arena
+S_OVERRIDE_LEN = 5  # EVS: tokens the override covers (0: none)
+NUM_SLOT_COLS = 6
+
+
+def device_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(device rows [n, NUM_DEVICE_COLS] int32, tau table int32) of a layout's
+    `rows` and `scales`. DCOL_TAU_AT is relative to the request's first pool
+    row, so the rows can move in the pool (compaction) unchanged. The caller
+    has checked that every value fits in int32."""
+    n = rows.shape[0]
+    out = np.empty((n, NUM_DEVICE_COLS), np.int32)
+    out[:, : C.NUM_COLS] = rows
+    out[:, DCOL_TAU_STEP] = 1
+    out[:, DCOL_TAU_AT] = 0
+    scaled = np.flatnonzero((rows[:, C.COL_KIND] == C.KIND_GRID) & (rows[:, C.COL_SCALED] != C.TAU_FRAME))
+    if scaled.size == 0:
+        return out, _NO_TAUS
+    hw = rows[scaled, C.COL_H] * rows[scaled, C.COL_W]
+    first = rows[scaled, C.COL_GRID_OFFSET]
+    f0 = first // hw
+    f1 = (first + rows[scaled, C.COL_TOK_LEN] - 1) // hw
+    out[scaled[f1 == 0], DCOL_TAU_STEP] = 0  # frame 0 only: tau(0) = 0 in every mode
+    multi = f1 > 0
+    if not multi.any():
+        return out, _NO_TAUS
+    scaled, f0, f1 = scaled[multi], f0[multi], f1[multi]
+    taus = _frame_taus(rows, scales, scaled, f0, f1)
+    tables = []
+    table_len = 0
+    table_start = n * NUM_DEVICE_COLS  # the table follows the layout rows
+    at = 0
+    for k, r in enumerate(scaled.tolist()):
+        a, b = int(f0[k]), int(f1[k])
+        values = taus[at : at + b - a + 1]
+        at += b - a + 1
+        step = int(values[-1]) // b
+        if (values == np.arange(a, b + 1) * step).all():
+            out[r, DCOL_TAU_STEP] = step
+            continue
+        out[r, DCOL_TAU_STEP] = TAU_FROM_TABLE
+        out[r, DCOL_TAU_AT] = table_start + table_len - a
+        tables.append(values)
+        table_len += values.shape[0]
+    if not tables:
+        return out, _NO_TAUS
+    return out, np.concatenate(tables).astype(np.int32)
+
+
+_NO_TAUS = np.zeros(0, np.int32)
+
+
+def _frame_taus(rows, scales, scaled, f0, f1) -> np.ndarray:
+    """tau(f) for frames f0[k] .. f1[k] of each row scaled[k], concatenated:
+    the CPU kernels' own rule, run on stand-in rows of one token per frame."""
+    counts = f1 - f0 + 1
+    standin = np.zeros((scaled.shape[0], C.NUM_COLS), np.int64)
+    standin[:, C.COL_TOK_START] = np.cumsum(counts) - counts
+    standin[:, C.COL_TOK_LEN] = counts
+    standin[:, C.COL_KIND] = C.KIND_GRID
+    standin[:, C.COL_GRID_OFFSET] = f0
+    standin[:, C.COL_T] = f1 + 1
+    standin[:, C.COL_H] = 1
+    standin[:, C.COL_W] = 1
+    standin[:, C.COL_SCALED] = rows[scaled, C.COL_SCALED]
+    total = int(counts.sum())
+    out = np.empty((3, total), np.int64)
+    fill_positions(out, 0, standin, np.ascontiguousarray(scales[scaled]), 0, scaled.shape[0], 0, total)
+    return out[0]

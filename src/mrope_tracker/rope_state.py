@@ -1,0 +1,528 @@
+"""`RopeState`: vLLM 0.33 Model Runner V2's M-RoPE state, with O(items) memory.
+
+A drop-in for ``vllm.v1.worker.gpu.mm.rope.RopeState``: the same
+constructor, methods and `positions` buffer, called at the same points by
+MRV2. Where vLLM keeps a pinned int32 table of every slot's prompt positions
+([max_num_reqs * 3, max_model_len], read over UVA), this keeps each prompt's
+layout rows (device_rows.py) in a device row pool sized by a row budget, and
+one Triton kernel per step (triton_step.py) writes every scheduled token's
+positions from them, with integer arithmetic and no host sync.
+
+Lifecycle (as MRV2 calls it):
+- `init_prefill_positions(req_idx, model, prefill_token_ids, mm_features)`
+  builds the layout on the host from the features' placeholder ranges
+  (`mrope_tracker.vllm.layout_from_features`: O(items), the ids are only
+  counted) and stages its rows; the slot's previous request, if any, is
+  dropped (MRV2 never removes a request from its RopeState: a slot is
+  simply admitted again).
+- `apply_staged_writes()` moves every staged row and slot record to the
+  device: one copy and one scatter launch (rope_staging.py).
+- `prepare_positions(...)` launches the step kernel once; `get_positions(n)`
+  is the buffer's first n columns.
+- EVS: `read_prefill_positions` materialises a slot's positions on the
+  device; `update_prefill_positions` gives the slot a dense override of its
+  own (positions need not fit layout rows), freed when the slot is admitted
+  again or removed (`remove_request`).
+
+Memory: the pool's rows are allocated at the free top; when the top runs
+out, live rows are slid down (one gather on the device, at admission only);
+only when the live rows of all slots leave too little room is an admission
+refused (ValueError naming max_num_rows).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from . import device_rows as D
+from .admission import check_layout
+from .config import MRopeConfig
+from .inputs import as_index
+from .kernels import layout_codes as C
+from .layout import PromptLayout
+from .rope_staging import StagedWrites
+
+__all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes"]
+
+DEFAULT_ROWS_PER_REQ = 64
+DEFAULT_STAGING_BYTES = 256 * 1024
+# position rows: 3 (T, H, W) for M-RoPE, 4 for HunYuan-VL's XD-RoPE (the family's num_dims)
+SUPPORTED_NUM_DIMS = (3, 4)
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def load_kernels():
+    """The Triton kernels (triton_step.py), or an ImportError naming triton."""
+    try:
+        from . import triton_step
+    except ImportError as exc:
+        raise ImportError(
+            f"RopeState: makes positions with a Triton kernel and needs the `triton` package, which could not be "
+            f"imported ({exc}); install it (pip install triton) or use PositionTracker, which needs none"
+        ) from exc
+    return triton_step
+
+
+class RopeState:
+    """M-RoPE positions for MRV2, from O(items) layout rows kept on `device`.
+
+    Args (vLLM's):
+        num_dims: position rows the model reads: the family's `num_dims`,
+            3 (T, H, W), or 4 for HunYuan-VL.
+        max_num_reqs: request slots (MRV2's `req_idx` space).
+        max_num_tokens: most tokens one step schedules.
+        max_model_len: longest request (prompt plus outputs).
+        device: where positions are made (a CUDA device; "cpu" runs the
+            kernels under TRITON_INTERPRET=1, for tests).
+    Keywords (ours):
+        config: an `MRopeConfig` to use for every request; without it each
+            model object's `.config` is read once, under `semantics`.
+        semantics: the preset a model's config is read with (default
+            "vllm-0.33": vLLM 0.33's positions, bit for bit).
+        max_num_rows: the device row pool's size, layout rows and tau tables
+            of all slots together (default 64 per slot).
+        staging_bytes: size of each of the two host staging buffers.
+        block_size: tokens per kernel block (1024; smaller in tests).
+    """
+
+    def __init__(
+        self,
+        num_dims: int,
+        max_num_reqs: int,
+        max_num_tokens: int,
+        max_model_len: int,
+        device,
+        *,
+        config: MRopeConfig | None = None,
+        semantics: str = "vllm-0.33",
+        max_num_rows: int | None = None,
+        staging_bytes: int = DEFAULT_STAGING_BYTES,
+        block_size: int = 1024,
+    ) -> None:
+        num_dims = as_index(num_dims, "num_dims")
+        if num_dims not in SUPPORTED_NUM_DIMS:
+            raise ValueError(f"num_dims: expected 3 (T, H, W) or 4 (HunYuan-VL) position rows, got {num_dims}")
+        if config is not None and isinstance(config, MRopeConfig) and config.num_dims != num_dims:
+            raise ValueError(
+                f"num_dims: expected {config.family}'s {config.num_dims} position rows (config.num_dims), "
+                f"got {num_dims}"
+            )
+        self.num_dims = num_dims
+        self.max_num_reqs = as_index(max_num_reqs, "max_num_reqs", minimum=1, maximum=2**20)
+        self.max_num_tokens = as_index(max_num_tokens, "max_num_tokens", minimum=1, maximum=2**30)
+        self.max_model_len = as_index(max_model_len, "max_model_len", minimum=1, maximum=D.INT32_MAX)
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device: expected a torch device such as 'cuda:0', got {device!r} ({exc})") from None
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device: {device!r} was asked for but CUDA is not available")
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device: expected a CUDA device (or 'cpu' for the interpreter), got {device!r}")
+        if config is not None and not isinstance(config, MRopeConfig):
+            raise TypeError(f"config: expected an MRopeConfig or None, got {type(config).__name__}")
+        self.config = config
+        self.semantics = semantics
+        if max_num_rows is None:
+            max_num_rows = self.max_num_reqs * DEFAULT_ROWS_PER_REQ
+        self.max_num_rows = as_index(max_num_rows, "max_num_rows", minimum=1, maximum=(D.INT32_MAX // 64))
+        staging_bytes = as_index(staging_bytes, "staging_bytes", minimum=1024, maximum=2**30)
+        self.block_size = as_index(block_size, "block_size", minimum=16, maximum=8192)
+        if self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size: expected a power of two, got {self.block_size}")
+        self._kernels = load_kernels()
+
+        # the buffer the model reads, as vLLM's: one extra column keeps [:, :n] views non-contiguous
+        self.positions = torch.zeros((num_dims, self.max_num_tokens + 1), dtype=torch.int64, device=self.device)
+        # slot records, then the row pool, in one flat int32 tensor: every staged write is an offset into it
+        records_size = self.max_num_reqs * D.NUM_SLOT_COLS
+        self._pool_at = records_size
+        self._state = torch.zeros(
+            records_size + self.max_num_rows * D.NUM_DEVICE_COLS, dtype=torch.int32, device=self.device
+        )
+        self._records_dev = self._state[:records_size].view(self.max_num_reqs, D.NUM_SLOT_COLS)
+        self._pool_dev = self._state[records_size:].view(self.max_num_rows, D.NUM_DEVICE_COLS)
+        self._staging = StagedWrites(staging_bytes // 4, self.device, self._kernels.scatter_kernel)
+        # host side: the records as staged, and the pool rows each slot holds (0: none)
+        self._records = np.zeros((self.max_num_reqs, D.NUM_SLOT_COLS), np.int32)
+        self._rows_held = np.zeros(self.max_num_reqs, np.int64)
+        self._top = 0  # pool rows [0, top) may be held, [top, max_num_rows) are free
+        # EVS: slot -> its dense [num_dims, length] int32 positions; all of them, flattened, in one arena
+        self._overrides: dict[int, torch.Tensor] = {}
+        self._arena = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self._arena_dirty = False
+        self._model = None
+        self._model_config: MRopeConfig | None = None
+
+    # ------------------------------------------------------------------ admission
+    def init_prefill_positions(self, req_idx: int, model, prefill_token_ids, mm_features) -> None:
+        """Admit slot `req_idx`: the layout of `prefill_token_ids` (the prompt,
+        plus any tokens generated before a preemption, which sit past the
+        last item like text) from vLLM's `mm_features`, staged for the next
+        `apply_staged_writes`. `model` is the vLLM model (its `.config` read
+        once per model object) or an `MRopeConfig`."""
+        from .vllm import layout_from_features  # (imports this module lazily: no cycle at import)
+
+        slot = self._slot(req_idx)
+        if isinstance(prefill_token_ids, (str, bytes)) or not hasattr(prefill_token_ids, "__len__"):
+            raise TypeError(f"prefill_token_ids: expected a list of token ids, got {type(prefill_token_ids).__name__}")
+        num_tokens = len(prefill_token_ids)
+        if not 1 <= num_tokens <= self.max_model_len:
+            raise ValueError(
+                f"prefill_token_ids: expected 1 to max_model_len={self.max_model_len} tokens, got {num_tokens}"
+            )
+        layout = layout_from_features(self._config_of(model), num_tokens, mm_features)
+        self._admit(slot, layout)
+
+    def init_prefill_layout(self, req_idx: int, layout: PromptLayout) -> None:
+        """`init_prefill_positions` for a `PromptLayout` built elsewhere (for
+        instance in the front-end process); one built under another config
+        than this state's `config` is refused."""
+        slot = self._slot(req_idx)
+        if self.config is not None:
+            check_layout(layout, self.config)
+        elif not isinstance(layout, PromptLayout):
+            raise TypeError(f"layout: expected a PromptLayout, got {type(layout).__name__}")
+        if layout.num_tokens > self.max_model_len:
+            raise ValueError(
+                f"layout: expected at most max_model_len={self.max_model_len} tokens, got {layout.num_tokens}"
+            )
+        self._admit(slot, layout)
+
+    def _admit(self, slot: int, layout: PromptLayout) -> None:
+        rows_of = layout.config.num_dims if layout.config is not None else None
+        if rows_of not in (None, self.num_dims) or (
+            self.num_dims == 3 and (layout.rows[:, C.COL_KIND] == C.KIND_XD_GRID).any()
+        ):
+            raise ValueError(
+                f"layout: expected positions of this state's {self.num_dims} rows, got a layout of "
+                f"{rows_of or 4} ({layout.config.family if layout.config is not None else 'XD_GRID rows'})"
+            )
+        if layout.max_position > D.INT32_MAX:
+            raise ValueError(
+                f"prefill_token_ids: positions reach {layout.max_position}, past the int32 positions a device "
+                f"row holds ({D.INT32_MAX})"
+            )
+        rows, taus = D.device_rows(layout.rows, layout.scales)
+        n = rows.shape[0]
+        total = n + math.ceil(taus.shape[0] / D.NUM_DEVICE_COLS)
+        start = self._allocate(slot, total)  # the last check: nothing has changed if it raises
+        block = np.zeros(total * D.NUM_DEVICE_COLS, np.int32)
+        block[: n * D.NUM_DEVICE_COLS] = rows.reshape(-1)
+        block[n * D.NUM_DEVICE_COLS : n * D.NUM_DEVICE_COLS + taus.shape[0]] = taus
+        self._staging.stage(self._pool_at + start * D.NUM_DEVICE_COLS, block, self._state)
+        self._drop_override(slot)
+        self._rows_held[slot] = total
+        self._set_record(slot, start, n, layout.num_tokens, layout.delta)
+
+    def _allocate(self, slot: int, total: int) -> int:
+        """First pool row of `total` free rows for `slot`, whose current rows
+        (if any) are given up; raises, changing nothing, when they do not fit."""
+        if self._top + total > self.max_num_rows:
+            live = int(self._rows_held.sum() - self._rows_held[slot])
+            if live + total > self.max_num_rows:
+                raise ValueError(
+                    f"max_num_rows: the device row pool of {self.max_num_rows} rows is exhausted: live requests "
+                    f"hold {live}, this one needs {total}; build the RopeState with a larger max_num_rows"
+                )
+            self._compact(slot)
+        start = self._top
+        self._top += total
+        return start
+
+    def _compact(self, dropped: int) -> None:
+        """Slide every live slot's rows (but `dropped`'s) to the bottom of the pool."""
+        self._staging.apply(self._state)  # every staged row is where the records say
+        self._rows_held[dropped] = 0
+        live = np.flatnonzero(self._rows_held)
+        live = live[np.argsort(self._records[live, D.S_ROW_START], kind="stable")]
+        held = self._rows_held[live]
+        new_starts = np.cumsum(held) - held
+        total = int(held.sum())
+        if total:
+            old_starts = self._records[live, D.S_ROW_START].astype(np.int64)
+            source = np.repeat(old_starts - new_starts, held) + np.arange(total)
+            index = torch.from_numpy(source).to(self.device)
+            self._pool_dev[:total] = self._pool_dev.index_select(0, index)
+            self._records[live, D.S_ROW_START] = new_starts
+            # every record in one write (nothing else is staged: the apply above emptied the buffer)
+            self._staging.stage(0, self._records.reshape(-1).copy(), self._state)
+            self._staging.apply(self._state)
+        self._top = total
+
+    def _set_record(self, slot: int, row_start: int, num_rows: int, prompt_len: int, delta: int) -> None:
+        record = self._records[slot]
+        record[D.S_ROW_START] = row_start
+        record[D.S_NUM_ROWS] = num_rows
+        record[D.S_PROMPT_LEN] = prompt_len
+        record[D.S_DELTA] = delta
+        self._stage_record(slot)
+
+    def _stage_record(self, slot: int) -> None:
+        self._staging.stage(slot * D.NUM_SLOT_COLS, self._records[slot].copy(), self._state)
+
+    def remove_request(self, req_idx: int) -> None:
+        """Free slot `req_idx`'s rows and override now (MRV2 never calls it:
+        a slot's state is replaced when it is admitted again). The slot then
+        gives index + 0 for every token, as a slot never admitted."""
+        slot = self._slot(req_idx)
+        self._drop_override(slot)
+        self._rows_held[slot] = 0
+        self._set_record(slot, 0, 0, 0, 0)
+
+    def apply_staged_writes(self) -> None:
+        """Move every staged admission and EVS update to the device: one copy,
+        one scatter launch (nothing when nothing is staged)."""
+        if self._arena_dirty:
+            self._rebuild_arena()
+        self._staging.apply(self._state)
+
+    # ------------------------------------------------------------------ steps
+    def get_positions(self, num_tokens: int) -> torch.Tensor:
+        """The positions buffer's first `num_tokens` columns (CUDA-graph padded
+        counts included: columns past the step's tokens keep their values)."""
+        num_tokens = as_index(num_tokens, "num_tokens", maximum=self.max_num_tokens + 1)
+        return self.positions[:, :num_tokens]
+
+    def prepare_positions(
+        self,
+        idx_mapping: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        prefill_lens: torch.Tensor,
+        num_computed_tokens: torch.Tensor,
+    ) -> None:
+        """Write the positions of every scheduled token into `positions`, in
+        one kernel launch and without waiting for the device.
+
+        `idx_mapping` [num_reqs]: batch entry -> slot; `query_start_loc`
+        [>= num_reqs + 1]: each entry's first column; `prefill_lens` and
+        `num_computed_tokens` [max_num_reqs]: per slot, as MRV2's request
+        states hold them. Only what the host knows is checked (devices,
+        dtypes, shapes). The caller guarantees the values: every slot of
+        `idx_mapping` admitted, and the queries inside the buffer; the
+        kernel still keeps every access in bounds whatever they hold (a slot
+        outside [0, max_num_reqs) writes nothing, no column past the buffer
+        is written)."""
+        num_reqs = self._check_index_tensor(idx_mapping, "idx_mapping", 0, self.max_num_reqs)
+        self._check_index_tensor(query_start_loc, "query_start_loc", num_reqs + 1, None)
+        self._check_index_tensor(prefill_lens, "prefill_lens", self.max_num_reqs, None)
+        self._check_index_tensor(num_computed_tokens, "num_computed_tokens", self.max_num_reqs, None)
+        if self._staging.pending or self._arena_dirty:
+            self.apply_staged_writes()
+        if num_reqs == 0:
+            return
+        self._kernels.prepare_kernel[(num_reqs,)](
+            self.positions,
+            self.positions.stride(0),
+            self.positions.shape[1],
+            self._records_dev,
+            self._pool_dev,
+            self._arena,
+            self.max_num_reqs,
+            idx_mapping,
+            query_start_loc,
+            prefill_lens,
+            num_computed_tokens,
+            BLOCK_SIZE=self.block_size,
+            NUM_DIMS=self.num_dims,
+        )
+
+    def _check_index_tensor(self, value, name: str, minimum: int, maximum: int | None) -> int:
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
+        if value.dtype not in _INDEX_DTYPES:
+            raise TypeError(f"{name}: expected an int32 or int64 tensor, got {value.dtype}")
+        if value.device != self.device and not (
+            value.device.type == self.device.type == "cuda" and self.device.index is None
+        ):
+            raise ValueError(f"{name}: expected a tensor on {self.device}, got one on {value.device}")
+        if value.ndim != 1 or (value.shape[0] > 1 and value.stride(0) != 1):
+            raise ValueError(f"{name}: expected a contiguous 1-D tensor, got shape {tuple(value.shape)}")
+        size = value.shape[0]
+        if size < minimum or (maximum is not None and size > maximum):
+            bounds = f"{minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+            raise ValueError(f"{name}: expected {bounds} elements, got {size}")
+        return size
+
+    # ------------------------------------------------------------------ EVS
+    def read_prefill_positions(self, req_idx: int, length: int) -> torch.Tensor:
+        """Slot `req_idx`'s positions of tokens [0, length), made on the device
+        as a new int32 [num_dims, length] tensor (vLLM's table dtype)."""
+        slot = self._slot(req_idx)
+        length = as_index(length, "length", maximum=self.max_model_len)
+        if self._staging.pending or self._arena_dirty:
+            self.apply_staged_writes()
+        out = torch.empty((self.num_dims, length), dtype=torch.int32, device=self.device)
+        if length:
+            grid = (triton_cdiv(length, self.block_size),)
+            self._kernels.read_kernel[grid](
+                out,
+                length,
+                self._records_dev,
+                self._pool_dev,
+                self._arena,
+                slot,
+                BLOCK_SIZE=self.block_size,
+                NUM_DIMS=self.num_dims,
+            )
+        return out
+
+    def update_prefill_positions(self, req_idx: int, positions: torch.Tensor, delta: int) -> None:
+        """Give slot `req_idx` new positions for its first `positions.shape[1]`
+        tokens, and a new delta, at once (this applies the staged writes).
+
+        Recomputed positions need not fit layout rows, so they are kept as a
+        dense int32 override of the slot's own, in the device arena; its
+        other tokens keep their rows. The override is freed when the slot is
+        admitted again or removed."""
+        slot = self._slot(req_idx)
+        if not isinstance(positions, torch.Tensor):
+            raise TypeError(f"positions: expected a torch.Tensor, got {type(positions).__name__}")
+        if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
+            raise TypeError(f"positions: expected an integer tensor, got {positions.dtype}")
+        prompt_len = int(self._records[slot, D.S_PROMPT_LEN])
+        if positions.ndim != 2 or positions.shape[0] != self.num_dims or positions.shape[1] > prompt_len:
+            raise ValueError(
+                f"positions: expected shape ({self.num_dims}, n) with n at most the slot's {prompt_len} prefill "
+                f"tokens, got {tuple(positions.shape)}"
+            )
+        if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, np.integer)):
+            raise TypeError(f"delta: expected an int, got {type(delta).__name__}")
+        if not -D.INT32_MAX <= delta <= D.INT32_MAX:
+            raise ValueError(f"delta: expected an int32, got {delta}")
+        self._overrides[slot] = positions.to(device=self.device, dtype=torch.int32).contiguous().clone()
+        self._arena_dirty = True
+        self._records[slot, D.S_DELTA] = delta
+        self._stage_record(slot)
+        self.apply_staged_writes()
+
+    def _drop_override(self, slot: int) -> None:
+        if self._overrides.pop(slot, None) is not None:
+            self._records[slot, D.S_OVERRIDE_AT] = 0
+            self._records[slot, D.S_OVERRIDE_LEN] = 0
+            self._arena_dirty = True
+            self._stage_record(slot)
+
+    def _rebuild_arena(self) -> None:
+        at = 0
+        for slot, dense in self._overrides.items():
+            self._records[slot, D.S_OVERRIDE_AT] = at
+            self._records[slot, D.S_OVERRIDE_LEN] = dense.shape[1]
+            self._stage_record(slot)
+            at += dense.numel()
+        if self._overrides:
+            self._arena = torch.cat([dense.reshape(-1) for dense in self._overrides.values()])
+        else:
+            self._arena = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self._arena_dirty = False
+
+    # ------------------------------------------------------------------ helpers
+    def _slot(self, req_idx) -> int:
+        if isinstance(req_idx, (bool, np.bool_)) or not isinstance(req_idx, (int, np.integer)):
+            raise TypeError(f"req_idx: expected an int slot, got {type(req_idx).__name__}")
+        if not 0 <= req_idx < self.max_num_reqs:
+            raise ValueError(f"req_idx: expected a slot in [0, {self.max_num_reqs}), got {req_idx}")
+        return int(req_idx)
+
+    def _config_of(self, model) -> MRopeConfig:
+        if isinstance(model, MRopeConfig):
+            return model
+        if self.config is not None:
+            return self.config
+        if model is not self._model:
+            hf_config = getattr(model, "config", None)
+            if hf_config is None:
+                raise TypeError(
+                    f"model: expected a vLLM model (with .config) or an MRopeConfig, got {type(model).__name__}"
+                )
+            self._model_config = MRopeConfig.from_hf_config(hf_config, semantics=self.semantics)
+            self._model = model
+        return self._model_config
+
+    def nbytes(self) -> dict[str, int]:
+        """Every buffer this state holds, in bytes (`device_nbytes` and
+        `pinned_nbytes` sum them by where they live)."""
+        sizes = {
+            "positions": self.positions.nbytes,
+            "slot_records": self._records_dev.nbytes,
+            "row_pool": self._pool_dev.nbytes,
+            "evs_arena": self._arena.nbytes,
+        }
+        sizes.update(self._staging.nbytes())
+        return sizes
+
+    def device_nbytes(self) -> int:
+        return sum(v for k, v in self.nbytes().items() if not k.startswith("staging_pinned") and k != "staging_host")
+
+    def pinned_nbytes(self) -> int:
+        return self.nbytes().get("staging_pinned", 0)
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the host bookkeeping is inconsistent (for tests)."""
+        held = [(int(self._records[s, D.S_ROW_START]), int(n)) for s, n in enumerate(self._rows_held) if n]
+        held.sort()
+        for (start, n), (next_start, _) in zip(held, held[1:]):
+            assert start + n <= next_start, "two slots share pool rows"
+        assert all(start + n <= self._top <= self.max_num_rows for start, n in held)
+        for slot in range(self.max_num_reqs):
+            assert self._records[slot, D.S_NUM_ROWS] <= self._rows_held[slot]
+            assert (slot in self._overrides) or self._records[slot, D.S_OVERRIDE_LEN] == 0 or self._arena_dirty
+
+
+def planned_nbytes(
+    max_num_reqs: int,
+    max_num_tokens: int,
+    *,
+    on_cuda: bool = True,
+    max_num_rows: int | None = None,
+    staging_bytes: int = DEFAULT_STAGING_BYTES,
+    num_dims: int = 3,
+) -> dict[str, int]:
+    """What `RopeState(...).nbytes()` will be (with no EVS override), computed
+    without building one (or importing triton): its memory is fixed at
+    construction, whatever the requests and max_model_len."""
+    if max_num_rows is None:
+        max_num_rows = max_num_reqs * DEFAULT_ROWS_PER_REQ
+    staging = 4 * (staging_bytes // 4)
+    return {
+        "positions": num_dims * (max_num_tokens + 1) * 8,
+        "slot_records": max_num_reqs * D.NUM_SLOT_COLS * 4,
+        "row_pool": max_num_rows * D.NUM_DEVICE_COLS * 4,
+        "evs_arena": 4,
+        "staging_pinned" if on_cuda else "staging_host": 2 * staging,
+        "staging_device": staging,
+    }
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def get_rope_state(
+    model_config,
+    model,
+    max_num_reqs: int,
+    max_num_tokens: int,
+    max_model_len: int,
+    device,
+    *,
+    semantics: str = "vllm-0.33",
+) -> RopeState | None:
+    """vLLM 0.33's `get_rope_state`, returning our `RopeState`: None when the
+    model does not use M-RoPE, as vLLM's; the model's config read under
+    `semantics`. A model this package does not know raises ValueError (the
+    plugin then falls back to vLLM's own, see vllm_plugin.py)."""
+    if not model_config.uses_mrope:
+        return None
+    config = MRopeConfig.from_hf_config(model_config.hf_config, semantics=semantics)
+    return RopeState(
+        model_config.mrope_num_dims,
+        max_num_reqs,
+        max_num_tokens,
+        max_model_len,
+        device,
+        config=config,
+    )

@@ -1,0 +1,237 @@
+"""The Triton kernels of `RopeState` (rope_state.py): positions made on the device.
+
+Importing this module imports triton; `rope_state` imports it only when a
+`RopeState` is built, so the rest of the package never needs triton.
+
+State the kernels read (all int32, on the device):
+- `records` [max_num_reqs, NUM_SLOT_COLS]: per slot, its first pool row, its
+  layout rows, the tokens they cover, its delta and its EVS override;
+- `pool` [rows, NUM_DEVICE_COLS]: every request's device rows (device_rows.py),
+  then its tau table, in one block per request;
+- `arena`: the dense EVS overrides, [num_dims, length] each, flattened.
+
+Per token, `_token_positions` finds its layout row by a binary search over
+the slot's rows (sorted by COL_TOK_START, the first at 0) and applies that
+row's kind: one clearly separated block per KIND_*. `NUM_DIMS` (3, or 4 for
+HunYuan-VL) is a compile-time constant: a 3-axis state's kernels hold no
+code for a fourth row, and a 4-axis state's add HunYuan-VL's XD_GRID rows and
+the fourth store. Integer arithmetic
+only: the float products of tau were made at admission. Every load stays
+inside what admission wrote, whatever the step's arguments hold: a slot
+outside [0, max_num_reqs) writes nothing, tokens outside the prompt never
+read a row's tau table, and no store goes past the positions buffer.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from . import device_rows as D
+from .kernels import layout_codes as C
+
+# Triton reads module-level integers only when they are constexpr.
+COL_TOK_START = tl.constexpr(C.COL_TOK_START)
+COL_KIND = tl.constexpr(C.COL_KIND)
+COL_BASE = tl.constexpr(C.COL_BASE)
+COL_GRID_OFFSET = tl.constexpr(C.COL_GRID_OFFSET)
+COL_H = tl.constexpr(C.COL_H)
+COL_W = tl.constexpr(C.COL_W)
+KIND_LINEAR = tl.constexpr(C.KIND_LINEAR)
+KIND_CONST = tl.constexpr(C.KIND_CONST)
+KIND_GRID = tl.constexpr(C.KIND_GRID)
+KIND_GRID_RAW = tl.constexpr(C.KIND_GRID_RAW)
+KIND_XD_GRID = tl.constexpr(C.KIND_XD_GRID)
+COL_ORDINAL = tl.constexpr(C.COL_ORDINAL)
+DCOL_TAU_STEP = tl.constexpr(D.DCOL_TAU_STEP)
+DCOL_TAU_AT = tl.constexpr(D.DCOL_TAU_AT)
+WIDTH = tl.constexpr(D.NUM_DEVICE_COLS)
+S_ROW_START = tl.constexpr(D.S_ROW_START)
+S_NUM_ROWS = tl.constexpr(D.S_NUM_ROWS)
+S_PROMPT_LEN = tl.constexpr(D.S_PROMPT_LEN)
+S_DELTA = tl.constexpr(D.S_DELTA)
+S_OVERRIDE_AT = tl.constexpr(D.S_OVERRIDE_AT)
+S_OVERRIDE_LEN = tl.constexpr(D.S_OVERRIDE_LEN)
+SLOT_WIDTH = tl.constexpr(D.NUM_SLOT_COLS)
+
+
+@triton.jit
+def _find_rows(pool_ptr, row_start, num_rows, tok):
+    """Per token, the last of the slot's rows whose first token is <= tok
+    (a branch-free binary search; every probe lies inside the slot's rows)."""
+    lo = tl.zeros_like(tok) + row_start
+    size = num_rows
+    while size > 1:
+        half = size // 2
+        mid = lo + half
+        start = tl.load(pool_ptr + mid * WIDTH + COL_TOK_START)
+        lo = tl.where(start <= tok, mid, lo)
+        size = size - half
+    return lo
+
+
+@triton.jit
+def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr):
+    """(T, H, W, X) of prompt tokens `tok` in pool rows `row`, int64; `valid`
+    masks the lanes whose token lies in the prompt (only they read a table).
+    X, the fourth axis, is T except in an XD_GRID row (4-axis states only)."""
+    at = pool_ptr + row * WIDTH
+    kind = tl.load(at + COL_KIND)
+    n = tok - tl.load(at + COL_TOK_START)
+    base = tl.load(at + COL_BASE).to(tl.int64)
+
+    # KIND_LINEAR: base + n on the three rows (text, audio, decode-like runs)
+    t = base + n
+    h = t
+    w = t
+
+    # KIND_CONST: every token at base (Omni's shared bos/eos pair)
+    is_const = kind == KIND_CONST
+    t = tl.where(is_const, base, t)
+    h = tl.where(is_const, base, h)
+    w = tl.where(is_const, base, w)
+
+    # KIND_GRID: token g of a (t', h', w') grid at (base + tau(f), base + i, base + j);
+    # KIND_GRID_RAW: at (base + tau(f), i, j), no base on H and W (Isaac)
+    is_raw = kind == KIND_GRID_RAW
+    is_grid = (kind == KIND_GRID) | is_raw
+    reads_grid = is_grid
+    if NUM_DIMS > 3:  # KIND_XD_GRID reads the same grid columns (w' + 1 wide, t' = 1)
+        is_xd = kind == KIND_XD_GRID
+        reads_grid = is_grid | is_xd
+    grid_h = tl.where(reads_grid, tl.load(at + COL_H), 1)
+    grid_w = tl.where(reads_grid, tl.load(at + COL_W), 1)
+    g = tl.load(at + COL_GRID_OFFSET) + n
+    hw = grid_h * grid_w
+    f = g // hw
+    rem = g - f * hw
+    i = rem // grid_w
+    j = rem - i * grid_w
+    step = tl.load(at + DCOL_TAU_STEP)
+    from_table = is_grid & valid & (step < 0)
+    table = pool_ptr + row_start * WIDTH + tl.load(at + DCOL_TAU_AT) + f
+    tau = tl.where(from_table, tl.load(table, mask=from_table, other=0), f * step)
+    t = tl.where(is_grid, base + tau, t)
+    hw_base = tl.where(is_raw, 0, base)
+    h = tl.where(is_grid, hw_base + i, h)
+    w = tl.where(is_grid, hw_base + j, w)
+
+    # a 3-axis kind repeats T on the fourth axis, as the CPU writers do;
+    # KIND_XD_GRID (HunYuan-VL): (base + n, j, i, ordinal)
+    x = t
+    if NUM_DIMS > 3:
+        ordinal = tl.load(at + COL_ORDINAL).to(tl.int64)
+        h = tl.where(is_xd, j, h)
+        w = tl.where(is_xd, i, w)
+        x = tl.where(is_xd, ordinal, x)
+    return t, h, w, x
+
+
+@triton.jit
+def _token_positions(records_ptr, pool_ptr, arena_ptr, slot, tok, lanes, bound, first_tok, NUM_DIMS: tl.constexpr):
+    """(T, H, W, X) int64 of tokens `tok` of `slot`: the EVS override where it
+    covers them, the layout rows below `bound`, index + delta elsewhere.
+    `first_tok` is the smallest token of the block (a scalar); X, the fourth
+    axis, is read only when NUM_DIMS > 3."""
+    rec = records_ptr + slot * SLOT_WIDTH
+    delta = tl.load(rec + S_DELTA)
+    t = tok.to(tl.int64) + delta
+    h = t
+    w = t
+    x = t
+    if first_tok < bound:  # any prompt token in this block: find their rows
+        in_prompt = lanes & (tok >= 0) & (tok < bound)
+        row_start = tl.load(rec + S_ROW_START)
+        row = _find_rows(pool_ptr, row_start, tl.load(rec + S_NUM_ROWS), tok)
+        lt, lh, lw, lx = _row_positions(pool_ptr, row_start, row, tok, in_prompt, NUM_DIMS)
+        t = tl.where(in_prompt, lt, t)
+        h = tl.where(in_prompt, lh, h)
+        w = tl.where(in_prompt, lw, w)
+        x = tl.where(in_prompt, lx, x)
+    override_len = tl.minimum(tl.load(rec + S_OVERRIDE_LEN), bound)
+    if first_tok < override_len:  # EVS: the request's dense positions
+        dense = lanes & (tok >= 0) & (tok < override_len)
+        full_len = tl.load(rec + S_OVERRIDE_LEN)
+        src = arena_ptr + tl.load(rec + S_OVERRIDE_AT) + tok
+        t = tl.where(dense, tl.load(src, mask=dense, other=0).to(tl.int64), t)
+        h = tl.where(dense, tl.load(src + full_len, mask=dense, other=0).to(tl.int64), h)
+        w = tl.where(dense, tl.load(src + 2 * full_len, mask=dense, other=0).to(tl.int64), w)
+        if NUM_DIMS > 3:
+            x = tl.where(dense, tl.load(src + 3 * full_len, mask=dense, other=0).to(tl.int64), x)
+    return t, h, w, x
+
+
+@triton.jit
+def prepare_kernel(
+    positions_ptr,
+    positions_stride,
+    num_columns,
+    records_ptr,
+    pool_ptr,
+    arena_ptr,
+    max_num_reqs,
+    idx_mapping_ptr,
+    query_start_loc_ptr,
+    prefill_lens_ptr,
+    num_computed_tokens_ptr,
+    BLOCK_SIZE: tl.constexpr,
+    NUM_DIMS: tl.constexpr,
+):
+    """One program per batch entry: the positions of its scheduled tokens."""
+    batch_idx = tl.program_id(0)
+    slot = tl.load(idx_mapping_ptr + batch_idx)
+    in_range = (slot >= 0) & (slot < max_num_reqs)
+    slot = tl.where(in_range, slot, 0)
+    query_start = tl.load(query_start_loc_ptr + batch_idx)
+    query_len = tl.load(query_start_loc_ptr + batch_idx + 1) - query_start
+    query_len = tl.where(in_range, query_len, 0)
+    num_computed = tl.load(num_computed_tokens_ptr + slot)
+    # the rows cover the tokens of init_prefill_positions; vLLM's prefill_len
+    # says where its prefill ends: below both, positions come from the rows
+    bound = tl.minimum(tl.load(records_ptr + slot * SLOT_WIDTH + S_PROMPT_LEN), tl.load(prefill_lens_ptr + slot))
+    for i in range(0, query_len, BLOCK_SIZE):
+        block = i + tl.arange(0, BLOCK_SIZE)
+        column = query_start + block
+        lanes = (block < query_len) & (column >= 0) & (column < num_columns)
+        tok = num_computed + block
+        t, h, w, x = _token_positions(
+            records_ptr, pool_ptr, arena_ptr, slot, tok, lanes, bound, num_computed + i, NUM_DIMS
+        )
+        out = positions_ptr + column
+        tl.store(out, t, mask=lanes)
+        tl.store(out + positions_stride, h, mask=lanes)
+        tl.store(out + 2 * positions_stride, w, mask=lanes)
+        if NUM_DIMS > 3:
+            tl.store(out + 3 * positions_stride, x, mask=lanes)
+
+
+@triton.jit(do_not_specialize=["length", "slot"])  # one compile whatever the slot and length
+def read_kernel(
+    out_ptr, length, records_ptr, pool_ptr, arena_ptr, slot, BLOCK_SIZE: tl.constexpr, NUM_DIMS: tl.constexpr
+):
+    """A slot's positions of tokens [0, length), as an int32 [NUM_DIMS, length] table."""
+    block = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    lanes = block < length
+    bound = tl.load(records_ptr + slot * SLOT_WIDTH + S_PROMPT_LEN)
+    t, h, w, x = _token_positions(
+        records_ptr, pool_ptr, arena_ptr, slot, block, lanes, bound, tl.program_id(0) * BLOCK_SIZE, NUM_DIMS
+    )
+    tl.store(out_ptr + block, t.to(tl.int32), mask=lanes)
+    tl.store(out_ptr + length + block, h.to(tl.int32), mask=lanes)
+    tl.store(out_ptr + 2 * length + block, w.to(tl.int32), mask=lanes)
+    if NUM_DIMS > 3:
+        tl.store(out_ptr + 3 * length + block, x.to(tl.int32), mask=lanes)
+
+
+@triton.jit(do_not_specialize=["headers_at"])
+def scatter_kernel(dst_ptr, src_ptr, headers_at, BLOCK_SIZE: tl.constexpr):
+    """Staged writes, one program each: header k at src[headers_at + 3k] is
+    (destination offset, length, source offset), all written by the host side."""
+    header = src_ptr + headers_at + 3 * tl.program_id(0)
+    dst = tl.load(header)
+    length = tl.load(header + 1)
+    src = tl.load(header + 2)
+    for i in range(0, length, BLOCK_SIZE):
+        block = i + tl.arange(0, BLOCK_SIZE)
+        lanes = block < length
+        tl.store(dst_ptr + dst + block, tl.load(src_ptr + src + block, mask=lanes), mask=lanes)
