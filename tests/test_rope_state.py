@@ -503,14 +503,87 @@ def test_kernels_compile_for_an_h200():
     assert results == dict.fromkeys(("prepare_kernel", "read_kernel", "scatter_kernel"), "ok"), results
 
 
-def test_raw_grid_rows():
-    """Isaac's GRID_RAW rows (H and W without the base): the kernels' positions are the CPU tracker's."""
-    config = MRopeConfig(family="isaac", semantics="vllm-0.33")
-    ids = [5, 5, 5, *[config.image_token_id] * 12, 6, *[config.image_token_id] * 4, 7, 8]
-    layout = PromptLayout.from_tokens(config, ids, image_grid_thw=[[1, 6, 8], [1, 4, 4]])
-    state = RopeState(3, 2, 32, 64, DEVICE, config=config, block_size=BLOCK)
-    state.init_prefill_layout(1, layout)
-    np.testing.assert_array_equal(state.read_prefill_positions(1, len(ids)).cpu().numpy(), layout.positions())
-    idx, qsl, prefill, computed = index_tensors([1], [0, len(ids)], [0, len(ids)], [0, 0])
-    state.prepare_positions(idx, qsl, prefill, computed)
-    np.testing.assert_array_equal(state.get_positions(len(ids)).cpu().numpy(), layout.positions())
+# ---------------------------------------------------------------- EVS by our rule, Isaac's raw grids
+
+
+def _serve_all(state, slot, n, chunk):
+    """Every token of slot `slot`'s prompt in chunks, then two decode tokens: their positions, [3, n + 2]."""
+    got, done = [], 0
+    while done < n + 2:
+        count = min(chunk, n + 2 - done)
+        prefill = [0] * state.max_num_reqs
+        prefill[slot] = n
+        computed = [0] * state.max_num_reqs
+        computed[slot] = done
+        idx, qsl, prefill_t, computed_t = index_tensors([slot], [0, count], prefill, computed)
+        state.prepare_positions(idx, qsl, prefill_t, computed_t)
+        got.append(state.get_positions(count).cpu().numpy().copy())
+        done += count
+    return np.concatenate(got, axis=1)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 40, 41, 45])
+def test_pruned_videos_by_our_rule(index):
+    """init_prefill_pruned before the mask, set_retention_mask after, then
+    chunked steps: the tracker's layout (mask rows included) on the device."""
+    from mrope_tracker.evs import PrunedPrompt
+
+    with open(EVS_PATH) as f:
+        vector = [json.loads(line) for line in f][index]
+    config = MRopeConfig.from_hf_config(vector["config"])
+    prompt = PrunedPrompt(
+        config,
+        vector["token_ids"],
+        video_grid_thw=vector["video_grid_thw"],
+        second_per_grid_ts=vector.get("second_per_grid_ts"),
+    )
+    n = len(vector["token_ids"])
+    state = RopeState(3, 3, n + 8, n + 64, DEVICE, config=config, block_size=BLOCK)
+    state.init_prefill_pruned(1, prompt)
+    for k, mask in enumerate(vector["retention_masks"]):
+        state.set_retention_mask(1, k, mask)
+    state.apply_staged_writes()
+    layout = prompt.layout(vector["retention_masks"])
+    expected = np.concatenate([layout.positions(), np.arange(n, n + 2)[None].repeat(3, 0) + layout.delta], axis=1)
+    np.testing.assert_array_equal(_serve_all(state, 1, n, 7 + index % 11), expected)
+    np.testing.assert_array_equal(state.read_prefill_positions(1, n).cpu().numpy(), layout.positions())
+    with pytest.raises(ValueError, match="given already"):
+        state.set_retention_mask(1, 0, vector["retention_masks"][0])
+    with pytest.raises(ValueError, match="init_prefill_pruned"):
+        state.set_retention_mask(0, 0, vector["retention_masks"][0])
+    state.check_invariants()
+
+
+def test_mask_rows_on_the_device():
+    """A scattered mask makes GRID_BITS rows; the device kernel selects each kept token's bit."""
+    from mrope_tracker.evs import PrunedPrompt
+    from mrope_tracker.kernels import layout_codes as C
+
+    config = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
+    vs, video, ve = config.vision_start_token_id, config.video_token_id, config.vision_end_token_id
+    t, size = 6, 7 * 9
+    mask = np.zeros(t * size, bool)
+    mask[:size] = True
+    mask[size + np.random.default_rng(3).choice(t * size - size, 70, replace=False)] = True
+    ids = [1, vs] + [video] * int(mask.sum()) + [ve, 2]
+    prompt = PrunedPrompt(config, ids, video_grid_thw=[[t, 14, 18]], second_per_grid_ts=[1.3])
+    layout = prompt.layout([mask])
+    assert (layout.rows[:, C.COL_KIND] == C.KIND_GRID_BITS).any()
+    state = RopeState(3, 2, len(ids) + 4, len(ids) + 16, DEVICE, config=config, block_size=BLOCK)
+    state.init_prefill_pruned(0, prompt, retention_masks=[mask])
+    state.apply_staged_writes()
+    np.testing.assert_array_equal(_serve_all(state, 0, len(ids), 13)[:, : len(ids)], layout.positions())
+
+
+def test_isaac_raw_grids_on_the_device():
+    """Isaac's images are GRID_RAW rows (H and W without the base): vLLM 0.33's own positions."""
+    from vllm_families import load_more_vectors
+    from vllm_families import vector_features as more_features
+
+    vector = load_more_vectors(("isaac",))[0]
+    config = MRopeConfig.from_hf_config(vector["config"], semantics="vllm-0.33")
+    n = len(vector["token_ids"])
+    state = RopeState(3, 2, n + 8, n + 64, DEVICE, config=config, block_size=BLOCK)
+    state.init_prefill_positions(0, config, vector["token_ids"], more_features(vector))
+    state.apply_staged_writes()
+    assert _serve_all(state, 0, n, 9)[:, :n].tolist() == vector["positions"]

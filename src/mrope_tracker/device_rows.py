@@ -18,6 +18,13 @@ admission refuses a prompt whose tokens or positions pass 2**31 - 1, which
 vLLM's own int32 table could not hold either) followed by two columns of its
 own, DCOL_TAU_STEP and DCOL_TAU_AT. A TAU_FRAME grid row gets step 1.
 
+A GRID_BITS row (a pruned video's kept tokens, 192 mask bits) becomes one
+device row per non-zero 64-bit word: COL_H and COL_W hold the grid's sides
+(unpacked), COL_GRID_OFFSET the grid token of the word's bit 0, and the word
+itself rides in two columns the device kernel reads for no other kind,
+DCOL_BITS_LO (COL_T's place) and DCOL_BITS_HI (COL_SCALED's: the tau mode
+is resolved into the step or table like any grid row's).
+
 This module imports no triton: it is the host half of `RopeState`'s
 admission, shared with its tests.
 """
@@ -32,6 +39,8 @@ from .kernels.layout_fill import fill_positions
 __all__ = [
     "DCOL_TAU_STEP",
     "DCOL_TAU_AT",
+    "DCOL_BITS_LO",
+    "DCOL_BITS_HI",
     "NUM_DEVICE_COLS",
     "TAU_FROM_TABLE",
     "INT32_MAX",
@@ -48,6 +57,8 @@ __all__ = [
 # --- device row columns: the host's COL_* (0 .. NUM_COLS - 1), then these ----
 DCOL_TAU_STEP = C.NUM_COLS  # GRID: tau(f) = f * step when step >= 0; TAU_FROM_TABLE: from the table
 DCOL_TAU_AT = C.NUM_COLS + 1  # GRID with a table: tau(f) = pool_flat[request's first row * width + at + f]
+DCOL_BITS_LO = C.COL_T  # GRID_BITS: bits 0-31 of the row's mask word (the kernel reads t' of no row)
+DCOL_BITS_HI = C.COL_SCALED  # GRID_BITS: bits 32-63 (the tau mode is resolved at admission)
 NUM_DEVICE_COLS = C.NUM_COLS + 2
 TAU_FROM_TABLE = -1
 
@@ -68,18 +79,28 @@ def device_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.nd
     `rows` and `scales`. DCOL_TAU_AT is relative to the request's first pool
     row, so the rows can move in the pool (compaction) unchanged. The caller
     has checked that every value fits in int32."""
+    words = None
+    span = rows[:, C.COL_TOK_LEN]  # grid tokens a row's tokens reach past its grid offset
+    if (rows[:, C.COL_KIND] == C.KIND_GRID_BITS).any():
+        rows, scales, words, span = _split_bits_rows(rows, scales)
     n = rows.shape[0]
     out = np.empty((n, NUM_DEVICE_COLS), np.int32)
     out[:, : C.NUM_COLS] = rows
     out[:, DCOL_TAU_STEP] = 1
     out[:, DCOL_TAU_AT] = 0
-    scaled = np.flatnonzero((rows[:, C.COL_KIND] == C.KIND_GRID) & (rows[:, C.COL_SCALED] != C.TAU_FRAME))
+    if words is not None:
+        bits = np.flatnonzero(rows[:, C.COL_KIND] == C.KIND_GRID_BITS)
+        halves = words.astype("<i8").view("<i4").reshape(-1, 2)  # (lo, hi) of each word, as int32 bits
+        out[bits, DCOL_BITS_LO] = halves[bits, 0]
+        out[bits, DCOL_BITS_HI] = halves[bits, 1]
+    grids = np.isin(rows[:, C.COL_KIND], (C.KIND_GRID, C.KIND_GRID_RAW, C.KIND_GRID_BITS))
+    scaled = np.flatnonzero(grids & (rows[:, C.COL_SCALED] != C.TAU_FRAME))
     if scaled.size == 0:
         return out, _NO_TAUS
     hw = rows[scaled, C.COL_H] * rows[scaled, C.COL_W]
     first = rows[scaled, C.COL_GRID_OFFSET]
     f0 = first // hw
-    f1 = (first + rows[scaled, C.COL_TOK_LEN] - 1) // hw
+    f1 = (first + span[scaled] - 1) // hw
     out[scaled[f1 == 0], DCOL_TAU_STEP] = 0  # frame 0 only: tau(0) = 0 in every mode
     multi = f1 > 0
     if not multi.any():
@@ -108,6 +129,49 @@ def device_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 _NO_TAUS = np.zeros(0, np.int32)
+
+
+def _split_bits_rows(rows: np.ndarray, scales: np.ndarray):
+    """The rows with each GRID_BITS row split into one row per non-zero mask
+    word, in the host kinds' own columns (COL_H, COL_W, COL_SCALED unpacked,
+    COL_GRID_OFFSET at the word's bit 0, COL_TOK_LEN its set bits), plus each
+    row's mask word (0 for other kinds) and its span in grid tokens."""
+    out_rows, out_scales, out_words, out_span = [], [], [], []
+    side = (1 << C.BITS_SIDE) - 1
+    for r in range(rows.shape[0]):
+        row = rows[r]
+        if row[C.COL_KIND] != C.KIND_GRID_BITS:
+            out_rows.append(row)
+            out_scales.append(scales[r])
+            out_words.append(0)
+            out_span.append(int(row[C.COL_TOK_LEN]))
+            continue
+        shape = int(row[C.COL_BITS_SHAPE])
+        start = int(row[C.COL_TOK_START])
+        for k in range(C.BITS_WORDS):
+            word = int(row[C.COL_BITS_WORDS + k])
+            count = bin(word & (2**64 - 1)).count("1")
+            if count == 0:
+                continue
+            piece = row.copy()
+            piece[C.COL_TOK_START] = start
+            piece[C.COL_TOK_LEN] = count
+            piece[C.COL_GRID_OFFSET] = row[C.COL_GRID_OFFSET] + 64 * k
+            piece[C.COL_T] = 0
+            piece[C.COL_H] = shape & side
+            piece[C.COL_W] = (shape >> C.BITS_SIDE) & side
+            piece[C.COL_SCALED] = shape >> (2 * C.BITS_SIDE)
+            start += count
+            out_rows.append(piece)
+            out_scales.append(scales[r])
+            out_words.append(word)
+            out_span.append((word & (2**64 - 1)).bit_length())
+    return (
+        np.array(out_rows, np.int64),
+        np.array(out_scales, np.float32),
+        np.array(out_words, np.int64),
+        np.array(out_span, np.int64),
+    )
 
 
 def _frame_taus(rows, scales, scaled, f0, f1) -> np.ndarray:

@@ -40,6 +40,7 @@ import torch
 from . import device_rows as D
 from .admission import check_layout
 from .config import MRopeConfig
+from .evs import PendingPrune, PrunedPrompt
 from .inputs import as_index
 from .kernels import layout_codes as C
 from .layout import PromptLayout
@@ -154,6 +155,8 @@ class RopeState:
         self._overrides: dict[int, torch.Tensor] = {}
         self._arena = torch.zeros(1, dtype=torch.int32, device=self.device)
         self._arena_dirty = False
+        # EVS by our rule: slot -> the pruned prompt and the masks known so far
+        self._pruned: dict[int, PendingPrune] = {}
         self._model = None
         self._model_config: MRopeConfig | None = None
 
@@ -215,6 +218,7 @@ class RopeState:
         block[n * D.NUM_DEVICE_COLS : n * D.NUM_DEVICE_COLS + taus.shape[0]] = taus
         self._staging.stage(self._pool_at + start * D.NUM_DEVICE_COLS, block, self._state)
         self._drop_override(slot)
+        self._pruned.pop(slot, None)
         self._rows_held[slot] = total
         self._set_record(slot, start, n, layout.num_tokens, layout.delta)
 
@@ -270,6 +274,7 @@ class RopeState:
         gives index + 0 for every token, as a slot never admitted."""
         slot = self._slot(req_idx)
         self._drop_override(slot)
+        self._pruned.pop(slot, None)
         self._rows_held[slot] = 0
         self._set_record(slot, 0, 0, 0, 0)
 
@@ -329,6 +334,33 @@ class RopeState:
             BLOCK_SIZE=self.block_size,
             NUM_DIMS=self.num_dims,
         )
+
+    # ------------------------------------------------------------------ EVS, our rule
+    def init_prefill_pruned(self, req_idx: int, prompt: PrunedPrompt, retention_masks=None) -> None:
+        """Admit slot `req_idx` with a prompt whose videos vLLM pruned
+        (`mrope_tracker.evs.PrunedPrompt`), before or with its masks. Until a
+        video's mask comes (`set_retention_mask`), the tokens it decides carry
+        stand-in positions: the caller schedules them only after the mask, as
+        vLLM does (the encoder runs before its tokens' positions are used).
+        Every other token is exact from admission."""
+        slot = self._slot(req_idx)
+        if not isinstance(prompt, PrunedPrompt):
+            raise TypeError(f"prompt: expected an mrope_tracker.evs.PrunedPrompt, got {type(prompt).__name__}")
+        pending = PendingPrune(prompt, retention_masks)
+        self.init_prefill_layout(slot, pending.layout())
+        self._pruned[slot] = pending
+
+    def set_retention_mask(self, req_idx: int, video_index: int, retention_mask) -> None:
+        """Video `video_index`'s retention mask for slot `req_idx`: the slot's
+        rows are rebuilt (the mask's bits, 192 to a host row) and staged;
+        tokens outside what the mask decides keep their positions."""
+        slot = self._slot(req_idx)
+        pending = self._pruned.get(slot)
+        if pending is None:
+            raise ValueError(f"req_idx: expected a slot admitted with init_prefill_pruned, got {req_idx!r}")
+        updated = pending.with_mask(video_index, retention_mask)
+        self.init_prefill_layout(slot, updated.layout())
+        self._pruned[slot] = updated
 
     def _check_index_tensor(self, value, name: str, minimum: int, maximum: int | None) -> int:
         if not isinstance(value, torch.Tensor):

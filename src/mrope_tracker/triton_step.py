@@ -43,6 +43,9 @@ KIND_GRID = tl.constexpr(C.KIND_GRID)
 KIND_GRID_RAW = tl.constexpr(C.KIND_GRID_RAW)
 KIND_XD_GRID = tl.constexpr(C.KIND_XD_GRID)
 COL_ORDINAL = tl.constexpr(C.COL_ORDINAL)
+KIND_GRID_BITS = tl.constexpr(C.KIND_GRID_BITS)
+DCOL_BITS_LO = tl.constexpr(D.DCOL_BITS_LO)
+DCOL_BITS_HI = tl.constexpr(D.DCOL_BITS_HI)
 DCOL_TAU_STEP = tl.constexpr(D.DCOL_TAU_STEP)
 DCOL_TAU_AT = tl.constexpr(D.DCOL_TAU_AT)
 WIDTH = tl.constexpr(D.NUM_DEVICE_COLS)
@@ -92,9 +95,11 @@ def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr)
     w = tl.where(is_const, base, w)
 
     # KIND_GRID: token g of a (t', h', w') grid at (base + tau(f), base + i, base + j);
-    # KIND_GRID_RAW: at (base + tau(f), i, j), no base on H and W (Isaac)
+    # KIND_GRID_RAW: the same at (base + tau(f), i, j) (Isaac);
+    # KIND_GRID_BITS: the kept tokens of a pruned grid, token n at the n-th set bit of the row's word
     is_raw = kind == KIND_GRID_RAW
-    is_grid = (kind == KIND_GRID) | is_raw
+    is_bits = kind == KIND_GRID_BITS
+    is_grid = (kind == KIND_GRID) | is_raw | is_bits
     reads_grid = is_grid
     if NUM_DIMS > 3:  # KIND_XD_GRID reads the same grid columns (w' + 1 wide, t' = 1)
         is_xd = kind == KIND_XD_GRID
@@ -102,6 +107,8 @@ def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr)
     grid_h = tl.where(reads_grid, tl.load(at + COL_H), 1)
     grid_w = tl.where(reads_grid, tl.load(at + COL_W), 1)
     g = tl.load(at + COL_GRID_OFFSET) + n
+    if tl.max(is_bits.to(tl.int32), axis=0) > 0:
+        g = tl.where(is_bits, g - n + _select_bit(at, n), g)
     hw = grid_h * grid_w
     f = g // hw
     rem = g - f * hw
@@ -111,8 +118,8 @@ def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr)
     from_table = is_grid & valid & (step < 0)
     table = pool_ptr + row_start * WIDTH + tl.load(at + DCOL_TAU_AT) + f
     tau = tl.where(from_table, tl.load(table, mask=from_table, other=0), f * step)
-    t = tl.where(is_grid, base + tau, t)
     hw_base = tl.where(is_raw, 0, base)
+    t = tl.where(is_grid, base + tau, t)
     h = tl.where(is_grid, hw_base + i, h)
     w = tl.where(is_grid, hw_base + j, w)
 
@@ -125,6 +132,26 @@ def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr)
         w = tl.where(is_xd, i, w)
         x = tl.where(is_xd, ordinal, x)
     return t, h, w, x
+
+
+@triton.jit
+def _select_bit(at, n):
+    """Per lane, the index of the n-th set bit (from 0) of the 64-bit mask word
+    that GRID_BITS row `at` keeps in two int32 columns; a lane of another
+    kind gets whatever its columns say, and is not used."""
+    lo = tl.load(at + DCOL_BITS_LO)
+    hi = tl.load(at + DCOL_BITS_HI)
+    seen = tl.zeros_like(n)
+    found = tl.zeros_like(n) - 1
+    for b in tl.static_range(32):
+        bit = (lo >> b) & 1
+        found = tl.where((bit == 1) & (seen == n) & (found < 0), b, found)
+        seen += bit
+    for b in tl.static_range(32):
+        bit = (hi >> b) & 1
+        found = tl.where((bit == 1) & (seen == n) & (found < 0), b + 32, found)
+        seen += bit
+    return tl.maximum(found, 0)
 
 
 @triton.jit
