@@ -145,6 +145,8 @@ MODEL_TYPES = {
     "KeyeVL1_5": "keye_vl1_5",
     "isaac": "isaac",
     "openpangu_vl": "openpangu_vl",
+    # transformers 5.24's rules only (tests/test_hunyuan_vl.py draws its prompts)
+    "hunyuan_vl": "hunyuan_vl",
 }
 # family -> audio-in-video layout conventions it can be generated with
 INTERLEAVES = {"qwen2_5_omni": ("transformers", "model", "vllm"), "qwen3_omni": ("transformers",)}
