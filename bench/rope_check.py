@@ -266,14 +266,18 @@ def compile_for_gpu(capability: int = 90) -> dict[str, str]:
     target = GPUTarget("cuda", capability, 32)
     out = {}
     for name, signature in _SIGNATURES.items():
-        source = ASTSource(
-            fn=getattr(triton_step, name),
-            signature={**signature, "BLOCK_SIZE": "constexpr"},
-            constexprs={"BLOCK_SIZE": 1024},
-        )
-        try:
-            triton.compile(source, target=target)
-            out[name] = "ok"
-        except Exception as exc:  # a compile error of any kind is the finding
-            out[name] = f"{type(exc).__name__}: {exc}"
+        out[name] = "ok"
+        # the position kernels once per number of axes (3: M-RoPE; 4: HunYuan-VL)
+        for num_dims in (3, 4) if name != "scatter_kernel" else (None,):
+            dims = {} if num_dims is None else {"NUM_DIMS": num_dims}
+            source = ASTSource(
+                fn=getattr(triton_step, name),
+                signature={**signature, "BLOCK_SIZE": "constexpr", **dict.fromkeys(dims, "constexpr")},
+                constexprs={"BLOCK_SIZE": 1024, **dims},
+            )
+            try:
+                triton.compile(source, target=target)
+            except Exception as exc:  # a compile error of any kind is the finding
+                out[name] = f"{'' if num_dims is None else f'NUM_DIMS={num_dims}: '}{type(exc).__name__}: {exc}"
+                break
     return out

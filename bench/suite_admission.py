@@ -30,6 +30,7 @@ same prompt's positions from an int64 array (ratios per round):
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from mrope_tracker import PositionTracker, prompt_positions
 from mrope_tracker.vllm import get_mrope_input_positions, layout_from_features
@@ -152,13 +153,88 @@ def _from_features(quick: bool, progress) -> dict:
     progress(f"admission: a {num_tokens:,}-token Qwen3-VL video from vLLM's features")
     samples = measure(contenders, rounds=7 if quick else 21)
     us = medians_us(samples)
+    versus = {name: ratio(samples, name, WRITE_POSITIONS) for name in FEATURE_DESIGNS}
+    rope = _rope_admission(config, prompt, write_positions, 7 if quick else 21, progress)
+    if rope is not None:
+        us[ROPE_ADMIT], versus[ROPE_ADMIT] = rope
     return {
         "case": "Qwen3-VL, 192 x 40 x 40 video with timestamps",
         "prompt_tokens": num_tokens,
         "frames": int(prompt.kwargs["video_grid_thw"][0, 0]),
         "us": us,
-        "vs_prompt_positions": {name: ratio(samples, name, WRITE_POSITIONS) for name in FEATURE_DESIGNS},
+        "vs_prompt_positions": versus,
     }
+
+
+ROPE_ADMIT = "RopeState: init_prefill_positions, staged"
+ROPE_BATCH = 8  # admissions timed between two applies
+
+
+def _rope_admission(config, prompt, write_positions, rounds: int, progress):
+    """(median us, ratio to prompt_positions) of `RopeState.init_prefill_positions`
+    (Model Runner V2's admission: the layout from vLLM's features, its device
+    rows, staged in the pinned buffer), or None without triton. Each round
+    admits ROPE_BATCH requests, timed one by one, and times as many
+    `prompt_positions` calls, the two taking turns to go first, then moves
+    the admissions to the device untimed (the step's `apply_staged_writes`:
+    on a CPU, triton's interpreter); the ratio is paired round by round. The pool has room for every admission, so no
+    compaction (a device gather of the live rows) falls in a timed call."""
+    import os
+    import time
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
+    try:
+        from mrope_tracker.rope_state import RopeState
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        state = RopeState(
+            # room for every timed admission: a compaction (a device gather when the pool's top runs out)
+            # is not admission, and on a CPU it runs in triton's interpreter
+            3,
+            ROPE_BATCH + 1,
+            8192,
+            131072,
+            device,
+            config=config,
+            max_num_rows=(ROPE_BATCH + 1) * 400 * (rounds + 2),
+            staging_bytes=1 << 22,
+        )
+    except ImportError:
+        return None
+    id_list, features = prompt.token_list, prompt.features
+    state.init_prefill_positions(0, config, id_list, features)  # every kernel loaded before timing
+    state.apply_staged_writes()
+    got = state.read_prefill_positions(0, prompt.num_tokens).cpu().numpy()
+    if not np.array_equal(got, write_positions()[0]):
+        raise AssertionError("admission from features: RopeState's rows disagree with prompt_positions")
+    progress("admission: RopeState.init_prefill_positions, the same video")
+    admit_times, write_times = [], []
+
+    def admit_batch():
+        spent = 0.0
+        for slot in range(ROPE_BATCH):
+            start = time.perf_counter()
+            state.init_prefill_positions(slot, config, id_list, features)
+            spent += time.perf_counter() - start
+        admit_times.append(spent / ROPE_BATCH)
+
+    def write_batch():
+        start = time.perf_counter()
+        for _ in range(ROPE_BATCH):
+            write_positions()
+        write_times.append((time.perf_counter() - start) / ROPE_BATCH)
+
+    for k in range(rounds):
+        # after the untimed apply (on a CPU, triton's interpreter: its run leaves the caches cold, which a
+        # GPU's copy and launch would not), one untimed call of each, then the two take turns to go first
+        state.init_prefill_positions(ROPE_BATCH, config, id_list, features)
+        write_positions()
+        for batch in (admit_batch, write_batch) if k % 2 == 0 else (write_batch, admit_batch):
+            batch()
+        state.apply_staged_writes()
+    samples = {ROPE_ADMIT: admit_times, WRITE_POSITIONS: write_times}
+    return medians_us(samples)[ROPE_ADMIT], ratio(samples, ROPE_ADMIT, WRITE_POSITIONS)
 
 
 def run(quick: bool, progress) -> dict:

@@ -46,6 +46,8 @@ FAMILIES = (
     ("ernie4_5_vl_moe", MRopeConfig(family="ernie4_5_moe_vl", model_type="ernie4_5_vl_moe")),
     ("glm_ocr", MRopeConfig(family="glm_ocr")),
     ("cohere_compass", MRopeConfig(family="cohere_compass")),
+    # four position axes (transformers 5.24 and later)
+    ("hunyuan_vl", MRopeConfig(family="hunyuan_vl")),
 )
 
 

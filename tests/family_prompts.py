@@ -43,11 +43,11 @@ is <= a; the leftover run of either goes last.
 Placeholder ranges come in two forms:
 - ``vllm_ranges``: `PlaceholderRange` as vLLM 0.33 reports them: the pad run
   (is_embed None) for images, plain videos and audio clips; a Qwen3-VL (or
-  Cohere Compass) video from its first timestamp token to its last frame's VE, a GLM video from BOV
-  to EOV, with is_embed marking the vision tokens; an Omni audio-in-video
-  block, for its video and its audio item alike, from AS to AE, with the
-  video item's is_embed marking the video pads and the audio item's the
-  audio pads (as in recorded vLLM 0.33.0 outputs).
+  Cohere Compass) video from its first timestamp token to its last frame's
+  VE, a GLM video from BOV to EOV, with is_embed marking the vision tokens;
+  an Omni audio-in-video block, for its video and its audio item alike, from
+  AS to AE, with the video item's is_embed marking the video pads and the
+  audio item's the audio pads (as in recorded vLLM 0.33.0 outputs).
 - ``image_ranges``/``video_ranges``/``audio_ranges`` (our `from_ranges`
   form): the same, except an Omni audio-in-video block is its interleave only
   (``n_video + n_audio`` tokens after VS AS), listed under videos only.
@@ -147,6 +147,8 @@ MODEL_TYPES = {
     "KeyeVL1_5": "keye_vl1_5",
     "isaac": "isaac",
     "openpangu_vl": "openpangu_vl",
+    # transformers 5.24's rules only (tests/test_hunyuan_vl.py draws its prompts)
+    "hunyuan_vl": "hunyuan_vl",
 }
 # family -> audio-in-video layout conventions it can be generated with
 INTERLEAVES = {"qwen2_5_omni": ("transformers", "model", "vllm"), "qwen3_omni": ("transformers",)}

@@ -432,7 +432,8 @@ def test_bad_input_names_the_argument_and_changes_nothing():
 
 def test_constructor_checks():
     for kwargs, error, name in [
-        ({"num_dims": 4}, ValueError, "num_dims"),
+        ({"num_dims": 5}, ValueError, "num_dims"),  # 3 (M-RoPE) or 4 (HunYuan-VL)
+        ({"num_dims": 4, "config": MRopeConfig(family="qwen2_vl")}, ValueError, "num_dims"),  # not the family's
         ({"max_num_reqs": 0}, ValueError, "max_num_reqs"),
         ({"max_model_len": 2**31}, ValueError, "max_model_len"),
         ({"device": "nonsense"}, ValueError, "device"),

@@ -131,6 +131,8 @@ class MRopeConfig:
     n_window: int | None = attrs.field(default=None)
     # Packed copies for the kernels, derived in __attrs_post_init__.
     kernel_params: np.ndarray = attrs.field(init=False, repr=False, eq=False)
+    # The family's position axes (rows of every output): 3, or 4 for HunYuan-VL.
+    num_dims: int = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         spec = FAMILIES.get(self.family)
@@ -174,6 +176,7 @@ class MRopeConfig:
         if self.n_window is not None:
             object.__setattr__(self, "n_window", _positive_int("n_window", self.n_window))
         object.__setattr__(self, "kernel_params", self._pack(spec))
+        object.__setattr__(self, "num_dims", spec.num_dims)
 
     def _pack(self, spec: Family) -> np.ndarray:
         switches = self.switches
@@ -216,6 +219,8 @@ class MRopeConfig:
         params[codes.P_SP_TRUNC] = "int_sp" in switches
         params[codes.P_RAW_SPATIAL] = spec.raw_spatial
         params[codes.P_VIDEO_T_MERGE] = self.temporal_merge_size or 1
+        params[codes.P_XD_IMAGES] = spec.xd_images
+        params[codes.P_ORDINAL_BASE] = 0
         params.setflags(write=True)  # writable on purpose: numba types read-only arrays apart
         return params
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from .kernels import layout_codes as C
+from .kernels.device_cast import CAST_PLAIN, cast_rows
 from .kernels.layout_fill import fill_positions
 
 __all__ = [
@@ -79,24 +80,33 @@ def device_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.nd
     `rows` and `scales`. DCOL_TAU_AT is relative to the request's first pool
     row, so the rows can move in the pool (compaction) unchanged. The caller
     has checked that every value fits in int32."""
+    out = np.empty((rows.shape[0], NUM_DEVICE_COLS), np.int32)
+    if cast_rows(rows, out) == CAST_PLAIN:  # no float tau, no mask row: one pass
+        return out, _NO_TAUS
+    kinds = rows[:, C.COL_KIND]
     words = None
-    span = rows[:, C.COL_TOK_LEN]  # grid tokens a row's tokens reach past its grid offset
-    if (rows[:, C.COL_KIND] == C.KIND_GRID_BITS).any():
+    if (kinds == C.KIND_GRID_BITS).any():
         rows, scales, words, span = _split_bits_rows(rows, scales)
+        kinds = rows[:, C.COL_KIND]
     n = rows.shape[0]
     out = np.empty((n, NUM_DEVICE_COLS), np.int32)
     out[:, : C.NUM_COLS] = rows
     out[:, DCOL_TAU_STEP] = 1
     out[:, DCOL_TAU_AT] = 0
+    # grid rows whose tau is a float product (comparisons, not np.isin: this runs at every admission)
+    grids = (kinds == C.KIND_GRID) | (kinds == C.KIND_GRID_RAW)
     if words is not None:
-        bits = np.flatnonzero(rows[:, C.COL_KIND] == C.KIND_GRID_BITS)
+        bits = np.flatnonzero(kinds == C.KIND_GRID_BITS)
         halves = words.astype("<i8").view("<i4").reshape(-1, 2)  # (lo, hi) of each word, as int32 bits
         out[bits, DCOL_BITS_LO] = halves[bits, 0]
         out[bits, DCOL_BITS_HI] = halves[bits, 1]
-    grids = np.isin(rows[:, C.COL_KIND], (C.KIND_GRID, C.KIND_GRID_RAW, C.KIND_GRID_BITS))
-    scaled = np.flatnonzero(grids & (rows[:, C.COL_SCALED] != C.TAU_FRAME))
-    if scaled.size == 0:
+        grids |= kinds == C.KIND_GRID_BITS
+    else:
+        span = rows[:, C.COL_TOK_LEN]  # grid tokens a row's tokens reach past its grid offset
+    scaled = grids & (rows[:, C.COL_SCALED] != C.TAU_FRAME)
+    if not scaled.any():
         return out, _NO_TAUS
+    scaled = np.flatnonzero(scaled)
     hw = rows[scaled, C.COL_H] * rows[scaled, C.COL_W]
     first = rows[scaled, C.COL_GRID_OFFSET]
     f0 = first // hw

@@ -67,6 +67,8 @@ def layout_error(
         if modality == C.MOD_AUDIO:
             return int(items.audio_tokens[n])
         t, h, w = (int(v) for v in grids[modality][n])
+        if config.spec.xd_images:  # h' rows of w' + 1 tokens, an extra token either side
+            return (h // m) * (w // m + 1) + 2
         if modality == C.MOD_VIDEO:
             t //= config.temporal_merge_size or 1
         return (h // m) * (w // m) * (1 if modality == C.MOD_VIDEO and per_frame else t)
@@ -98,6 +100,13 @@ def layout_error(
         return ValueError(
             f"audio_feature_lengths[{a}]: expected enough mel frames for at least one audio token, got {length} "
             f"({b} tokens)"
+        )
+    if code == C.ERR_XD_RUN:
+        start, end = _run_bounds(ids, b, config.image_token_id)
+        return ValueError(
+            f"token_ids: {item_text(C.MOD_IMAGE, a)} expects {expected_tokens(C.MOD_IMAGE, a)} image tokens "
+            f"({config.image_token_id}) from token_ids[{b}], but the run token_ids[{start}:{end}] holds {end - start}: "
+            f"{config.family} images are runs of their own, with text (their start and end tokens) between them"
         )
     if code == C.ERR_PLACEHOLDER_SHORT:
         start, _ = _run_bounds(ids, c, placeholder[a])

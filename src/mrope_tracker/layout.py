@@ -175,10 +175,10 @@ _CHECK_MESSAGES = {
     check.CHECK_EMPTY: "expected at least one row",
     check.CHECK_TILING: "expected rows that tile the prompt in order (each starting where the last ended)",
     check.CHECK_LENGTH: "expected rows of positive length ending exactly at num_tokens",
-    check.CHECK_KIND: "expected kinds LINEAR, CONST, GRID, GRID_RAW or GRID_BITS",
+    check.CHECK_KIND: "expected kinds LINEAR, CONST, GRID, GRID_RAW, GRID_BITS or XD_GRID",
     check.CHECK_GRID: (
         "expected a grid row with positive t, h, w, its tokens inside the grid and a known tau mode (GRID_BITS: a "
-        "valid packed shape and as many set mask bits as tokens)"
+        "valid packed shape and as many set mask bits as tokens; XD_GRID: t 1, w at least 2, a non-negative ordinal)"
     ),
     check.CHECK_SCALE: "expected finite, non-negative time scales keeping temporal positions below 2**31",
     check.CHECK_BASE: "expected positions in [0, 2**62]",
@@ -426,19 +426,32 @@ class PromptLayout:
         rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
         return cls._built(config, rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
 
+    @property
+    def num_dims(self) -> int:
+        """Rows of the positions: the config's `num_dims` (3 for M-RoPE, 4 for
+        HunYuan-VL), and 3 for a layout of unknown origin."""
+        return 3 if self.config is None else self.config.num_dims
+
     def positions(self, start: int = 0, end: int | None = None) -> np.ndarray:
-        """Positions of tokens [start, end) as a new (3, end - start) int64 array."""
+        """Positions of tokens [start, end) as a new (num_dims, end - start) int64 array."""
         start, end = self._check_range(start, end)
-        out = np.empty((3, end - start), np.int64)
+        out = np.empty((self.num_dims, end - start), np.int64)
         if end > start:
             fill_positions(out, 0, self._fill_rows, self._fill_scales, 0, self.num_rows, start, end)
         return out
 
     def write_positions(self, out: np.ndarray, out_offset: int, start: int, end: int) -> None:
-        """Write positions of tokens [start, end) into out[:, out_offset:] in place."""
+        """Write positions of tokens [start, end) into out[:, out_offset:] in place;
+        `out` has num_dims rows."""
         start, end = self._check_range(start, end)
-        if not isinstance(out, np.ndarray) or out.dtype != np.int64 or out.ndim != 2 or out.shape[0] != 3:
-            raise TypeError(f"out: expected an int64 numpy array of shape (3, n), got {type(out).__name__}")
+        rows = self.num_dims
+        if not isinstance(out, np.ndarray) or out.dtype != np.int64 or out.ndim != 2:
+            raise TypeError(f"out: expected an int64 numpy array of shape ({rows}, n), got {type(out).__name__}")
+        if out.shape[0] != rows:
+            raise TypeError(
+                f"out: expected {rows} rows (the layout's num_dims, {self.config.family if self.config else 'unknown'}"
+                f" family), got shape {out.shape}"
+            )
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out: expected a writable C-contiguous array")
         out_offset = as_index(out_offset, "out_offset")

@@ -2,7 +2,7 @@
 
 `prompt_positions` is the fast path of the position rules (docs/semantics.md):
 Python brings every argument to the kernels' canonical form once, then one
-numba call scans the tokens and writes the (3, L) output (kernels/prompt.py).
+numba call scans the tokens and writes the (num_dims, L) output (kernels/prompt.py).
 `next_positions` is the in-place decode rule (index + delta), the seed PR's
 `get_next_input_positions`.
 """
@@ -69,8 +69,9 @@ def prompt_positions(
 ) -> tuple[np.ndarray, int]:
     """M-RoPE positions of a whole prompt.
 
-    Returns ``(positions, delta)``: an int64 array of shape (3, L) (rows T, H,
-    W) and ``max(positions) + 1 - L``, the offset of every later token
+    Returns ``(positions, delta)``: an int64 array of shape (num_dims, L)
+    (``config.num_dims``: rows T, H, W for M-RoPE; HunYuan-VL's four XD-RoPE
+    axes) and ``max(positions) + 1 - L``, the offset of every later token
     (``index + delta`` on all rows).
 
     `token_ids` is 1-D and integer (list, numpy array or torch tensor), with
@@ -94,7 +95,7 @@ def prompt_positions(
     ):
         ids = as_token_ids(token_ids)
     params = config.kernel_params
-    out = _empty((3, len(ids)), _INT64)
+    out = _empty((config.num_dims, len(ids)), _INT64)
     images = image_grid_thw
     if video_grid_thw is None and second_per_grid_ts is None and audio_feature_lengths is None:
         if use_audio_in_video is not False:
@@ -238,7 +239,7 @@ def checked_prompt_positions(
     items, audio_lengths = normalize_items(
         config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
     )
-    out = np.empty((3, ids.shape[0]), _INT64)
+    out = np.empty((config.num_dims, ids.shape[0]), _INT64)
     state = np.empty(NUM_STATE, _INT64)
     code, a, b, c, d = build_from_tokens(_NO_ROWS, _NO_SCALES, state, out, ids, config.kernel_params, *items)
     if code:

@@ -41,7 +41,9 @@ from . import device_rows as D
 from .admission import check_layout
 from .config import MRopeConfig
 from .evs import PendingPrune, PrunedPrompt
+from .features import read_features
 from .inputs import as_index
+from .kernels import layout_codes as C
 from .layout import PromptLayout
 from .rope_staging import StagedWrites
 
@@ -49,7 +51,8 @@ __all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes"]
 
 DEFAULT_ROWS_PER_REQ = 64
 DEFAULT_STAGING_BYTES = 256 * 1024
-NUM_DIMS = 3  # T, H, W: the only M-RoPE this package computes
+# position rows: 3 (T, H, W) for M-RoPE, 4 for HunYuan-VL's XD-RoPE (the family's num_dims)
+SUPPORTED_NUM_DIMS = (3, 4)
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
@@ -69,7 +72,8 @@ class RopeState:
     """M-RoPE positions for MRV2, from O(items) layout rows kept on `device`.
 
     Args (vLLM's):
-        num_dims: position rows the model reads; 3 (T, H, W).
+        num_dims: position rows the model reads: the family's `num_dims`,
+            3 (T, H, W), or 4 for HunYuan-VL.
         max_num_reqs: request slots (MRV2's `req_idx` space).
         max_num_tokens: most tokens one step schedules.
         max_model_len: longest request (prompt plus outputs).
@@ -101,8 +105,13 @@ class RopeState:
         block_size: int = 1024,
     ) -> None:
         num_dims = as_index(num_dims, "num_dims")
-        if num_dims != NUM_DIMS:
-            raise ValueError(f"num_dims: expected {NUM_DIMS} position rows (T, H, W), got {num_dims}")
+        if num_dims not in SUPPORTED_NUM_DIMS:
+            raise ValueError(f"num_dims: expected 3 (T, H, W) or 4 (HunYuan-VL) position rows, got {num_dims}")
+        if config is not None and isinstance(config, MRopeConfig) and config.num_dims != num_dims:
+            raise ValueError(
+                f"num_dims: expected {config.family}'s {config.num_dims} position rows (config.num_dims), "
+                f"got {num_dims}"
+            )
         self.num_dims = num_dims
         self.max_num_reqs = as_index(max_num_reqs, "max_num_reqs", minimum=1, maximum=2**20)
         self.max_num_tokens = as_index(max_num_tokens, "max_num_tokens", minimum=1, maximum=2**30)
@@ -143,7 +152,7 @@ class RopeState:
         self._records = np.zeros((self.max_num_reqs, D.NUM_SLOT_COLS), np.int32)
         self._rows_held = np.zeros(self.max_num_reqs, np.int64)
         self._top = 0  # pool rows [0, top) may be held, [top, max_num_rows) are free
-        # EVS: slot -> its dense [3, length] int32 positions; all of them, flattened, in one arena
+        # EVS: slot -> its dense [num_dims, length] int32 positions; all of them, flattened, in one arena
         self._overrides: dict[int, torch.Tensor] = {}
         self._arena = torch.zeros(1, dtype=torch.int32, device=self.device)
         self._arena_dirty = False
@@ -159,8 +168,6 @@ class RopeState:
         last item like text) from vLLM's `mm_features`, staged for the next
         `apply_staged_writes`. `model` is the vLLM model (its `.config` read
         once per model object) or an `MRopeConfig`."""
-        from .vllm import layout_from_features  # (imports this module lazily: no cycle at import)
-
         slot = self._slot(req_idx)
         if isinstance(prefill_token_ids, (str, bytes)) or not hasattr(prefill_token_ids, "__len__"):
             raise TypeError(f"prefill_token_ids: expected a list of token ids, got {type(prefill_token_ids).__name__}")
@@ -169,8 +176,9 @@ class RopeState:
             raise ValueError(
                 f"prefill_token_ids: expected 1 to max_model_len={self.max_model_len} tokens, got {num_tokens}"
             )
-        layout = layout_from_features(self._config_of(model), num_tokens, mm_features)
-        self._admit(slot, layout)
+        config = self._config_of(model)
+        items, ranges = read_features(config, mm_features)  # (what layout_from_features does, one call less)
+        self._admit(slot, PromptLayout.from_normalized(config, num_tokens, items, ranges))
 
     def init_prefill_layout(self, req_idx: int, layout: PromptLayout) -> None:
         """`init_prefill_positions` for a `PromptLayout` built elsewhere (for
@@ -188,6 +196,14 @@ class RopeState:
         self._admit(slot, layout)
 
     def _admit(self, slot: int, layout: PromptLayout) -> None:
+        rows_of = layout.config.num_dims if layout.config is not None else None
+        if rows_of not in (None, self.num_dims) or (
+            self.num_dims == 3 and (layout.rows[:, C.COL_KIND] == C.KIND_XD_GRID).any()
+        ):
+            raise ValueError(
+                f"layout: expected positions of this state's {self.num_dims} rows, got a layout of "
+                f"{rows_of or 4} ({layout.config.family if layout.config is not None else 'XD_GRID rows'})"
+            )
         if layout.max_position > D.INT32_MAX:
             raise ValueError(
                 f"prefill_token_ids: positions reach {layout.max_position}, past the int32 positions a device "
@@ -197,9 +213,12 @@ class RopeState:
         n = rows.shape[0]
         total = n + math.ceil(taus.shape[0] / D.NUM_DEVICE_COLS)
         start = self._allocate(slot, total)  # the last check: nothing has changed if it raises
-        block = np.zeros(total * D.NUM_DEVICE_COLS, np.int32)
-        block[: n * D.NUM_DEVICE_COLS] = rows.reshape(-1)
-        block[n * D.NUM_DEVICE_COLS : n * D.NUM_DEVICE_COLS + taus.shape[0]] = taus
+        if taus.shape[0]:
+            block = np.zeros(total * D.NUM_DEVICE_COLS, np.int32)
+            block[: n * D.NUM_DEVICE_COLS] = rows.reshape(-1)
+            block[n * D.NUM_DEVICE_COLS : n * D.NUM_DEVICE_COLS + taus.shape[0]] = taus
+        else:  # the usual case: the rows alone, staged as they are
+            block = rows.reshape(-1)
         self._staging.stage(self._pool_at + start * D.NUM_DEVICE_COLS, block, self._state)
         self._drop_override(slot)
         self._pruned.pop(slot, None)
@@ -316,6 +335,7 @@ class RopeState:
             prefill_lens,
             num_computed_tokens,
             BLOCK_SIZE=self.block_size,
+            NUM_DIMS=self.num_dims,
         )
 
     # ------------------------------------------------------------------ EVS, our rule
@@ -374,7 +394,14 @@ class RopeState:
         if length:
             grid = (triton_cdiv(length, self.block_size),)
             self._kernels.read_kernel[grid](
-                out, length, self._records_dev, self._pool_dev, self._arena, slot, BLOCK_SIZE=self.block_size
+                out,
+                length,
+                self._records_dev,
+                self._pool_dev,
+                self._arena,
+                slot,
+                BLOCK_SIZE=self.block_size,
+                NUM_DIMS=self.num_dims,
             )
         return out
 
@@ -487,6 +514,7 @@ def planned_nbytes(
     on_cuda: bool = True,
     max_num_rows: int | None = None,
     staging_bytes: int = DEFAULT_STAGING_BYTES,
+    num_dims: int = 3,
 ) -> dict[str, int]:
     """What `RopeState(...).nbytes()` will be (with no EVS override), computed
     without building one (or importing triton): its memory is fixed at
@@ -495,7 +523,7 @@ def planned_nbytes(
         max_num_rows = max_num_reqs * DEFAULT_ROWS_PER_REQ
     staging = 4 * (staging_bytes // 4)
     return {
-        "positions": NUM_DIMS * (max_num_tokens + 1) * 8,
+        "positions": num_dims * (max_num_tokens + 1) * 8,
         "slot_records": max_num_reqs * D.NUM_SLOT_COLS * 4,
         "row_pool": max_num_rows * D.NUM_DEVICE_COLS * 4,
         "evs_arena": 4,

@@ -1,7 +1,7 @@
 """Where a step's positions go: the persistent device buffer and its host staging.
 
-The model receives views of one persistent buffer, ``positions`` [3,
-max_num_tokens + 1]: its address never changes, as CUDA graphs need. The
+The model receives views of one persistent buffer, ``positions`` [num_dims,
+max_num_tokens + 1] (num_dims: the family's axes, 3 for M-RoPE): its address never changes, as CUDA graphs need. The
 extra column keeps ``[:, :n]`` non-contiguous so torch.compile does not
 specialise on contiguity, as vLLM does.
 
@@ -9,13 +9,13 @@ specialise on contiguity, as vLLM does.
 - With staging (always on CUDA), kernels write into one of a ring of host
   buffers of the same shape (pinned on CUDA), and ``non_blocking`` copies
   move the step to the device. ``copy_mode`` says how:
-  - ``"rows"`` (default): three copies, ``host[r, :n]`` to
-    ``positions[r, :n]`` for each row: 3 n elements, whatever
+  - ``"rows"`` (default): one copy per row, ``host[r, :n]`` to
+    ``positions[r, :n]``: num_dims n elements, whatever
     max_num_tokens is, as vLLM's V1 runner does. A strided ``[:, :n]`` copy
     would instead go through a pageable temporary and block.
   - ``"span"``: one copy of the contiguous span from the buffer's first
     element to the end of the step's columns in the last row,
-    ``2 * (max_num_tokens + 1) + n`` elements: one call, but bytes that grow
+    ``(num_dims - 1) * (max_num_tokens + 1) + n`` elements: one call, but bytes that grow
     with max_num_tokens (131 KB a step at 8192 int64 tokens). Kept for
     comparison (bench/gpu_check.py --copy span).
   The views each copy needs are cached by n, since slicing a tensor costs
@@ -44,24 +44,26 @@ class PositionBuffers:
         staging: bool,
         num_staging: int,
         copy_mode: str = "rows",
+        num_dims: int = 3,
     ):
         if copy_mode not in self.COPY_MODES:
             raise ValueError(f"copy_mode: expected one of {self.COPY_MODES}, got {copy_mode!r}")
         self.copy_mode = copy_mode
         width = max_num_tokens + 1
         self.width = width
+        self.num_dims = num_dims
         self.device = device
-        # [3, max_num_tokens + 1] on the device; the model reads views of it
-        self.positions = torch.zeros((3, width), dtype=dtype, device=device)
+        # [num_dims, max_num_tokens + 1] on the device; the model reads views of it
+        self.positions = torch.zeros((num_dims, width), dtype=dtype, device=device)
         self.staged = staging
         if not staging:
             self._host = [self.positions]
             self._host_np = [self.positions.numpy()]
             self._events = None
         else:
-            # ring of [3, max_num_tokens + 1] host buffers (pinned on CUDA)
+            # ring of [num_dims, max_num_tokens + 1] host buffers (pinned on CUDA)
             pinned = device.type == "cuda"  # CPU staging (for tests) needs no pinning
-            self._host = [torch.zeros((3, width), dtype=dtype, pin_memory=pinned) for _ in range(num_staging)]
+            self._host = [torch.zeros((num_dims, width), dtype=dtype, pin_memory=pinned) for _ in range(num_staging)]
             self._host_np = [buf.numpy() for buf in self._host]
             self._events = [torch.cuda.Event() for _ in range(num_staging)] if device.type == "cuda" else None
         self._device_flat = self.positions.view(-1)
@@ -93,7 +95,7 @@ class PositionBuffers:
                 for device_row, host_row in copies:
                     device_row.copy_(host_row, non_blocking=True)
             else:
-                span = 2 * self.width + num_tokens
+                span = (self.num_dims - 1) * self.width + num_tokens
                 self._device_flat[:span].copy_(self._host_flat[k][:span], non_blocking=True)
             if self._events is not None:
                 # the copy runs on the current stream of the buffer's device,
@@ -114,7 +116,9 @@ class PositionBuffers:
             cache.clear()
         host = self._host[k]
         copies = (
-            () if num_tokens == 0 else tuple((self.positions[r, :num_tokens], host[r, :num_tokens]) for r in range(3))
+            ()
+            if num_tokens == 0
+            else tuple((self.positions[r, :num_tokens], host[r, :num_tokens]) for r in range(self.num_dims))
         )
         cache[num_tokens] = copies
         return copies
@@ -123,7 +127,8 @@ class PositionBuffers:
         """Bytes one staged step of `num_tokens` tokens copies to the device (0 without staging)."""
         if not self.staged:
             return 0
-        elements = 3 * num_tokens if self.copy_mode == "rows" else 2 * self.width + num_tokens
+        rows = self.num_dims
+        elements = rows * num_tokens if self.copy_mode == "rows" else (rows - 1) * self.width + num_tokens
         return elements * self.positions.element_size()
 
     def host_buffers(self) -> list[torch.Tensor]:

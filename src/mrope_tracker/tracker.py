@@ -117,7 +117,10 @@ class PositionTracker:
         self._slot_args = self._args.slot_args
         self._batch_counts = self._args.counts
         self._batch_computed = self._args.computed
-        self.buffers = PositionBuffers(self.max_num_batched_tokens, self.device, dtype, staging, num_staging_buffers)
+        # [num_dims, max_num_batched_tokens + 1]: the family's axes (3, or 4 for HunYuan-VL)
+        self.buffers = PositionBuffers(
+            self.max_num_batched_tokens, self.device, dtype, staging, num_staging_buffers, num_dims=self.config.num_dims
+        )
         # largest position the output dtype holds (int64 positions stay below 2**62)
         self._max_position = 2**31 - 1 if dtype == torch.int32 else 2**62
         # the step kernel's limits and step counter (kernels/tracker_step.py, P_*)
@@ -352,13 +355,14 @@ class PositionTracker:
 
     @property
     def positions(self) -> torch.Tensor:
-        """The persistent [3, max_num_batched_tokens + 1] buffer `prepare` returns views of."""
+        """The persistent [num_dims, max_num_batched_tokens + 1] buffer `prepare` returns views of
+        (``config.num_dims`` rows: 3 for M-RoPE, 4 for HunYuan-VL)."""
         return self.buffers.positions
 
     # ------------------------------------------------------------------ steps
     def prepare(self, req_ids, num_scheduled_tokens, *, num_computed_tokens=None) -> torch.Tensor:
         """Positions of each request's next tokens, in the given order, as a
-        (3, sum) view of the device buffer; advances every request.
+        (num_dims, sum) view of the device buffer; advances every request.
 
         `num_scheduled_tokens` (and `num_computed_tokens`) are aligned with
         `req_ids`: lists, tuples, 1-D integer arrays or tensors.

@@ -8,11 +8,14 @@ State the kernels read (all int32, on the device):
   layout rows, the tokens they cover, its delta and its EVS override;
 - `pool` [rows, NUM_DEVICE_COLS]: every request's device rows (device_rows.py),
   then its tau table, in one block per request;
-- `arena`: the dense EVS overrides, [3, length] each, flattened.
+- `arena`: the dense EVS overrides, [num_dims, length] each, flattened.
 
 Per token, `_token_positions` finds its layout row by a binary search over
 the slot's rows (sorted by COL_TOK_START, the first at 0) and applies that
-row's kind: one clearly separated block per KIND_*. Integer arithmetic
+row's kind: one clearly separated block per KIND_*. `NUM_DIMS` (3, or 4 for
+HunYuan-VL) is a compile-time constant: a 3-axis state's kernels hold no
+code for a fourth row, and a 4-axis state's add HunYuan-VL's XD_GRID rows and
+the fourth store. Integer arithmetic
 only: the float products of tau were made at admission. Every load stays
 inside what admission wrote, whatever the step's arguments hold: a slot
 outside [0, max_num_reqs) writes nothing, tokens outside the prompt never
@@ -38,6 +41,8 @@ KIND_LINEAR = tl.constexpr(C.KIND_LINEAR)
 KIND_CONST = tl.constexpr(C.KIND_CONST)
 KIND_GRID = tl.constexpr(C.KIND_GRID)
 KIND_GRID_RAW = tl.constexpr(C.KIND_GRID_RAW)
+KIND_XD_GRID = tl.constexpr(C.KIND_XD_GRID)
+COL_ORDINAL = tl.constexpr(C.COL_ORDINAL)
 KIND_GRID_BITS = tl.constexpr(C.KIND_GRID_BITS)
 DCOL_BITS_LO = tl.constexpr(D.DCOL_BITS_LO)
 DCOL_BITS_HI = tl.constexpr(D.DCOL_BITS_HI)
@@ -69,9 +74,10 @@ def _find_rows(pool_ptr, row_start, num_rows, tok):
 
 
 @triton.jit
-def _row_positions(pool_ptr, row_start, row, tok, valid):
-    """(T, H, W) of prompt tokens `tok` in pool rows `row`, int64; `valid`
-    masks the lanes whose token lies in the prompt (only they read a table)."""
+def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr):
+    """(T, H, W, X) of prompt tokens `tok` in pool rows `row`, int64; `valid`
+    masks the lanes whose token lies in the prompt (only they read a table).
+    X, the fourth axis, is T except in an XD_GRID row (4-axis states only)."""
     at = pool_ptr + row * WIDTH
     kind = tl.load(at + COL_KIND)
     n = tok - tl.load(at + COL_TOK_START)
@@ -94,8 +100,12 @@ def _row_positions(pool_ptr, row_start, row, tok, valid):
     is_raw = kind == KIND_GRID_RAW
     is_bits = kind == KIND_GRID_BITS
     is_grid = (kind == KIND_GRID) | is_raw | is_bits
-    grid_h = tl.where(is_grid, tl.load(at + COL_H), 1)
-    grid_w = tl.where(is_grid, tl.load(at + COL_W), 1)
+    reads_grid = is_grid
+    if NUM_DIMS > 3:  # KIND_XD_GRID reads the same grid columns (w' + 1 wide, t' = 1)
+        is_xd = kind == KIND_XD_GRID
+        reads_grid = is_grid | is_xd
+    grid_h = tl.where(reads_grid, tl.load(at + COL_H), 1)
+    grid_w = tl.where(reads_grid, tl.load(at + COL_W), 1)
     g = tl.load(at + COL_GRID_OFFSET) + n
     if tl.max(is_bits.to(tl.int32), axis=0) > 0:
         g = tl.where(is_bits, g - n + _select_bit(at, n), g)
@@ -112,7 +122,16 @@ def _row_positions(pool_ptr, row_start, row, tok, valid):
     t = tl.where(is_grid, base + tau, t)
     h = tl.where(is_grid, hw_base + i, h)
     w = tl.where(is_grid, hw_base + j, w)
-    return t, h, w
+
+    # a 3-axis kind repeats T on the fourth axis, as the CPU writers do;
+    # KIND_XD_GRID (HunYuan-VL): (base + n, j, i, ordinal)
+    x = t
+    if NUM_DIMS > 3:
+        ordinal = tl.load(at + COL_ORDINAL).to(tl.int64)
+        h = tl.where(is_xd, j, h)
+        w = tl.where(is_xd, i, w)
+        x = tl.where(is_xd, ordinal, x)
+    return t, h, w, x
 
 
 @triton.jit
@@ -136,23 +155,26 @@ def _select_bit(at, n):
 
 
 @triton.jit
-def _token_positions(records_ptr, pool_ptr, arena_ptr, slot, tok, lanes, bound, first_tok):
-    """(T, H, W) int64 of tokens `tok` of `slot`: the EVS override where it
+def _token_positions(records_ptr, pool_ptr, arena_ptr, slot, tok, lanes, bound, first_tok, NUM_DIMS: tl.constexpr):
+    """(T, H, W, X) int64 of tokens `tok` of `slot`: the EVS override where it
     covers them, the layout rows below `bound`, index + delta elsewhere.
-    `first_tok` is the smallest token of the block (a scalar)."""
+    `first_tok` is the smallest token of the block (a scalar); X, the fourth
+    axis, is read only when NUM_DIMS > 3."""
     rec = records_ptr + slot * SLOT_WIDTH
     delta = tl.load(rec + S_DELTA)
     t = tok.to(tl.int64) + delta
     h = t
     w = t
+    x = t
     if first_tok < bound:  # any prompt token in this block: find their rows
         in_prompt = lanes & (tok >= 0) & (tok < bound)
         row_start = tl.load(rec + S_ROW_START)
         row = _find_rows(pool_ptr, row_start, tl.load(rec + S_NUM_ROWS), tok)
-        lt, lh, lw = _row_positions(pool_ptr, row_start, row, tok, in_prompt)
+        lt, lh, lw, lx = _row_positions(pool_ptr, row_start, row, tok, in_prompt, NUM_DIMS)
         t = tl.where(in_prompt, lt, t)
         h = tl.where(in_prompt, lh, h)
         w = tl.where(in_prompt, lw, w)
+        x = tl.where(in_prompt, lx, x)
     override_len = tl.minimum(tl.load(rec + S_OVERRIDE_LEN), bound)
     if first_tok < override_len:  # EVS: the request's dense positions
         dense = lanes & (tok >= 0) & (tok < override_len)
@@ -161,7 +183,9 @@ def _token_positions(records_ptr, pool_ptr, arena_ptr, slot, tok, lanes, bound, 
         t = tl.where(dense, tl.load(src, mask=dense, other=0).to(tl.int64), t)
         h = tl.where(dense, tl.load(src + full_len, mask=dense, other=0).to(tl.int64), h)
         w = tl.where(dense, tl.load(src + 2 * full_len, mask=dense, other=0).to(tl.int64), w)
-    return t, h, w
+        if NUM_DIMS > 3:
+            x = tl.where(dense, tl.load(src + 3 * full_len, mask=dense, other=0).to(tl.int64), x)
+    return t, h, w, x
 
 
 @triton.jit
@@ -178,6 +202,7 @@ def prepare_kernel(
     prefill_lens_ptr,
     num_computed_tokens_ptr,
     BLOCK_SIZE: tl.constexpr,
+    NUM_DIMS: tl.constexpr,
 ):
     """One program per batch entry: the positions of its scheduled tokens."""
     batch_idx = tl.program_id(0)
@@ -196,25 +221,33 @@ def prepare_kernel(
         column = query_start + block
         lanes = (block < query_len) & (column >= 0) & (column < num_columns)
         tok = num_computed + block
-        t, h, w = _token_positions(records_ptr, pool_ptr, arena_ptr, slot, tok, lanes, bound, num_computed + i)
+        t, h, w, x = _token_positions(
+            records_ptr, pool_ptr, arena_ptr, slot, tok, lanes, bound, num_computed + i, NUM_DIMS
+        )
         out = positions_ptr + column
         tl.store(out, t, mask=lanes)
         tl.store(out + positions_stride, h, mask=lanes)
         tl.store(out + 2 * positions_stride, w, mask=lanes)
+        if NUM_DIMS > 3:
+            tl.store(out + 3 * positions_stride, x, mask=lanes)
 
 
 @triton.jit(do_not_specialize=["length", "slot"])  # one compile whatever the slot and length
-def read_kernel(out_ptr, length, records_ptr, pool_ptr, arena_ptr, slot, BLOCK_SIZE: tl.constexpr):
-    """A slot's positions of tokens [0, length), as an int32 [3, length] table."""
+def read_kernel(
+    out_ptr, length, records_ptr, pool_ptr, arena_ptr, slot, BLOCK_SIZE: tl.constexpr, NUM_DIMS: tl.constexpr
+):
+    """A slot's positions of tokens [0, length), as an int32 [NUM_DIMS, length] table."""
     block = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     lanes = block < length
     bound = tl.load(records_ptr + slot * SLOT_WIDTH + S_PROMPT_LEN)
-    t, h, w = _token_positions(
-        records_ptr, pool_ptr, arena_ptr, slot, block, lanes, bound, tl.program_id(0) * BLOCK_SIZE
+    t, h, w, x = _token_positions(
+        records_ptr, pool_ptr, arena_ptr, slot, block, lanes, bound, tl.program_id(0) * BLOCK_SIZE, NUM_DIMS
     )
     tl.store(out_ptr + block, t.to(tl.int32), mask=lanes)
     tl.store(out_ptr + length + block, h.to(tl.int32), mask=lanes)
     tl.store(out_ptr + 2 * length + block, w.to(tl.int32), mask=lanes)
+    if NUM_DIMS > 3:
+        tl.store(out_ptr + 3 * length + block, x.to(tl.int32), mask=lanes)
 
 
 @triton.jit(do_not_specialize=["headers_at"])

@@ -39,7 +39,7 @@ def layout_from_features(config, num_tokens: int, mm_features) -> PromptLayout:
 
 
 def get_mrope_input_positions(config, input_tokens, mm_features) -> tuple[torch.Tensor, int]:
-    """vLLM's ``SupportsMRoPE.get_mrope_input_positions``: the prompt's (3, L) int64
+    """vLLM's ``SupportsMRoPE.get_mrope_input_positions``: the prompt's (num_dims, L) int64
     positions and its delta, from the placeholder ranges (the ids are only counted)."""
     layout = layout_from_features(config, _num_tokens(input_tokens), mm_features)
     return torch.from_numpy(layout.positions()), int(layout.delta)

@@ -30,7 +30,7 @@ import os
 import warnings
 
 from .config import MRopeConfig
-from .rope_state import NUM_DIMS, RopeState
+from .rope_state import RopeState
 
 __all__ = ["PATCH_TARGETS", "GET_ROPE_STATE_PARAMS", "install", "register"]
 
@@ -53,7 +53,8 @@ def _patched_get_rope_state(original, semantics: str):
             config = MRopeConfig.from_hf_config(model_config.hf_config, semantics=semantics)
         except (ValueError, TypeError):
             config = None  # a model this package does not know
-        if config is None or model_config.mrope_num_dims != NUM_DIMS:
+        # the family's position rows must be the model's (3; HunYuan-VL's 4)
+        if config is None or model_config.mrope_num_dims != config.num_dims:
             return original(model_config, model, max_num_reqs, max_num_tokens, max_model_len, device)
         return RopeState(
             model_config.mrope_num_dims, max_num_reqs, max_num_tokens, max_model_len, device, config=config

@@ -31,6 +31,7 @@ import torch
 
 from .config import MRopeConfig
 from .inputs import as_grid, as_token_ids
+from .kernels import layout_codes as C
 from .layout import PromptLayout
 from .positions import next_positions, prompt_positions
 from .tracker import PositionTracker
@@ -185,6 +186,7 @@ def _other_kernels_group(config, dtypes, ids, kwargs, ranges) -> None:
     the pool compaction and the fill of a layout's rows."""
     from numba import float32, int64
 
+    from .kernels.device_cast import cast_rows
     from .kernels.frames import locate_frames
     from .kernels.layout_fill import fill_positions
     from .kernels.pool import compact_pool
@@ -194,6 +196,7 @@ def _other_kernels_group(config, dtypes, ids, kwargs, ranges) -> None:
     as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of grids and ranges
     as_token_ids([1, 2])  # the list decoder of token ids
     locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))  # a per-frame video's frames
+    cast_rows(np.zeros((1, C.NUM_COLS), np.int64), np.empty((1, C.NUM_COLS + 2), np.int32))  # RopeState's admission
     _next_positions()
     prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
     for dtype in dtypes:

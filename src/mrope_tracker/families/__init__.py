@@ -11,6 +11,7 @@ from . import (
     ernie4_5_vl,
     glm4v,
     glm_ocr,
+    hunyuan_vl,
     isaac,
     keye,
     keye_vl1_5,
@@ -40,6 +41,8 @@ FAMILIES: dict[str, Family] = {
         bailing_moe_v3_vl,
         cohere_compass,
         text_only,
+        # transformers 5.24's rules only (vLLM 0.33 runs transformers' own code)
+        hunyuan_vl,
         # vLLM 0.33's rules only
         keye,
         keye_vl1_5,

@@ -261,6 +261,15 @@ class Family:
     # images at (s, i, j): H and W are the raw row and column without the
     # base, and text after the last item resumes at its T + 1 (Isaac)
     raw_spatial: bool = attrs.field(default=False, validator=_BOOL)
+    # images as HunYuan-VL lays them out: an extra token, h' rows of w' + 1
+    # tokens (a newline column ends each), an extra token; every token keeps
+    # its sequence position on the leading axes, and a grid token's last
+    # three axes are its column, its row and the image's ordinal (XD-RoPE)
+    xd_images: bool = attrs.field(default=False, validator=_BOOL)
+    # position axes: 3 (T, H, W) for M-RoPE; HunYuan-VL's XD-RoPE has 4.
+    # Every output (prompt_positions, layouts, the tracker's buffer, the
+    # transformers drop-in) has this many rows
+    num_dims: int = attrs.field(default=3, validator=_of_type(int, what="an int"))
     default_second_per_grid_ts: float = attrs.field(default=1.0, validator=_positive)
     # semantics preset -> the switches it turns on for this family (see
     # PRESET_SWITCHES); "reference" turns on none
@@ -314,6 +323,12 @@ class Family:
             raise ValueError(f"{where}: frame_gap: expected 0, or a positive int with video_blocks 'frames'")
         if self.per_frame_grids and self.video_blocks != "frames":
             raise ValueError(f"{where}: per_frame_grids: expected False unless video_blocks is 'frames'")
+        if self.num_dims < 3:
+            raise ValueError(f"{where}: num_dims: expected an int >= 3, got {self.num_dims}")
+        if self.num_dims != 3 and not self.xd_images:
+            raise ValueError(f"{where}: num_dims: expected 3 unless xd_images (the only rule with more axes)")
+        if self.xd_images and (self.raw_spatial or "video_token_id" in self.defaults or self.audio_tokens):
+            raise ValueError(f"{where}: xd_images: expected a family of images only, without raw_spatial")
         if self.float_times and not self.float_positions:
             raise ValueError(f"{where}: float_times: expected an empty set unless float_positions is True")
 

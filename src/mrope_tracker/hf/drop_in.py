@@ -1,7 +1,7 @@
 """Training parity: a drop-in for transformers' ``get_rope_index``.
 
 `get_rope_index` returns what the installed transformers' own
-``get_rope_index`` returns for a padded batch: the same ``(3, B, L)``
+``get_rope_index`` returns for a padded batch: the same ``(num_dims, B, L)``
 positions and ``(B, 1)`` deltas, with the same dtypes and the same values,
 padding included. One jitted call computes the whole batch; transformers
 loops in Python over every row and every item.
@@ -219,7 +219,9 @@ def get_rope_index(
     convention: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """transformers' ``get_rope_index`` for a padded batch:
-    ``(position_ids (3, B, L), mrope_position_deltas (B, 1))``.
+    ``(position_ids (num_dims, B, L), mrope_position_deltas (B, 1))``, num_dims
+    the family's axes (3; HunYuan-VL's 4, whose last axis numbers images
+    across the whole batch, as transformers does).
 
     `config`: anything `MRopeConfig.from_hf_config` reads (a config.json
     path, a model folder, a dict, a transformers config) or an
@@ -282,7 +284,7 @@ def get_rope_index(
     num_rows, width = ids.shape
     # times transformers keeps unrounded under this preset (Qwen3-Omni; the others truncate them, D8)
     floats = cfg.semantics in cfg.spec.float_times
-    out = _NO_OUT if floats else np.empty((3, num_rows, width), np.int64)
+    out = _NO_OUT if floats else np.empty((cfg.num_dims, num_rows, width), np.int64)
     float_out = np.empty((3, num_rows, width), np.float32) if floats else _NO_FLOAT_OUT
     deltas = np.empty(num_rows, np.int64)
     float_deltas = np.empty(num_rows if floats else 0, np.float32)
@@ -346,7 +348,7 @@ def _fallback(cfg: MRopeConfig, rules: BatchRules, ids, mask, dtype, device):
     arange when there is no mask and `rules.text_only` says so."""
     num_rows, width = ids.shape
     if rules.text_only == "cumsum_or_arange" and mask is None:
-        positions = torch.arange(width, dtype=torch.int64).view(1, 1, -1).expand(3, num_rows, -1)
+        positions = torch.arange(width, dtype=torch.int64).view(1, 1, -1).expand(cfg.num_dims, num_rows, -1)
         return positions.to(device), torch.zeros((num_rows, 1), dtype=dtype, device=device)
     if mask is None:  # (transformers' model code always passes one here)
         mask = np.ones(ids.shape, np.int64)
@@ -359,7 +361,7 @@ def _fallback(cfg: MRopeConfig, rules: BatchRules, ids, mask, dtype, device):
         deltas = top + 1 - width
     else:
         deltas = top + values.dtype.type(1) - mask.astype(np.int64).sum(axis=-1, keepdims=True).astype(values.dtype)
-    positions = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(pos, (3, num_rows, width))))
+    positions = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(pos, (cfg.num_dims, num_rows, width))))
     return positions.to(device), torch.from_numpy(np.ascontiguousarray(deltas)).to(device)
 
 

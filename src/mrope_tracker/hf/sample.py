@@ -123,7 +123,9 @@ class _Builder:
         c, m = self.c, self.c.spatial_merge_size
         h, w = (int(self.rng.choice(_IMAGE_SIDES)) for _ in range(2))
         self.images.append((1, h, w))
-        self.ids += [c.vision_start_token_id] + [c.image_token_id] * ((h // m) * (w // m)) + [c.vision_end_token_id]
+        # HunYuan-VL: rows of w' + 1 tokens (a newline ends each), one more token either side
+        count = (h // m) * (w // m + 1) + 2 if c.spec.xd_images else (h // m) * (w // m)
+        self.ids += [c.vision_start_token_id] + [c.image_token_id] * count + [c.vision_end_token_id]
 
     def audio_clip(self) -> None:
         c = self.c

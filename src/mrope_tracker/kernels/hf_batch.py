@@ -2,7 +2,7 @@
 
 `batch_kernel` positions every row of a (B, L) batch with the layout builder
 (`layout_build.build_from_tokens`), the rows' items taken in batch order from the
-concatenated grids, and writes the (3, B, L) result with the padding value;
+concatenated grids, and writes the (num_dims, B, L) result with the padding value;
 `float_batch` computes Qwen3-Omni's float32 positions for chosen rows the
 way transformers computes them (`float_row`). Which tokens a row keeps is a
 rule on the attention mask (`KEEP_*`), read here so that no (B, L) bool
@@ -63,7 +63,7 @@ def _gather(ids, mask, b, keep_rule, row_ids):
 @jit
 def _scatter(out, b, row_out, n, lo, hi, mask, keep_rule, fill):
     """Write a row's positions into ``out[:, b]``, `fill` where nothing is kept."""
-    for r in range(3):
+    for r in range(out.shape[0]):
         if hi - lo == n:
             out[r, b, :lo] = fill
             out[r, b, lo:hi] = row_out[r]
@@ -118,9 +118,13 @@ def batch_kernel(
     builder's error code (ERR_FLOAT_LAYOUT: the float path could not follow
     the row)."""
     num_rows, width = ids.shape
+    num_dims = out.shape[0]
     row_ids = np.empty(width, np.int64)
-    buf = np.empty(3 * width, np.int64)
+    buf = np.empty(num_dims * width, np.int64)
     float_buf = np.empty(3 * width if write == WRITE_FLOAT else 0, np.float32)
+    # XD images (HunYuan-VL): transformers numbers them across the whole
+    # batch, so each row's first ordinal is the images before it
+    row_params = params.copy()
     state = np.empty(NUM_STATE, np.int64)
     no_rows = state[:0].reshape((0, C.NUM_COLS))  # positions only: no layout table
     no_scales = video_sp[:0].reshape((0, C.NUM_SCALE_COLS))
@@ -137,14 +141,15 @@ def batch_kernel(
         m = n if write == WRITE_INT else 0
         # a row kept in one piece is written straight into the batch's output
         direct = write == WRITE_INT and hi - lo == n
-        row_out = out[:, b, lo:hi] if direct else buf[: 3 * m].reshape((3, m))
+        row_out = out[:, b, lo:hi] if direct else buf[: num_dims * m].reshape((num_dims, m))
+        row_params[C.P_ORDINAL_BASE] = p_image
         code, a, bb, c, d = build_from_tokens(
             no_rows,
             no_scales,
             state,
             row_out,
             row,
-            params,
+            row_params,
             image_grid[p_image:],
             video_grid[p_video:],
             video_sp[p_video:],

@@ -11,8 +11,9 @@ Both read a family's switches from the packed config (layout_codes.P_*):
 which tokens open items, whether video frames are blocks of their own (and
 bracketed by begin/end-of-video tokens), the temporal rule, the next-base
 rule, how audio-in-video pairs and eos behave, and whether images are
-raw-index grids (Isaac). Errors are returned as
-(code, a, b, c, d), never raised; d is the frame of a per-frame video.
+raw-index grids (Isaac) or XD grids between two extra tokens (HunYuan-VL).
+Errors are returned as (code, a, b, c, d), never raised; d is the frame of
+a per-frame video.
 """
 
 import numpy as np
@@ -38,11 +39,13 @@ from .layout_emit import (
     emit_frame,
     emit_grid,
     emit_raw_grid,
+    emit_xd_image,
     flush_text,
     grid_tokens,
     next_special,
     reset,
     scan_item,
+    xd_image_tokens,
 )
 from .position_rules import video_sp_of
 
@@ -130,6 +133,8 @@ def build_from_tokens(
     merge_tau = params[C.P_AV_MERGE] != 0
     chunk = np.int64(params[C.P_CHUNK])
     raw = params[C.P_RAW_SPATIAL] != 0
+    xd = params[C.P_XD_IMAGES] != 0
+    ordinal_base = np.int64(params[C.P_ORDINAL_BASE])
     tail = np.int64(-1)  # raw: where text after the last item resumes (its T + 1)
     av = use_audio_in_video and audio_id >= 0
     bracketed = video_open >= 0
@@ -177,12 +182,24 @@ def build_from_tokens(
             if n >= state[S_TOTAL + m]:
                 return C.ERR_EXTRA_ITEM, m, i, 0, 0
             t, h, w, size = grid_tokens(grids, n, merge, tmerge if m == C.MOD_VIDEO else np.int64(1), num_tokens)
+            if xd:  # (xd families have no videos)
+                size = xd_image_tokens(h, w, size, num_tokens)
             if i + size > num_tokens:  # cut off (a foreign token before the end is reported first)
                 bad, missing = scan_item(ids, i, size, tok)
                 if bad >= 0:
                     return C.ERR_PLACEHOLDER_SHORT, m, n, bad, 0
                 return C.ERR_CUT_OFF, m, n, missing, 0
             flush_text(rows, scales, state, out, i)
+            if xd:
+                bad = check_run(ids, i, i + size, tok)
+                if bad >= 0:
+                    return C.ERR_PLACEHOLDER_SHORT, m, n, bad, 0
+                if i + size < num_tokens and ids[i + size] == tok:  # one run, as transformers groups them
+                    return C.ERR_XD_RUN, n, i, 0, 0
+                emit_xd_image(rows, scales, state, out, i, h, w, ordinal_base + n)
+                state[S_COUNT + m] = n + 1
+                i += size
+                continue
             if raw and m == C.MOD_IMAGE:
                 bad = check_run(ids, i, i + size, tok)
                 if bad >= 0:
@@ -327,6 +344,7 @@ def build_from_ranges(
     merge_tau = params[C.P_AV_MERGE] != 0
     chunk = np.int64(params[C.P_CHUNK])
     raw = params[C.P_RAW_SPATIAL] != 0
+    xd = params[C.P_XD_IMAGES] != 0
     tail = np.int64(-1)  # raw: where text after the last item resumes (its T + 1)
     av_mode = use_audio_in_video and params[C.P_AUDIO] >= 0
     state[S_TOTAL + C.MOD_AUDIO] = audio_ranges.shape[0]
@@ -410,10 +428,14 @@ def build_from_ranges(
         else:
             grids = image_grid if m == C.MOD_IMAGE else video_grid
             t, h, w, size = grid_tokens(grids, n, merge, tmerge if m == C.MOD_VIDEO else np.int64(1), num_tokens)
+            if xd:
+                size = xd_image_tokens(h, w, size, num_tokens)
             if length != size:
                 return C.ERR_RANGE_LENGTH, m, k, size, 0
             flush_text(rows, scales, state, out, offset)
-            if raw and m == C.MOD_IMAGE:
+            if xd:
+                emit_xd_image(rows, scales, state, out, offset, h, w, np.int64(params[C.P_ORDINAL_BASE]) + n)
+            elif raw and m == C.MOD_IMAGE:
                 tail = emit_raw_grid(rows, scales, state, out, offset, t, h, w) + 1
             elif m == C.MOD_IMAGE:
                 emit_grid(

@@ -14,7 +14,9 @@ CHECK_EMPTY = 1  # no rows
 CHECK_TILING = 2  # a row does not start where the previous one ended (or the first at 0)
 CHECK_LENGTH = 3  # a row with tok_len <= 0, or rows not ending at num_tokens
 CHECK_KIND = 4  # an unknown kind
-CHECK_GRID = 5  # a grid row with t, h or w <= 0, or tokens outside its grid, or an unknown tau mode
+# a grid row with t, h or w <= 0, or tokens outside its grid, or an unknown tau mode
+# (an XD row: t != 1, w < 2 or a negative ordinal)
+CHECK_GRID = 5
 CHECK_SCALE = 6  # a scaled grid row whose second_per_grid_ts or rate is not finite and >= 0
 CHECK_BASE = 7  # a negative base, or positions past 2**62
 
@@ -72,6 +74,16 @@ def check_layout(rows, scales, num_tokens):
             code, row_top = _check_bits(rows, scales, r, length, base)
             if code != CHECK_OK:
                 return code, r, 0
+        elif kind == C.KIND_XD_GRID:
+            h = rows[r, C.COL_H]
+            w = rows[r, C.COL_W]
+            offset = rows[r, C.COL_GRID_OFFSET]
+            ordinal = rows[r, C.COL_ORDINAL]
+            if rows[r, C.COL_T] != 1 or h <= 0 or w <= 1 or h > num_tokens or w > num_tokens:
+                return CHECK_GRID, r, 0
+            if offset < 0 or offset + length > h * w or ordinal < 0 or ordinal > _POSITION_LIMIT:
+                return CHECK_GRID, r, 0
+            row_top = max(base + length - 1, grid_range_max(offset, offset + length, h, w, np.int64(0)), ordinal)
         else:
             return CHECK_KIND, r, 0
         if row_top > _POSITION_LIMIT:

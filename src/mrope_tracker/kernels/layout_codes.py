@@ -13,6 +13,15 @@ in token order, covering the prompt without gaps (see docs/design.md):
     GRID_BITS the grid tokens g0 + b, for each set bit b of the row's three
             64-bit words in order, at (base + tau(f), base + i, base + j):
             a pruned video's kept tokens (EVS), 192 mask bits to a row
+    XD_GRID tokens of an (h', w') image whose every row ends in one extra
+            (newline) column, on four or more axes (HunYuan-VL's XD-RoPE):
+            base + n on every axis but the last three, then the raw column
+            j, the raw row i and the image's ordinal (COL_ORDINAL)
+
+Outputs have num_dims rows (the family's, 3 or more). LINEAR and CONST
+rows write every axis; the 3-axis kinds (GRID, GRID_RAW, GRID_BITS) write
+T, H, W and repeat T on any axis past the third; XD_GRID rows need
+num_dims >= 3.
 
 tau(f) follows the row's tau mode (TAU_* below); the per-row float32 pair
 (sp, r) lives in a parallel float32 array.
@@ -30,6 +39,7 @@ COL_T = 5  # GRID: t' (LLM grid, after merging)
 COL_H = 6  # GRID: h'
 COL_W = 7  # GRID: w'
 COL_SCALED = 8  # GRID: tau mode (TAU_*)
+COL_ORDINAL = 8  # XD_GRID: the image's ordinal, its last axis (XD rows have no tau mode)
 NUM_COLS = 9
 
 # float32 columns of the parallel scale array
@@ -51,6 +61,8 @@ COL_BITS_WORDS = 6  # first of BITS_WORDS mask words (int64, read as 64 bits)
 BITS_WORDS = 3
 BITS_PER_ROW = 64 * BITS_WORDS
 BITS_SIDE = 24  # bits for h' and for w' in COL_BITS_SHAPE (sides below 2**24)
+
+KIND_XD_GRID = 5  # (base + n, ..., j, i, ordinal): HunYuan-VL's image grid (w' + 1 columns)
 
 # --- packed config (MRopeConfig.kernel_params, float64) ----------------------
 # One float64 array carries the ids (exact below 2**53; -1 for an id the
@@ -82,7 +94,11 @@ P_SP_TRUNC = 20  # 1: second_per_grid_ts truncated to an integer first (transfor
 # position, and text after the last item resumes at its T + 1 (Isaac, vLLM 0.33)
 P_RAW_SPATIAL = 21
 P_VIDEO_T_MERGE = 22  # a video's t' = t // this (ERNIE-4.5-VL's temporal_conv_size; 1 elsewhere)
-NUM_PARAMS = 23
+# 1: an image is one extra token, its XD_GRID of h' rows of w' + 1 tokens, one
+# extra token, every token outside the grid sequential (HunYuan-VL)
+P_XD_IMAGES = 23
+P_ORDINAL_BASE = 24  # XD images: the first image's ordinal (0; transformers' batches count across rows)
+NUM_PARAMS = 25
 
 TAU_FRAME = 0  # tau(f) = f
 TAU_F32 = 1  # trunc(float32(float32(f) * sp) * r), as torch computes it
@@ -123,3 +139,4 @@ ERR_RANGE_NEGATIVE = 20  # a: modality, b: item index, c: bad value
 ERR_AV_COUNT = 21  # a: video index, b: video tokens found, c: audio tokens found, d: audio expected
 ERR_VIDEO_OPEN = 22  # a: video index, b: token index of the bracket, c: frames seen
 ERR_VIDEO_T_MERGE = 23  # a: video index, b: t (not divisible by the temporal merge size)
+ERR_XD_RUN = 24  # a: image index, b: its first token (XD images: the run of image tokens goes on past it)

@@ -187,6 +187,33 @@ def emit_raw_grid(rows, scales, state, out, tok_start, t, h, w):
     return s + t - 1
 
 
+@inner
+def emit_xd_image(rows, scales, state, out, tok_start, h, w, ordinal):
+    """A HunYuan-VL image from its first token: one extra token, the XD_GRID
+    of h' rows of w' + 1 tokens (the last a newline), one extra token. Every
+    token keeps its sequence position on the leading axes; the grid's last
+    three axes are (j, i, ordinal). The extra tokens are text."""
+    flush_text(rows, scales, state, out, tok_start + 1)
+    s = state[S_BASE]
+    width = w + 1
+    size = h * width
+    one = np.float32(1)
+    push_row(
+        rows, scales, state, out, tok_start + 1, size, np.int64(C.KIND_XD_GRID), s, np.int64(0), np.int64(1), h,
+        width, ordinal, one, one,
+    )  # fmt: skip
+    state[S_MAX] = max(state[S_MAX], s + size - 1, w, h - 1, ordinal)
+    state[S_BASE] = s + size
+    state[S_TEXT_START] = tok_start + 1 + size
+
+
+@tiny
+def xd_image_tokens(h, w, size, limit):
+    """Tokens of a HunYuan-VL image of h' x w' (grid_tokens' size h'w'): its
+    h'(w' + 1) grid tokens and the two extra ones, or limit + 1 past limit."""
+    return size if size > limit else min(h * (w + 1) + 2, limit + 1)
+
+
 @tiny
 def emit_frame(rows, scales, state, out, tok_start, h, w):
     """One video frame of a per-frame family: its own tau = 0 block."""

@@ -70,7 +70,7 @@ def grid_range_max(k0, k1, h, w, tau_last):
 
 @tiny
 def write_linear(out, col, first, count):
-    """first, first+1, ... on all three rows (text, audio, decode tokens)."""
+    """first, first+1, ... on every row (text, audio, decode tokens)."""
     t_row = out[0, col : col + count]
     h_row = out[1, col : col + count]
     w_row = out[2, col : col + count]
@@ -78,6 +78,12 @@ def write_linear(out, col, first, count):
         t_row[n] = first + n
         h_row[n] = first + n
         w_row[n] = first + n
+    # axes past the third (4-axis families): an empty loop for the others,
+    # so the three rows above keep their one vectorised pass
+    for d in range(3, out.shape[0]):
+        row = out[d, col : col + count]
+        for n in range(count):
+            row[n] = first + n
 
 
 @tiny
@@ -193,16 +199,53 @@ def write_grid_hw(out, col, base, g0, count, h, w):
 
 
 @inner
+def write_xd_grid(out, col, first, g0, count, w, ordinal):
+    """Tokens g0 .. g0+count-1 of an XD_GRID row whose rows are w tokens wide
+    (the newline column included), the first at sequence position `first`:
+    first + n on every axis but the last three, then the raw column j, the
+    raw row i and `ordinal` (HunYuan-VL; with three axes, only those three)."""
+    num_dims = out.shape[0]
+    for d in range(num_dims - 3):
+        row = out[d, col : col + count]
+        for n in range(count):
+            row[n] = first + n
+    w_row = out[num_dims - 3, col : col + count]
+    h_row = out[num_dims - 2, col : col + count]
+    o_row = out[num_dims - 1, col : col + count]
+    i = g0 // w
+    j = g0 - i * w
+    for n in range(count):
+        w_row[n] = j
+        h_row[n] = i
+        o_row[n] = ordinal
+        j += 1
+        if j == w:
+            j = 0
+            i += 1
+
+
+@inner
 def write_segment(out, col, n0, count, kind, base, grid_offset, h, w, scaled, sp, r):
-    """Tokens n0 .. n0+count-1 of one layout row, into out[:, col:col+count]."""
+    """Tokens n0 .. n0+count-1 of one layout row, into out[:, col:col+count].
+    `scaled` is a GRID row's tau mode, an XD_GRID row's ordinal."""
     if kind == C.KIND_LINEAR:
         write_linear(out, col, base + n0, count)
     elif kind == C.KIND_CONST:
         write_const(out, col, base, count)
-    elif kind == C.KIND_GRID:
-        write_grid(out, col, base, base, grid_offset + n0, count, h, w, scaled, sp, r)
-    else:  # KIND_GRID_RAW
-        write_grid(out, col, base, np.int64(0), grid_offset + n0, count, h, w, scaled, sp, r)
+    elif kind == C.KIND_XD_GRID:
+        write_xd_grid(out, col, base + n0, grid_offset + n0, count, w, scaled)
+    else:
+        if kind == C.KIND_GRID:
+            write_grid(out, col, base, base, grid_offset + n0, count, h, w, scaled, sp, r)
+        else:  # KIND_GRID_RAW
+            write_grid(out, col, base, np.int64(0), grid_offset + n0, count, h, w, scaled, sp, r)
+        # a 3-axis kind in a wider output: T again on the extra axes (one
+        # test per segment, never per token)
+        for d in range(3, out.shape[0]):
+            src = out[0, col : col + count]
+            dst = out[d, col : col + count]
+            for n in range(count):
+                dst[n] = src[n]
 
 
 @inner

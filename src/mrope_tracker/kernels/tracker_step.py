@@ -13,8 +13,9 @@ The kernel validates the whole batch before writing anything, so a rejected
 step changes no counter and no position: pass 1 checks, pass 2 writes and
 advances. Each request's first index is the scheduler's `num_computed`
 when the engine passes it (the counter then follows it), else the tracker's
-own counter. A decode token (one token past the prompt) is three scalar
-stores; anything else goes through the layout's segment writers.
+own counter. A decode token (one token past the prompt) is one scalar
+store per row (three for 3-axis families); anything else goes through the
+layout's segment writers. `out` has the family's num_dims rows.
 
 Argument types are fixed: `out` is int64 or int32 (the tracker's dtype);
 `slots`, `num_scheduled` and `num_computed` are 1-D C-contiguous writable
@@ -143,11 +144,14 @@ def prepare_step(out, slots, num_scheduled, num_computed, slot_state, pool_rows,
             start = slot_state[slot, F_NUM_COMPUTED]
         prompt_len = slot_state[slot, F_PROMPT_LEN]
         if count == 1 and start >= prompt_len:
-            # a decode token: index + delta on the three rows
+            # a decode token: index + delta on every row (three scalar
+            # stores, and an empty loop, for 3-axis families)
             value = start + slot_state[slot, F_DELTA]
             out[0, col] = value
             out[1, col] = value
             out[2, col] = value
+            for d in range(3, out.shape[0]):
+                out[d, col] = value
         elif count > 0:
             in_prompt = min(count, max(prompt_len - start, 0))
             if in_prompt > 0:

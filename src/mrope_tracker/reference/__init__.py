@@ -11,6 +11,7 @@ written out in `docs/semantics.md`; the modules here say which part they own:
 * `_scan`: where the items sit in the token ids (no positions);
 * `_integer`: integer positions by the reference rules, every family;
 * `_float`: Qwen3-Omni float32 positions as transformers 4.57.6 computes them;
+* `_xd`: HunYuan-VL's four XD-RoPE axes, as transformers 5.24 states them;
 * `_evs`: a pruned video prompt's unpruned prompt and the tokens that survive.
 
 It was written from the rules alone and shares no code with the fast path
@@ -31,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import _evs, _float, _integer
+from . import _evs, _float, _integer, _xd
 from ._inputs import as_tensor, audio_count, audio_lengths, describe, grids, is_empty, read_config, video_scales
 from ._scan import scan
 
@@ -57,9 +58,10 @@ def audio_token_count(num_mel_frames: int, *, n_window: int | None = None) -> in
     return audio_count(int(num_mel_frames), None if n_window is None else int(n_window))
 
 
-def next_positions(delta, context_len: int, num_new_tokens: int) -> torch.Tensor:
+def next_positions(delta, context_len: int, num_new_tokens: int, *, num_dims: int = 3) -> torch.Tensor:
     """Positions of tokens at absolute indices context_len ... context_len+n-1 past the
-    prompt: index + delta on all three rows. Returns (3, n).
+    prompt: index + delta on every row. Returns (num_dims, n): 3 axes, or 4 for
+    HunYuan-VL.
 
     An int delta gives int64 positions. A float delta (Qwen3-Omni float positions)
     gives float32 positions computed as transformers 4.57.6 decodes:
@@ -70,12 +72,15 @@ def next_positions(delta, context_len: int, num_new_tokens: int) -> torch.Tensor
             raise TypeError(f"{name}: expected an int, got {describe(value)}")
     if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, np.integer, float, np.floating)):
         raise TypeError(f"delta: expected an int (or a float for float positions), got {describe(delta)}")
+    if isinstance(num_dims, (bool, np.bool_)) or not isinstance(num_dims, (int, np.integer)) or num_dims < 3:
+        raise ValueError(f"num_dims: expected an int >= 3, got {describe(num_dims)}")
     if context_len < 0 or num_new_tokens < 0:
         raise ValueError(f"context_len, num_new_tokens: expected ints >= 0, got {context_len}, {num_new_tokens}")
     if isinstance(delta, (float, np.floating)):
         start = torch.tensor(int(context_len)) + torch.tensor(float(delta), dtype=torch.float32)
-        return (torch.arange(int(num_new_tokens)).view(1, -1).expand(3, -1) + start).contiguous()
-    return _integer.linear(int(context_len) + int(delta), int(num_new_tokens)).contiguous()
+        return (torch.arange(int(num_new_tokens)).view(1, -1).expand(num_dims, -1) + start).contiguous()
+    row = torch.arange(int(num_new_tokens), dtype=torch.int64) + (int(context_len) + int(delta))
+    return row.view(1, -1).expand(int(num_dims), -1).contiguous()
 
 
 def prompt_positions(
@@ -89,7 +94,8 @@ def prompt_positions(
     use_audio_in_video=False,
     float_positions=False,
 ) -> tuple[torch.Tensor, int | float]:
-    """M-RoPE positions of a whole prompt: ((3, L) int64 tensor, int delta).
+    """M-RoPE positions of a whole prompt: ((3, L) int64 tensor, int delta);
+    (4, L) for HunYuan-VL.
 
     Grids are (n, 3) (t, h, w) before merging (Qwen3-VL and GLM: one row per
     video, whose t frames appear as t runs of h'*w' tokens); `second_per_grid_ts`
@@ -130,6 +136,8 @@ def prompt_positions(
     videos = grids("video_grid_thw", video_grid_thw, rules.merge, image=False, tmerge=rules.tmerge)
     sps = video_scales(rules, second_per_grid_ts, videos)
     audios = audio_lengths(rules, audio_feature_lengths)
+    if rules.xd:
+        return _xd.positions(ids, images, rules.image)
     items = scan(rules, ids, images, videos, sps, audios, use_audio_in_video)
     if float_positions:
         return _float.positions(rules, ids, items)

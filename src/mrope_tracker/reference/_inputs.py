@@ -35,10 +35,11 @@ FAMILIES = (
     "keye_vl1_5",
     "isaac",
     "openpangu_vl",
+    "hunyuan_vl",
 )
 OMNI = ("qwen2_5_omni", "qwen3_omni")
 # Families served with images only: vLLM 0.33's processors register no video for them.
-IMAGE_ONLY = ("paddleocr_vl", "bailing_moe_v3_vl", "isaac")
+IMAGE_ONLY = ("paddleocr_vl", "bailing_moe_v3_vl", "isaac", "hunyuan_vl")
 # GLM's layout: frames reuse the image token between <|begin_of_video|> and <|end_of_video|>.
 GLM = ("glm4v", "glm_ocr")
 # Families whose items all sit at sequential positions like text (vLLM's
@@ -52,6 +53,9 @@ SCALED = ("qwen2_5_vl", "qwen2_5_omni", "qwen3_omni")
 PER_FRAME = ("qwen3_vl", "glm4v", "glm_ocr", "keye", "keye_vl1_5", "openpangu_vl", "cohere_compass")
 # Families whose image blocks sit at (s, i, j), H and W without the base (Isaac, as vLLM 0.33).
 RAW_SPATIAL = ("isaac",)
+# Families with HunYuan-VL's XD-RoPE: four axes, images as runs of h'(w' + 1) + 2
+# image tokens whose grid part sits at (index, column, row, image ordinal).
+XD = ("hunyuan_vl",)
 
 # Seconds per temporal patch when second_per_grid_ts is not given: what each
 # family's transformers 4.57 processor sends with its default fps and
@@ -124,6 +128,10 @@ class Rules:
     @property
     def raw_spatial(self) -> bool:
         return self.family in RAW_SPATIAL
+
+    @property
+    def xd(self) -> bool:
+        return self.family in XD
 
 
 def _field(config, name: str, required: bool):
