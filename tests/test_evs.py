@@ -392,3 +392,51 @@ def test_whole_windows_merge_only_when_adjacent():
     np.testing.assert_array_equal(pruned.positions(), full.positions()[:, keep])
     kinds = pruned.rows[:, C.COL_KIND].tolist()
     assert kinds.count(C.KIND_GRID) == 2 and kinds.count(C.KIND_GRID_BITS) == 1
+
+
+def test_a_mask_buffer_reused_by_the_caller_changes_nothing():
+    """The tracker keeps its own copy of each mask: a caller that refills its
+    buffer for the next video leaves the first video's positions alone."""
+    record = next(r for r in RECORDS if len(r["video_grid_thw"]) == 2)
+    config = _config(record)
+    masks = [np.array(m, bool) for m in record["retention_masks"]]
+    tracker = PositionTracker(config, max_num_reqs=1, max_num_batched_tokens=4096)
+    tracker.add_request_pruned("r", _prompt(record))
+    buffer = masks[0].copy()
+    tracker.set_retention_mask("r", 0, buffer)
+    buffer[:] = ~buffer  # the caller reuses its buffer
+    tracker.set_retention_mask("r", 1, masks[1])
+    got = tracker.prepare(["r"], [len(record["token_ids"])]).numpy()
+    np.testing.assert_array_equal(got, _reference(record)[0].numpy())
+
+
+def test_pruned_prompt_refuses_bad_grids_and_extra_placeholders():
+    record = RECORDS[1]
+    config = _config(record)
+    with pytest.raises((ValueError, TypeError), match="video_grid_thw"):
+        PrunedPrompt(config, record["token_ids"], video_grid_thw=[[1, 2], [3, 4, 5]])
+    with pytest.raises((ValueError, TypeError), match="video_grid_thw"):
+        PrunedPrompt(config, record["token_ids"], video_grid_thw="abc")
+    ids = [1, VS] + [VIDEO] * 6 + [VE]  # 6 placeholders, a grid of 4 tokens
+    with pytest.raises(ValueError, match=r"token_ids: video 0 holds 6 video tokens .* more than its unpruned grid's 4"):
+        PrunedPrompt(config, ids, video_grid_thw=[[1, 4, 4]], second_per_grid_ts=[1.0])
+
+
+def test_steps_with_bad_arrays_name_them_while_a_mask_is_pending():
+    record = RECORDS[1]
+    tracker = PositionTracker(_config(record), max_num_reqs=2, max_num_batched_tokens=64)
+    tracker.add_request_pruned("r", _prompt(record))
+    with pytest.raises(ValueError, match="slots"):
+        tracker.prepare_slots(np.array([[0], [1]]), np.array([[1], [1]]))
+
+
+def test_mask_rows_refuse_positions_past_the_limit():
+    """A directly built GRID_BITS row whose base plus offsets would pass 2**62 is refused (no int64 wrap)."""
+    from mrope_tracker.kernels import layout_codes as C
+
+    rows = np.zeros((1, C.NUM_COLS), np.int64)
+    rows[0, [C.COL_TOK_LEN, C.COL_KIND, C.COL_BASE, C.COL_GRID_OFFSET]] = [1, C.KIND_GRID_BITS, 2**62, 2**62]
+    rows[0, C.COL_BITS_SHAPE] = 1 | (1 << C.BITS_SIDE)
+    rows[0, C.COL_BITS_WORDS] = 1
+    with pytest.raises(ValueError, match=r"rows\[0\]: expected positions in \[0, 2\*\*62\]"):
+        PromptLayout(rows, np.zeros((1, 2), np.float32), 1, -1)

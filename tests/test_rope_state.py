@@ -587,3 +587,31 @@ def test_isaac_raw_grids_on_the_device():
     state.init_prefill_positions(0, config, vector["token_ids"], more_features(vector))
     state.apply_staged_writes()
     assert _serve_all(state, 0, n, 9)[:, :n].tolist() == vector["positions"]
+
+
+def test_grids_past_int32_indices_are_refused():
+    """A grid far larger than its prompt (positions fit in int32, its token indices do not) is refused at
+    admission, naming the layout, instead of wrapping in the device's int32 arithmetic."""
+    from mrope_tracker.kernels import layout_codes as C
+
+    config = MRopeConfig(family="qwen2_vl")
+    rows = np.zeros((1, C.NUM_COLS), np.int64)
+    rows[0, [C.COL_TOK_LEN, C.COL_KIND, C.COL_GRID_OFFSET, C.COL_T, C.COL_H, C.COL_W]] = [
+        1,
+        C.KIND_GRID,
+        700_000_000,
+        1,
+        70_000,
+        70_000,
+    ]
+    layout = PromptLayout(rows, np.zeros((1, 2), np.float32), 1, 10_000)  # token 0 at (0, 10000, 0)
+    state = RopeState(3, 2, 16, 64, DEVICE, config=config, block_size=BLOCK)
+    with pytest.raises(ValueError, match="layout: a grid row's token indices"):
+        state.init_prefill_layout(0, layout)
+    state.check_invariants()
+
+
+def test_override_positions_past_int32_are_refused():
+    state, _ = _state_with_a_request()
+    with pytest.raises(ValueError, match=r"positions: expected values in \[0, 2147483647\]"):
+        state.update_prefill_positions(1, torch.full((3, 2), 2**31 + 5, dtype=torch.int64, device=DEVICE), 0)

@@ -186,9 +186,28 @@ def test_refused_admission_changes_nothing(call, error, match):
         call(tracker)
     assert len(tracker) == before[2]
     np.testing.assert_array_equal(tracker.slot_state, before[0])
+    live = int(tracker.slot_state[tracker.slot("a"), 5])  # F_ROW_COUNT: the live request's rows are untouched
+    start = int(tracker.slot_state[tracker.slot("a"), 4])
+    np.testing.assert_array_equal(tracker.pool_rows[start : start + live], before[1][start : start + live])
     tracker.check_invariants()
     # the tracker still admits and serves
     tracker.add_request_from_features("b", NUM_TOKENS, GOOD)
     np.testing.assert_array_equal(
         tracker.prepare(["b"], [NUM_TOKENS]).numpy(), tracker.prepare(["a"], [NUM_TOKENS]).numpy()
     )
+
+
+@pytest.mark.parametrize(
+    ("prompt", "error", "match"),
+    [
+        (10**20, ValueError, r"prompt_token_ids: expected an int in \[1, "),
+        (torch.zeros((1, 8), dtype=torch.int64), ValueError, "prompt_token_ids: expected a 1-D sequence"),
+        (np.zeros((2, 4), np.int64), ValueError, "prompt_token_ids: expected a 1-D sequence"),
+    ],
+)
+def test_prompt_counts_are_bounded_and_one_dimensional(prompt, error, match):
+    """A count past what positions can hold, or ids that are not 1-D, are refused naming the argument."""
+    tracker = _tracker(QWEN3)
+    with pytest.raises(error, match=match):
+        tracker.add_request_from_features("r", prompt, [])
+    assert "r" not in tracker

@@ -368,3 +368,13 @@ def test_new_family_fields_are_validated(change, error, match):
 
     with pytest.raises(error, match=match):
         attrs.evolve(RECORDS["openpangu_vl"], **change)
+
+
+def test_keye_vl1_5_wild_frame_count_is_refused_at_once():
+    """A Keye-VL-1.5 feature announcing far more frames than its range holds is refused before any
+    per-frame list is made (a frame count of 10**9 must not build a billion-entry list)."""
+    config = MRopeConfig(family="keye_vl1_5", semantics="vllm-0.33")
+    grid = FieldElem(torch.tensor([[10**9, 2, 2]]))
+    feature = FeatureSpec("video", PlaceholderRange(2, 8), {"video_grid_thw": grid})
+    with pytest.raises(ValueError, match=r"expected at most 8 frames in all \(the range's length\), got 1000000000"):
+        layout_from_features(config, 16, [feature])

@@ -13,10 +13,12 @@ whose frames are one token each), and each such row gets one of:
 - otherwise a small table: the row's tau values, one int32 per frame,
   stored in pool rows right after the request's layout rows.
 
-A device row is the host row's COL_* columns cast to int32 (every value fits:
-admission refuses a prompt whose tokens or positions pass 2**31 - 1, which
-vLLM's own int32 table could not hold either) followed by two columns of its
-own, DCOL_TAU_STEP and DCOL_TAU_AT. A TAU_FRAME grid row gets step 1.
+A device row is the host row's COL_* columns cast to int32 followed by two
+columns of its own, DCOL_TAU_STEP and DCOL_TAU_AT (a TAU_FRAME grid row gets
+step 1). The values fit: admission refuses a prompt whose tokens or
+positions pass 2**31 - 1, which vLLM's own int32 table could not hold
+either, and `device_rows` refuses a grid whose token indices or h' * w' do
+(a grid may be larger than its prompt: a pruned video's).
 
 A GRID_BITS row (a pruned video's kept tokens, 192 mask bits) becomes one
 device row per non-zero 64-bit word: COL_H and COL_W hold the grid's sides
@@ -34,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from .kernels import layout_codes as C
-from .kernels.device_cast import CAST_PLAIN, cast_rows
+from .kernels.device_cast import CAST_PLAIN, CAST_TOO_LARGE, cast_rows
 from .kernels.layout_fill import fill_positions
 
 __all__ = [
@@ -79,12 +81,18 @@ def device_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.nd
     """(device rows [n, NUM_DEVICE_COLS] int32, tau table int32) of a layout's
     `rows` and `scales`. DCOL_TAU_AT is relative to the request's first pool
     row, so the rows can move in the pool (compaction) unchanged. The caller
-    has checked that every value fits in int32."""
+    has checked that every position fits in int32; a grid row whose token
+    indices or h' * w' do not (a grid far larger than its prompt) is refused
+    here, with a ValueError naming the layout."""
     out = np.empty((rows.shape[0], NUM_DEVICE_COLS), np.int32)
-    if cast_rows(rows, out) == CAST_PLAIN:  # no float tau, no mask row: one pass
+    code = cast_rows(rows, out)
+    if code == CAST_PLAIN:  # no float tau, no mask row: one pass
         return out, _NO_TAUS
+    if code == CAST_TOO_LARGE:
+        raise ValueError(_TOO_LARGE)
     kinds = rows[:, C.COL_KIND]
     words = None
+    span = rows[:, C.COL_TOK_LEN]  # grid tokens a row's tokens reach past its grid offset
     if (kinds == C.KIND_GRID_BITS).any():
         rows, scales, words, span = _split_bits_rows(rows, scales)
         kinds = rows[:, C.COL_KIND]
@@ -95,14 +103,16 @@ def device_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.nd
     out[:, DCOL_TAU_AT] = 0
     # grid rows whose tau is a float product (comparisons, not np.isin: this runs at every admission)
     grids = (kinds == C.KIND_GRID) | (kinds == C.KIND_GRID_RAW)
+    grid_kinds = grids | (kinds == C.KIND_GRID_BITS) | (kinds == C.KIND_XD_GRID)
+    ends = rows[:, C.COL_GRID_OFFSET] + span
+    if (grid_kinds & ((ends > INT32_MAX) | (rows[:, C.COL_H] * rows[:, C.COL_W] > INT32_MAX))).any():
+        raise ValueError(_TOO_LARGE)
     if words is not None:
         bits = np.flatnonzero(kinds == C.KIND_GRID_BITS)
         halves = words.astype("<i8").view("<i4").reshape(-1, 2)  # (lo, hi) of each word, as int32 bits
         out[bits, DCOL_BITS_LO] = halves[bits, 0]
         out[bits, DCOL_BITS_HI] = halves[bits, 1]
         grids |= kinds == C.KIND_GRID_BITS
-    else:
-        span = rows[:, C.COL_TOK_LEN]  # grid tokens a row's tokens reach past its grid offset
     scaled = grids & (rows[:, C.COL_SCALED] != C.TAU_FRAME)
     if not scaled.any():
         return out, _NO_TAUS
@@ -139,6 +149,10 @@ def device_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 _NO_TAUS = np.zeros(0, np.int32)
+_TOO_LARGE = (
+    "layout: a grid row's token indices or h' * w' pass 2**31 - 1, past the device's int32 index arithmetic "
+    "(a grid far larger than its prompt)"
+)
 
 
 def _split_bits_rows(rows: np.ndarray, scales: np.ndarray):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .inputs import as_config, as_token_ids, describe
+from .inputs import as_config, as_grid, as_token_ids, describe
 from .kernels import layout_check as check
 from .kernels import layout_codes as C
 from .layout import PromptLayout
@@ -145,12 +145,13 @@ class PrunedPrompt:
     """A prompt whose videos vLLM pruned, read once at admission.
 
     `token_ids` is the pruned prompt as vLLM lays it out, `video_grid_thw`
-    the videos' unpruned grids. It keeps the unpruned prompt's layout rows
+    the videos' unpruned grids. It reads the ids once (rebuilding the
+    unpruned prompt, O(tokens)) and keeps the unpruned prompt's layout rows
     and where each video's grid tokens sit in it: O(items + frames), no
     token ids. `layout(masks)` gives the pruned prompt's layout once the
-    retention masks are known; `video_starts[k]` is the first token of video
-    k's span in the pruned prompt, the first whose position depends on its
-    mask.
+    retention masks are known. Tokens [`video_starts[k]`, `video_ends[k]`)
+    of the pruned prompt are those whose positions video k's mask decides;
+    every other token's position is known at admission.
     """
 
     def __init__(self, config, token_ids, *, video_grid_thw, image_grid_thw=None, second_per_grid_ts=None) -> None:
@@ -158,8 +159,8 @@ class PrunedPrompt:
         if config.family not in PRUNABLE:
             raise ValueError(f"config.family: expected one of {', '.join(PRUNABLE)} (EVS), got {config.family!r}")
         ids = as_token_ids(token_ids)
-        grid = np.asarray(video_grid_thw, dtype=np.int64) if video_grid_thw is not None else None
-        if grid is None or grid.ndim != 2 or grid.shape[1] != 3 or grid.shape[0] == 0:
+        grid = None if video_grid_thw is None else as_grid(video_grid_thw, "video_grid_thw")
+        if grid is None or grid.shape[0] == 0:
             raise ValueError(f"video_grid_thw: expected an (n, 3) grid with n >= 1, got {describe(video_grid_thw)}")
         m = config.spatial_merge_size
         if (grid <= 0).any() or (grid[:, 1:] % m).any():
@@ -171,6 +172,12 @@ class PrunedPrompt:
         self.frame_sizes = [int(h // m) * int(w // m) for _, h, w in grid.tolist()]
         self.num_frames = [int(t) for t in grid[:, 0].tolist()]
         full_ids, self.video_starts, self.video_ends, self.num_kept, self._grid_spans = self._unpruned(ids)
+        for k, (kept, t, size) in enumerate(zip(self.num_kept, self.num_frames, self.frame_sizes)):
+            if kept > t * size:
+                raise ValueError(
+                    f"token_ids: video {k} holds {kept} video tokens from index {self.video_starts[k]}, more than "
+                    f"its unpruned grid's {t * size} (video_grid_thw[{k}])"
+                )
         self._full = PromptLayout.from_tokens(
             config,
             full_ids,
@@ -289,6 +296,8 @@ def _checked_mask(mask, k: int, size: int, kept: int) -> np.ndarray:
         if ((array != 0) & (array != 1)).any():
             raise ValueError(f"{name}: expected 0/1 entries, got values {np.unique(array)[:4].tolist()}")
         array = array != 0
+    else:
+        array = array.copy()  # ours: a caller who reuses the buffer changes nothing kept
     if int(np.count_nonzero(array)) != kept:
         raise ValueError(
             f"{name}: expected {kept} kept tokens (the video's placeholders in token_ids), "
@@ -327,7 +336,10 @@ class PendingPrune:
             self.masks = (None,) * prompt.num_videos
         else:
             prompt.keep(retention_masks)  # checks each mask
-            self.masks = tuple(retention_masks)
+            self.masks = tuple(
+                _checked_mask(mask, k, prompt.num_frames[k] * prompt.frame_sizes[k], prompt.num_kept[k])
+                for k, mask in enumerate(retention_masks)
+            )  # checked copies: the caller's buffers are not kept
 
     def with_mask(self, video_index, mask) -> PendingPrune:
         if isinstance(video_index, bool) or not isinstance(video_index, (int, np.integer)):

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from .config import MRopeConfig
-from .inputs import EMPTY_FLOAT, EMPTY_GRID, EMPTY_INT, EMPTY_RANGES, Items, normalize_items
+from .inputs import EMPTY_FLOAT, EMPTY_GRID, EMPTY_INT, EMPTY_RANGES, Items, as_index, describe, normalize_items
 from .ranges import Ranges
 
 __all__ = ["read_features", "count_prompt_tokens"]
@@ -65,12 +65,6 @@ _GRID_DTYPES = (torch.int64, torch.int32)
 _SCALAR_KINDS = {torch.float32: "f", torch.float64: "f", torch.int64: "i", torch.int32: "i", torch.bool: "b"}
 _BY_OFFSET = attrgetter("offset")
 _GRID_FIELDS = {"image": "image_grid_thw", "video": "video_grid_thw"}
-
-
-def describe(value) -> str:
-    if isinstance(value, (np.ndarray, torch.Tensor)):
-        return f"{type(value).__name__} of shape {tuple(value.shape)} and dtype {value.dtype}"
-    return f"{type(value).__name__} {value!r}"[:120]
 
 
 def _plain(value):
@@ -200,12 +194,20 @@ class Feature:
         if grid.ndim != 2 or grid.shape[1] != 3 or grid.shape[0] == 0 or grid.dtype.kind not in "iu":
             raise ValueError(f"{where}: expected (n, 3) ints, one (t, h, w) row per frame group, got {describe(grid)}")
         rows = [[int(x) for x in row] for row in grid]
-        sizes = []
         for k, (t, h, w) in enumerate(rows):
             if min(t, h, w) < 1 or h % merge or w % merge:
                 raise ValueError(
                     f"{where}[{k}]: expected positive (t, h, w) with h and w divisible by {merge}, got {(t, h, w)}"
                 )
+        # every frame holds at least one token: more frames than the range's tokens cannot fit (checked
+        # before the per-frame lists are made, which a wild frame count would make huge)
+        if sum(t for t, _, _ in rows) > self.length:
+            raise ValueError(
+                f"{where}: expected at most {self.length} frames in all (the range's length), got "
+                f"{sum(t for t, _, _ in rows)}"
+            )
+        sizes = []
+        for t, h, w in rows:
             sizes += [(h // merge) * (w // merge)] * t
         if self.is_embed is None:
             runs = [] if sum(sizes) != self.length else [(0, self.length)]
@@ -390,19 +392,24 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
     return items, ranges
 
 
+# the most tokens a prompt may have (positions and sums stay well inside int64)
+MAX_PROMPT_TOKENS = 2**40
+
+
 def count_prompt_tokens(prompt, name: str) -> int:
     """A prompt's token count from its ids (a sequence, only counted) or from the count itself."""
     if type(prompt) is list:
         num = len(prompt)
     elif isinstance(prompt, (int, np.integer)) and not isinstance(prompt, (bool, np.bool_)):
-        num = int(prompt)
-        if num < 1:
-            raise ValueError(f"{name}: expected a prompt of at least one token, got {num}")
-        return num
+        return as_index(prompt, name, minimum=1, maximum=MAX_PROMPT_TOKENS)
     elif isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
         raise TypeError(f"{name}: expected a sequence of token ids or their number, got {describe(prompt)}")
+    elif isinstance(prompt, (np.ndarray, torch.Tensor)) and prompt.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D sequence of token ids, got {describe(prompt)}")
     else:
         num = len(prompt)
+    if num > MAX_PROMPT_TOKENS:
+        raise ValueError(f"{name}: expected at most {MAX_PROMPT_TOKENS} tokens, got {num}")
     if num == 0:
         raise ValueError(f"{name}: expected at least one token, got an empty sequence")
     return num

@@ -428,6 +428,12 @@ class RopeState:
             raise TypeError(f"delta: expected an int, got {type(delta).__name__}")
         if not -D.INT32_MAX <= delta <= D.INT32_MAX:
             raise ValueError(f"delta: expected an int32, got {delta}")
+        if positions.numel():  # an EVS update, not a step: reading two numbers back is fine here
+            low, high = int(positions.min()), int(positions.max())
+            if low < 0 or high > D.INT32_MAX:
+                raise ValueError(
+                    f"positions: expected values in [0, {D.INT32_MAX}] (the device keeps int32), got {low} to {high}"
+                )
         self._overrides[slot] = positions.to(device=self.device, dtype=torch.int32).contiguous().clone()
         self._arena_dirty = True
         self._records[slot, D.S_DELTA] = delta

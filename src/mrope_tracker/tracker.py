@@ -262,7 +262,8 @@ class PositionTracker:
     def set_retention_mask(self, req_id, video_index: int, retention_mask) -> None:
         """Video `video_index`'s retention mask (one bit per token of its
         unpruned grid, frame-major), once the vision encoder has chosen: the
-        request's layout rows are rebuilt, O(items + runs of kept tokens).
+        request's layout rows are rebuilt: a pass over the unpruned prompt's
+        keep bits (numpy), then O(items + mask bits / 192) rows.
         Tokens already computed keep their positions: what the mask decides
         was never handed out."""
         slot = self.slot(req_id)
@@ -466,6 +467,8 @@ class PositionTracker:
         """Refuse a step that schedules tokens a retention mask still to come
         decides (only while a pruned request waits for one). Entries the step
         kernel refuses anyway (bad slots, lengths) are left to it."""
+        if slots.ndim != 1 or counts.ndim != 1 or computed.ndim != 1:
+            return  # not the kernel's form: its checks (or the conversion) come first and say what is wrong
         n = min(len(slots), len(counts), len(computed) if len(computed) else len(slots))
         for slot, pending in self._pending.items():
             for b in np.flatnonzero(np.asarray(slots[:n]) == slot).tolist():

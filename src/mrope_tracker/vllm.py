@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from .features import describe, read_features
-from .inputs import as_config, as_index
+from .features import read_features
+from .inputs import as_config, as_index, describe
 from .layout import PromptLayout
 from .rope_state import RopeState, get_rope_state
 from .vllm_plugin import install

@@ -128,4 +128,6 @@ def _check_bits(rows, scales, r, length, base):
                 seen += 1
     if seen != length:
         return CHECK_GRID, 0
+    if top > _POSITION_LIMIT - base:  # base <= 2**62 already: no overflow on either side
+        return CHECK_BASE, 0
     return CHECK_OK, base + top
