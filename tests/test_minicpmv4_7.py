@@ -9,11 +9,20 @@ back, each ``<image> V*n </image>`` with optional equal-sized slices. Text
 between items may hold newlines (markers to the rule, which let a picture join
 the previous one's group). The oracle tests are skipped where transformers 5.24
 is not installed (the CI's transformers-5 environment runs them).
+
+tests/data/vllm-0.33.0-minicpmv4_7.jsonl holds 60 such prompts with the
+positions vLLM 0.33.0's own ``MiniCPMV4_7ForConditionalGeneration``
+(``_init_canvas_mrope`` and ``get_mrope_input_positions``, run on CPU on a
+stand-in model holding only the config) gave them; every sixth was recorded
+without the config's ``uses_mrope_canvas`` flag, where vLLM numbers every
+token by its index.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import pathlib
 import types
 
 import numpy as np
@@ -202,6 +211,47 @@ def test_bad_input(edit, message):
 def test_missing_marker_id():
     with pytest.raises(TypeError, match="config.newline_id: expected an int token id, got NoneType None"):
         reference.canvas_prompt_positions({**CONFIG, "newline_id": None}, [1], [0])
+
+
+VECTORS = pathlib.Path(__file__).parent / "data" / "vllm-0.33.0-minicpmv4_7.jsonl"
+RECORDS = [json.loads(line) for line in VECTORS.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[f"vllm-{i}" for i in range(len(RECORDS))])
+def test_vllm_vectors(record):
+    """With the canvas flag on, vLLM 0.33 gives the reference's positions and
+    delta; without it, every token at its index and delta 0 (a divergence:
+    transformers 5.24 has no flag and always places the canvas)."""
+    sizes = {
+        m: [s for item in record["items"] if item["modality"] == m for s in item["target_sizes"]]
+        for m in ("image", "video")
+    }
+    positions, delta = reference.canvas_prompt_positions(
+        CONFIG,
+        record["token_ids"],
+        record["mm_token_type_ids"],
+        target_sizes=sizes["image"] or None,
+        target_sizes_videos=sizes["video"] or None,
+        downsample_mode=record["downsample_mode"],
+    )
+    if record["uses_mrope_canvas"]:
+        assert positions.tolist() == record["positions"]
+        assert delta == record["delta"]
+    else:
+        length = len(record["token_ids"])
+        assert record["positions"] == [list(range(length))] * 3
+        assert record["delta"] == 0
+
+
+def test_vllm_vectors_cover_the_layouts():
+    """The recorded prompts hold sliced images, sliced and unsliced videos,
+    both merge modes, and flagless prompts with pictures (where vLLM differs)."""
+    canvas = [r for r in RECORDS if r["uses_mrope_canvas"]]
+    assert any(SL_START in r["token_ids"] and 1 in r["mm_token_type_ids"] for r in canvas)
+    assert any(SL_START in r["token_ids"] and 2 in r["mm_token_type_ids"] for r in canvas)
+    assert any(r["token_ids"].count(IM_START) > 1 and 2 in r["mm_token_type_ids"] for r in canvas)
+    assert {r["downsample_mode"] for r in canvas} == {"16x", "4x"}
+    assert any(r["items"] and not r["uses_mrope_canvas"] for r in RECORDS)
 
 
 # --------------------------------------------------------------------------
