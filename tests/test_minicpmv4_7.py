@@ -208,6 +208,23 @@ def test_bad_input(edit, message):
         )
 
 
+def test_no_items_is_plain_text():
+    """No crops: every token at its index, delta 0; empty size lists mean none."""
+    positions, delta = reference.canvas_prompt_positions(
+        CONFIG, [5, NEWLINE, 6], [0, 0, 0], target_sizes=[], target_sizes_videos=np.zeros((0, 2), np.int64)
+    )
+    assert positions.tolist() == [[0, 1, 2]] * 3
+    assert delta == 0
+
+
+def test_slice_of_another_modality_is_refused():
+    prompt = Prompt()
+    prompt.frame(1, (8, 8), [], 1, 4)
+    prompt.crop(2, (8, 8), 4, SL_START, SL_END)
+    with pytest.raises(ValueError, match="mm_token_type_ids: expected the slice at token_ids"):
+        _positions(prompt)
+
+
 def test_missing_marker_id():
     with pytest.raises(TypeError, match="config.newline_id: expected an int token id, got NoneType None"):
         reference.canvas_prompt_positions({**CONFIG, "newline_id": None}, [1], [0])

@@ -190,7 +190,7 @@ CANVAS_MERGE = {"16x": 4, "4x": 2}
 
 
 def _sizes(name: str, value) -> list[tuple[int, int]]:
-    if value is None:
+    if is_empty(value):
         return []
     sizes = as_tensor(name, value, "int", 2)
     if sizes.shape[1] != 2 or (sizes.numel() and int(sizes.min()) < 1):
