@@ -12,6 +12,7 @@ written out in `docs/semantics.md`; the modules here say which part they own:
 * `_integer`: integer positions by the reference rules, every family;
 * `_float`: Qwen3-Omni float32 positions as transformers 4.57.6 computes them;
 * `_xd`: HunYuan-VL's four XD-RoPE axes, as transformers 5.24 states them;
+* `_canvas`: MiniCPM-V 4.7's canvas positions, as transformers 5.24 states them;
 * `_evs`: a pruned video prompt's unpruned prompt and the tokens that survive.
 
 It was written from the rules alone and shares no code with the fast path
@@ -32,11 +33,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import _evs, _float, _integer, _xd
+from . import _canvas, _evs, _float, _integer, _xd
 from ._inputs import as_tensor, audio_count, audio_lengths, describe, grids, is_empty, read_config, video_scales
 from ._scan import scan
 
-__all__ = ["audio_token_count", "next_positions", "pruned_prompt_positions", "prompt_positions"]
+__all__ = [
+    "audio_token_count",
+    "canvas_prompt_positions",
+    "next_positions",
+    "pruned_prompt_positions",
+    "prompt_positions",
+]
 
 
 def audio_token_count(num_mel_frames: int, *, n_window: int | None = None) -> int:
@@ -175,3 +182,57 @@ def pruned_prompt_positions(
     )
     positions = full[:, keep].contiguous()
     return positions, int(positions.max()) + 1 - ids.numel()
+
+
+# MiniCPM-V 4.7's token ids, as its transformers 5.24 config names them
+CANVAS_MARKER_FIELDS = ("image_start_id", "image_end_id", "slice_start_id", "slice_end_id", "newline_id")
+CANVAS_MERGE = {"16x": 4, "4x": 2}
+
+
+def _sizes(name: str, value) -> list[tuple[int, int]]:
+    if is_empty(value):
+        return []
+    sizes = as_tensor(name, value, "int", 2)
+    if sizes.shape[1] != 2 or (sizes.numel() and int(sizes.min()) < 1):
+        raise ValueError(f"{name}: expected (n, 2) patch grids (h, w) >= 1, got {describe(value)}")
+    return [tuple(row) for row in sizes.tolist()]
+
+
+def canvas_prompt_positions(
+    config, token_ids, mm_token_type_ids, *, target_sizes=None, target_sizes_videos=None, downsample_mode=None
+) -> tuple[torch.Tensor, int]:
+    """MiniCPM-V 4.7's canvas positions of one unpadded prompt: ((3, L) int64, delta).
+
+    `config` is any dict or object with the five marker ids transformers 5.24's
+    MiniCPMV4_7Config holds (``image_start_id``, ``image_end_id``,
+    ``slice_start_id``, ``slice_end_id``, ``newline_id``) and, unless
+    `downsample_mode` is given, its ``downsample_mode`` ("16x" or "4x").
+    `mm_token_type_ids` labels every token 0 (text), 1 (image) or 2 (video);
+    `target_sizes` and `target_sizes_videos` are the (n, 2) patch grids of the
+    image and video crops in prompt order (thumbnail, then slices), as the
+    processor sends them. The rule is `_canvas`'s docstring and
+    docs/minicpmv4_7-notes.md.
+    """
+    ids = as_tensor("token_ids", token_ids, "int", 1)
+    kinds = as_tensor("mm_token_type_ids", mm_token_type_ids, "int", 1)
+    if ids.numel() == 0:
+        raise ValueError("token_ids: expected a non-empty prompt, got 0 tokens")
+    if kinds.shape != ids.shape:
+        raise ValueError(f"mm_token_type_ids: expected one label per token ({ids.numel()}), got {tuple(kinds.shape)}")
+    if kinds.numel() and (int(kinds.min()) < 0 or int(kinds.max()) > 2):
+        raise ValueError(f"mm_token_type_ids: expected labels 0 (text), 1 (image) or 2 (video), got {kinds.tolist()}")
+    ids_of = {}
+    for field in CANVAS_MARKER_FIELDS:
+        value = config.get(field) if isinstance(config, dict) else getattr(config, field, None)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"config.{field}: expected an int token id, got {describe(value)}")
+        ids_of[field] = int(value)
+    if downsample_mode is None:
+        downsample_mode = config.get("downsample_mode") if isinstance(config, dict) else None
+        downsample_mode = downsample_mode or getattr(config, "downsample_mode", None) or "16x"
+    if downsample_mode not in CANVAS_MERGE:
+        raise ValueError(f"downsample_mode: expected one of {', '.join(CANVAS_MERGE)}, got {downsample_mode!r}")
+    markers = _canvas.Markers(*(ids_of[f] for f in CANVAS_MARKER_FIELDS))
+    images = _sizes("target_sizes", target_sizes)
+    videos = _sizes("target_sizes_videos", target_sizes_videos)
+    return _canvas.positions(ids, kinds, images, videos, CANVAS_MERGE[downsample_mode], markers)
