@@ -198,8 +198,7 @@ def _rope_admission(config, prompt, write_positions, rounds: int, progress):
             device,
             config=config,
             max_num_rows=(ROPE_BATCH + 1) * 400 * (rounds + 2),
-            staging_bytes=1 << 22,
-        )
+        )  # the default staging buffers: a round's admissions fit one, reused round after round
     except ImportError:
         return None
     id_list, features = prompt.token_list, prompt.features
