@@ -167,7 +167,7 @@ def _from_features(quick: bool, progress) -> dict:
 
 
 ROPE_ADMIT = "RopeState: init_prefill_positions, staged"
-ROPE_BATCH = 8  # admissions timed between two applies
+ROPE_BATCH = 32  # admissions timed between two applies (the first after an apply finds the caches cold)
 
 
 def _rope_admission(config, prompt, write_positions, rounds: int, progress):
@@ -180,9 +180,12 @@ def _rope_admission(config, prompt, write_positions, rounds: int, progress):
     on a CPU, triton's interpreter); the ratio is paired round by round. The pool has room for every admission, so no
     compaction (a device gather of the live rows) falls in a timed call."""
     import os
+    import sys
     import time
 
     if not torch.cuda.is_available():
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            return None  # triton came in compiled mode, with no GPU to run on (the CLI sets the interpreter first)
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
     try:
         from mrope_tracker.rope_state import RopeState
@@ -198,7 +201,8 @@ def _rope_admission(config, prompt, write_positions, rounds: int, progress):
             device,
             config=config,
             max_num_rows=(ROPE_BATCH + 1) * 400 * (rounds + 2),
-        )  # the default staging buffers: a round's admissions fit one, reused round after round
+            staging_bytes=ROPE_BATCH * 20 * 1024,  # a round's admissions fit one buffer, reused round after round
+        )
     except ImportError:
         return None
     id_list, features = prompt.token_list, prompt.features

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+
+import torch
 
 
 def _progress_printer():
@@ -50,6 +53,10 @@ def _add_json_option(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def _bench(args) -> int:
+    if not torch.cuda.is_available():
+        # RopeState's Triton kernels then run in triton's CPU interpreter (the admission suite), which
+        # triton reads when first imported: before the suites import transformers, which may import it
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     from .bench import report, runner  # the suites import matplotlib only to plot
 
     suites = list(runner.SUITES) if not args.suite else []

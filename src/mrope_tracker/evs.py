@@ -33,7 +33,6 @@ from __future__ import annotations
 import numpy as np
 
 from .inputs import as_config, as_grid, as_token_ids, describe
-from .kernels import layout_check as check
 from .kernels import layout_codes as C
 from .layout import PromptLayout
 
@@ -56,13 +55,22 @@ def delete_tokens(layout: PromptLayout, keep) -> PromptLayout:
     if not keep.any():
         raise ValueError("keep: expected at least one token kept, got none")
     out_rows, out_scales = [], []
+    # kept tokens before each row's start and end, from one prefix sum: a row
+    # kept whole or dropped whole (most text rows) needs no work of its own
+    before = np.concatenate(([0], np.cumsum(keep, dtype=np.int64)))
+    starts = layout.rows[:, C.COL_TOK_START]
+    counts = (before[starts + layout.rows[:, C.COL_TOK_LEN]] - before[starts]).tolist()
     for r in range(layout.num_rows):
         row, scale = layout.rows[r], layout.scales[r]
         start, length = int(row[C.COL_TOK_START]), int(row[C.COL_TOK_LEN])
+        if counts[r] == 0:
+            continue
+        if counts[r] == length:
+            out_rows.append(row)
+            out_scales.append(scale)
+            continue
         kept = keep[start : start + length]
         runs = _runs(kept)
-        if runs.shape[0] == 0:
-            continue
         grid = row[C.COL_KIND] in (C.KIND_GRID, C.KIND_GRID_RAW)
         if row[C.COL_KIND] == C.KIND_GRID and runs.shape[0] > 1:
             bits = _bits_rows(row, kept, runs)
@@ -101,15 +109,23 @@ def _bits_rows(row: np.ndarray, kept: np.ndarray, runs: np.ndarray) -> list[np.n
     shape = h | (w << C.BITS_SIDE) | (mode << (2 * C.BITS_SIDE))
     first, last = int(runs[0, 0]), int(runs[-1, 0] + runs[-1, 1])
     size = C.BITS_PER_ROW
+    # every window at once: its kept count and its bits packed into BITS_WORDS little-endian words
+    num_windows = -(-(last - first) // size)
+    padded = np.zeros(num_windows * size, np.bool_)
+    padded[: last - first] = kept[first:last]
+    windows = padded.reshape(num_windows, size)
+    kept_counts = np.count_nonzero(windows, axis=1).tolist()
+    words = np.packbits(windows, axis=1, bitorder="little").view("<i8")
+    widths = [min(size, last - first - k * size) for k in range(num_windows)]
     out: list[np.ndarray] = []
     grid_end = -1  # where the last GRID row of whole windows ends (row-local), if it was the last row
-    for at in range(first, last, size):
-        window = kept[at : min(at + size, last)]
-        count = int(np.count_nonzero(window))
+    for k in range(num_windows):
+        count = kept_counts[k]
+        at = first + k * size
         if count == 0:
             grid_end = -1
             continue
-        whole = count == window.shape[0]
+        whole = count == widths[k]
         if whole and grid_end == at:
             out[-1][C.COL_TOK_LEN] += count  # whole windows one after the other: one GRID row
             grid_end += count
@@ -121,24 +137,16 @@ def _bits_rows(row: np.ndarray, kept: np.ndarray, runs: np.ndarray) -> list[np.n
             grid_end = at + count
         else:
             grid_end = -1
-            words = np.zeros(C.BITS_WORDS * 8, np.uint8)
-            packed = np.packbits(window, bitorder="little")
-            words[: packed.shape[0]] = packed
             piece[C.COL_KIND] = C.KIND_GRID_BITS
             piece[C.COL_GRID_OFFSET] = row[C.COL_GRID_OFFSET] + at
             piece[C.COL_BITS_SHAPE] = shape
-            piece[C.COL_BITS_WORDS : C.COL_BITS_WORDS + C.BITS_WORDS] = words.view("<i8")
+            piece[C.COL_BITS_WORDS : C.COL_BITS_WORDS + C.BITS_WORDS] = words[k]
         out.append(piece)
     return out
 
 
 def _layout(config, rows: np.ndarray, scales: np.ndarray, num_tokens: int) -> PromptLayout:
-    code, row, top = check.check_layout(rows, scales, num_tokens)
-    if code:  # the rows come from a checked layout: an internal invariant
-        raise RuntimeError(f"evs: rows[{row}] failed the layout check (code {code})")
-    layout = PromptLayout(rows, scales, num_tokens, top + 1 - num_tokens)
-    object.__setattr__(layout, "config", config)
-    return layout
+    return PromptLayout.from_rows(config, np.ascontiguousarray(rows), np.ascontiguousarray(scales), num_tokens)
 
 
 class PrunedPrompt:

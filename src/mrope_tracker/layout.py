@@ -345,6 +345,35 @@ class PromptLayout:
             object.__setattr__(layout, name, value)
         return layout
 
+    @classmethod
+    def from_rows(cls, config, rows: np.ndarray, scales: np.ndarray, num_tokens: int) -> PromptLayout:
+        """A layout from rows made by hand (e.g. split around deleted tokens,
+        `mrope_tracker.evs`), under `config` (None: of unknown origin, as a
+        layout constructed directly): checked once in O(rows), its delta
+        taken from the rows. `rows` and `scales` must be fresh int64 / float32
+        tables the caller hands over (they are not copied)."""
+        config = None if config is None else as_config(config)
+        num_tokens = as_index(num_tokens, "num_tokens", minimum=1)
+        if (
+            not isinstance(rows, np.ndarray)
+            or rows.dtype != np.int64
+            or rows.ndim != 2
+            or rows.shape[1] != C.NUM_COLS
+            or not rows.flags.c_contiguous
+        ):
+            raise TypeError(f"rows: expected a C-contiguous int64 array of shape (num_rows, {C.NUM_COLS})")
+        if (
+            not isinstance(scales, np.ndarray)
+            or scales.dtype != np.float32
+            or scales.shape != (rows.shape[0], C.NUM_SCALE_COLS)
+            or not scales.flags.c_contiguous
+        ):
+            raise TypeError(f"scales: expected a C-contiguous float32 array of shape ({rows.shape[0]}, 2)")
+        code, row, top = check.check_layout(rows, scales, num_tokens)
+        if code:
+            raise ValueError(f"rows[{row}]: {_CHECK_MESSAGES[code]}")
+        return cls._built(config, rows, scales, num_tokens, top + 1 - num_tokens)
+
     @property
     def num_rows(self) -> int:
         return self.rows.shape[0]
