@@ -44,12 +44,13 @@ from .evs import PendingPrune, PrunedPrompt
 from .features import read_features
 from .inputs import as_index
 from .kernels import layout_codes as C
-from .layout import PromptLayout
+from .layout import PromptLayout, build_rows_from_ranges
 from .rope_staging import StagedWrites
 
 __all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes"]
 
 DEFAULT_ROWS_PER_REQ = 64
+_SCRATCH_ROWS = 1024  # layout rows an admission builds in place (a long video: a few hundred)
 DEFAULT_STAGING_BYTES = 256 * 1024
 # position rows: 3 (T, H, W) for M-RoPE, 4 for HunYuan-VL's XD-RoPE (the family's num_dims)
 SUPPORTED_NUM_DIMS = (3, 4)
@@ -160,6 +161,9 @@ class RopeState:
         self._pruned: dict[int, PendingPrune] = {}
         self._model = None
         self._model_config: MRopeConfig | None = None
+        # the admission's scratch layout table (a larger prompt builds into a table of its own)
+        self._scratch_rows = np.empty((_SCRATCH_ROWS, C.NUM_COLS), np.int64)
+        self._scratch_scales = np.empty((_SCRATCH_ROWS, C.NUM_SCALE_COLS), np.float32)
 
     # ------------------------------------------------------------------ admission
     def init_prefill_positions(self, req_idx: int, model, prefill_token_ids, mm_features) -> None:
@@ -177,8 +181,17 @@ class RopeState:
                 f"prefill_token_ids: expected 1 to max_model_len={self.max_model_len} tokens, got {num_tokens}"
             )
         config = self._config_of(model)
-        items, ranges = read_features(config, mm_features)  # (what layout_from_features does, one call less)
-        self._admit(slot, PromptLayout.from_normalized(config, num_tokens, items, ranges))
+        if config.num_dims != self.num_dims:
+            raise ValueError(
+                f"model: expected a model of this state's {self.num_dims} position rows, got {config.family} "
+                f"({config.num_dims})"
+            )
+        items, ranges = read_features(config, mm_features)  # what layout_from_features reads
+        # the rows built straight into this state's scratch table: no layout object on the admission path
+        rows, scales, n, top = build_rows_from_ranges(
+            config, num_tokens, items, ranges, self._scratch_rows, self._scratch_scales
+        )
+        self._admit_rows(slot, rows[:n], scales[:n], num_tokens, top)
 
     def init_prefill_layout(self, req_idx: int, layout: PromptLayout) -> None:
         """`init_prefill_positions` for a `PromptLayout` built elsewhere (for
@@ -204,12 +217,15 @@ class RopeState:
                 f"layout: expected positions of this state's {self.num_dims} rows, got a layout of "
                 f"{rows_of or 4} ({layout.config.family if layout.config is not None else 'XD_GRID rows'})"
             )
-        if layout.max_position > D.INT32_MAX:
+        self._admit_rows(slot, layout.rows, layout.scales, layout.num_tokens, layout.max_position)
+
+    def _admit_rows(self, slot: int, rows, scales, num_tokens: int, max_position: int) -> None:
+        if max_position > D.INT32_MAX:
             raise ValueError(
-                f"prefill_token_ids: positions reach {layout.max_position}, past the int32 positions a device "
+                f"prefill_token_ids: positions reach {max_position}, past the int32 positions a device "
                 f"row holds ({D.INT32_MAX})"
             )
-        rows, taus = D.device_rows(layout.rows, layout.scales)
+        rows, taus = D.device_rows(rows, scales)
         n = rows.shape[0]
         total = n + math.ceil(taus.shape[0] / D.NUM_DEVICE_COLS)
         start = self._allocate(slot, total)  # the last check: nothing has changed if it raises
@@ -223,7 +239,7 @@ class RopeState:
         self._drop_override(slot)
         self._pruned.pop(slot, None)
         self._rows_held[slot] = total
-        self._set_record(slot, start, n, layout.num_tokens, layout.delta)
+        self._set_record(slot, start, n, num_tokens, max_position + 1 - num_tokens)
 
     def _allocate(self, slot: int, total: int) -> int:
         """First pool row of `total` free rows for `slot`, whose current rows
