@@ -145,27 +145,32 @@ def reference_row(family: str, name: str, prompt, samples, ours: str = "ours") -
     }
 
 
+def _reference_comparison(label: str, config, name: str, prompt, rounds: int, target_s: float) -> dict:
+    """One case: ours equal to the torch reference first, then both timed beside the write floor."""
+    ids, kwargs = prompt.token_ids, prompt.kwargs
+    _same(
+        f"torch reference, {label}, {name}",
+        reference.prompt_positions(config, ids, **kwargs),
+        prompt_positions(config, ids, **kwargs),
+    )
+    samples = measure(
+        {
+            "reference": lambda: reference.prompt_positions(config, ids, **kwargs),
+            "ours": lambda: prompt_positions(config, ids, **kwargs),
+            "floor": lambda: write_floor(ids.shape[0]),
+        },
+        rounds=rounds,
+        target_s=target_s,
+    )
+    return reference_row(label, name, prompt, samples)
+
+
 def omni_rows(config, rounds: int, target_s: float, progress=lambda message: None) -> list[dict]:
     rows = []
     cases = seed_prompt_cases(config)
     for k, (name, prompt) in enumerate(cases):
         progress(f"prompt Qwen2.5-Omni: {name} ({k + 1}/{len(cases)})")
-        ids, kwargs = prompt.token_ids, prompt.kwargs
-        _same(
-            f"torch reference, {name}",
-            reference.prompt_positions(config, ids, **kwargs),
-            prompt_positions(config, ids, **kwargs),
-        )
-        samples = measure(
-            {
-                "reference": lambda: reference.prompt_positions(config, ids, **kwargs),
-                "ours": lambda: prompt_positions(config, ids, **kwargs),
-                "floor": lambda: write_floor(ids.shape[0]),
-            },
-            rounds=rounds,
-            target_s=target_s,
-        )
-        rows.append(reference_row("Qwen2.5-Omni", name, prompt, samples))
+        rows.append(_reference_comparison("Qwen2.5-Omni", config, name, prompt, rounds, target_s))
     return rows
 
 
@@ -175,22 +180,7 @@ def vllm_family_rows(rounds: int, target_s: float, progress=lambda message: None
     rows = []
     for label, config, name, prompt in cases or vllm_only_family_cases():
         progress(f"prompt {label}: {name}")
-        ids, kwargs = prompt.token_ids, prompt.kwargs
-        _same(
-            f"torch reference, {label}, {name}",
-            reference.prompt_positions(config, ids, **kwargs),
-            prompt_positions(config, ids, **kwargs),
-        )
-        samples = measure(
-            {
-                "reference": lambda: reference.prompt_positions(config, ids, **kwargs),
-                "ours": lambda: prompt_positions(config, ids, **kwargs),
-                "floor": lambda: write_floor(ids.shape[0]),
-            },
-            rounds=rounds,
-            target_s=target_s,
-        )
-        rows.append(reference_row(label, name, prompt, samples))
+        rows.append(_reference_comparison(label, config, name, prompt, rounds, target_s))
     return rows
 
 
