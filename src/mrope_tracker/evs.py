@@ -255,16 +255,23 @@ class PrunedPrompt:
         pieces.append(ids[at:])
         return np.concatenate(pieces), starts, ends, kept, spans
 
-    def keep(self, retention_masks) -> np.ndarray:
-        """Which tokens of the unpruned prompt survive, from one mask per video."""
+    def checked_mask(self, k: int, mask) -> np.ndarray:
+        """Video k's mask, checked, as a bool array of our own."""
+        return _checked_mask(mask, k, self.num_frames[k] * self.frame_sizes[k], self.num_kept[k])
+
+    def checked_masks(self, retention_masks) -> tuple[np.ndarray, ...]:
+        """One checked mask per video, as arrays of our own."""
         if not isinstance(retention_masks, (list, tuple)) or len(retention_masks) != len(self.num_frames):
             raise ValueError(
                 f"retention_masks: expected a list of {len(self.num_frames)} masks (one per video), "
                 f"got {describe(retention_masks)}"
             )
+        return tuple(self.checked_mask(k, mask) for k, mask in enumerate(retention_masks))
+
+    def keep(self, retention_masks) -> np.ndarray:
+        """Which tokens of the unpruned prompt survive, from one mask per video."""
         keep = np.ones(self._full.num_tokens, np.bool_)
-        for k, mask in enumerate(retention_masks):
-            mask = _checked_mask(mask, k, self.num_frames[k] * self.frame_sizes[k], self.num_kept[k])
+        for k, mask in enumerate(self.checked_masks(retention_masks)):
             done = 0
             for start, length in self._grid_spans[k]:
                 keep[start : start + length] = mask[done : done + length]
@@ -343,11 +350,7 @@ class PendingPrune:
         if retention_masks is None:
             self.masks = (None,) * prompt.num_videos
         else:
-            prompt.keep(retention_masks)  # checks each mask
-            self.masks = tuple(
-                _checked_mask(mask, k, prompt.num_frames[k] * prompt.frame_sizes[k], prompt.num_kept[k])
-                for k, mask in enumerate(retention_masks)
-            )  # checked copies: the caller's buffers are not kept
+            self.masks = prompt.checked_masks(retention_masks)  # copies: the caller's buffers are not kept
 
     def with_mask(self, video_index, mask) -> PendingPrune:
         if isinstance(video_index, bool) or not isinstance(video_index, (int, np.integer)):
@@ -357,9 +360,7 @@ class PendingPrune:
         if self.masks[video_index] is not None:
             raise ValueError(f"video_index: video {video_index}'s retention mask was given already")
         k = int(video_index)
-        checked = _checked_mask(
-            mask, k, self.prompt.num_frames[k] * self.prompt.frame_sizes[k], self.prompt.num_kept[k]
-        )
+        checked = self.prompt.checked_mask(k, mask)
         updated = PendingPrune(self.prompt)
         updated.masks = self.masks[:k] + (checked,) + self.masks[k + 1 :]
         return updated
