@@ -299,6 +299,12 @@ class PrunedPrompt:
     def num_videos(self) -> int:
         return len(self.num_frames)
 
+    @property
+    def grid_spans(self) -> list[list[tuple[int, int]]]:
+        """Per video, the (start, length) of its grid runs in the unpruned
+        prompt: one run (Qwen2.5-VL) or one per frame (Qwen3-VL)."""
+        return [list(spans) for spans in self._grid_spans]
+
 
 def _checked_mask(mask, k: int, size: int, kept: int) -> np.ndarray:
     name = f"retention_masks[{k}]"

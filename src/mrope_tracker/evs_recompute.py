@@ -1,0 +1,215 @@
+"""vLLM's EVS recompute contract, with our rule's results.
+
+vLLM 0.33's pruning models (Qwen2.5-VL, Qwen3-VL) append position channels to
+each video's embedding rows (4 for Qwen2.5-VL, 5 for Qwen3-VL) and Model
+Runner V2 calls, once per prefill chunk that holds media embeddings,
+``model.recompute_mrope_positions(input_ids, multimodal_embeddings,
+mrope_positions, num_computed_tokens)``, which returns the stripped
+embeddings, the whole prompt's positions and the delta.
+
+vLLM's own channels cannot give our rule (every kept token at its unpruned
+position, docs/semantics.md "EVS"): they hold positions computed with
+``second_per_grid_ts`` truncated, rounded to the embeddings' dtype (bfloat16
+is exact only up to 256), and with ``second_per_grid_ts < 1`` every frame
+has t = 0, so a token's frame is lost. So the channels carry identities
+instead (`write_identity_columns`), written where the retention mask exists:
+each video row's index in the unpruned t*h'*w' grid and, for Qwen3-VL, each
+text row's ordinal among the span's text rows, as three base-256 digits
+(integers up to 255 are exact in bfloat16, float16 and float32). Qwen3-VL's
+last two channels keep vLLM's meaning (vision start, video row).
+
+`EvsRecompute` holds one request's `PrunedPrompt` and its placeholder
+ranges. A call reads the identities of the rows in the chunk, builds a mask
+for each video they belong to that agrees with everything the chunk shows
+(its rows where they are; the kept tokens before the chunk anywhere before
+them, those after it anywhere after), and writes that layout's positions
+from ``num_computed_tokens`` on. The chunk's own tokens are then exact:
+under our rule a kept token's position depends on its identity alone, and
+its index on how many video and text rows precede it, which the chunk tells.
+Tokens after the chunk that a mask still decides get stand-in positions,
+rewritten by the call whose chunk holds them, before any of them is used;
+nothing before ``num_computed_tokens`` is touched. The result never depends
+on where chunks start or end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .evs import PrunedPrompt
+from .inputs import as_index, describe
+
+__all__ = ["EvsRecompute", "write_identity_columns", "NUM_EXTRA_COLUMNS"]
+
+# the channels vLLM 0.33 appends to a pruning model's embedding rows
+NUM_EXTRA_COLUMNS = {"qwen2_5_vl": 4, "qwen3_vl": 5}
+DIGITS = 3
+DIGIT_BASE = 256  # every digit <= 255: exact in bfloat16's 8-bit significand
+MAX_IDENTITY = DIGIT_BASE**DIGITS - 1
+
+
+def _digits(values: np.ndarray) -> np.ndarray:
+    return np.stack([(values // DIGIT_BASE**d) % DIGIT_BASE for d in range(DIGITS)], axis=1)
+
+
+def write_identity_columns(embeddings: torch.Tensor, retention_mask, *, family: str) -> torch.Tensor:
+    """Overwrite the identity digits of one video's embedding rows, in place,
+    as vLLM's ``_postprocess_video_embeds_evs`` leaves them: Qwen2.5-VL's
+    rows are the kept tokens (4 channels); Qwen3-VL's are the whole span,
+    its last channel marking the video rows (5 channels). Returns
+    `embeddings`."""
+    if family not in NUM_EXTRA_COLUMNS:
+        raise ValueError(f"family: expected one of {', '.join(NUM_EXTRA_COLUMNS)}, got {family!r}")
+    extra = NUM_EXTRA_COLUMNS[family]
+    if not isinstance(embeddings, torch.Tensor) or embeddings.ndim != 2 or embeddings.shape[1] <= extra:
+        expected = f"a 2-D tensor with more than {extra} columns"
+        raise ValueError(f"embeddings: expected {expected}, got {describe(embeddings)}")
+    mask = retention_mask.detach().cpu().numpy() if hasattr(retention_mask, "detach") else np.asarray(retention_mask)
+    if mask.ndim != 1 or mask.dtype.kind not in "biu":
+        raise ValueError(f"retention_mask: expected a 1-D bool or 0/1 array, got {describe(retention_mask)}")
+    if mask.shape[0] - 1 > MAX_IDENTITY:
+        raise ValueError(f"retention_mask: expected at most {MAX_IDENTITY + 1} entries, got {mask.shape[0]}")
+    kept = np.flatnonzero(mask)
+    rows = embeddings.shape[0]
+    if family == "qwen2_5_vl":
+        is_video = np.ones(rows, np.bool_)
+    else:
+        is_video = (embeddings[:, -1] != 0).cpu().numpy()
+    if int(is_video.sum()) != kept.shape[0]:
+        raise ValueError(
+            f"retention_mask: expected {int(is_video.sum())} kept tokens (the embedding's video rows), "
+            f"got {kept.shape[0]}"
+        )
+    identity = np.empty(rows, np.int64)
+    identity[is_video] = kept
+    identity[~is_video] = np.arange(rows - kept.shape[0])
+    digits = torch.from_numpy(_digits(identity)).to(device=embeddings.device, dtype=embeddings.dtype)
+    embeddings[:, embeddings.shape[1] - extra : embeddings.shape[1] - extra + DIGITS] = digits
+    return embeddings
+
+
+def _placeholder(value, index: int) -> tuple[int, int]:
+    offset, length = (value.offset, value.length) if hasattr(value, "offset") else value
+    offset = as_index(offset, f"placeholders[{index}].offset", minimum=0)
+    return offset, as_index(length, f"placeholders[{index}].length", minimum=1)
+
+
+class EvsRecompute:
+    """One request's ``recompute_mrope_positions``: a `PrunedPrompt` and the
+    (offset, length) of every multimodal item in it (vLLM's placeholder
+    ranges, ``PlaceholderRange`` objects or pairs), in prompt order."""
+
+    def __init__(self, prompt: PrunedPrompt, placeholders) -> None:
+        if not isinstance(prompt, PrunedPrompt):
+            raise TypeError(f"prompt: expected an mrope_tracker.evs.PrunedPrompt, got {type(prompt).__name__}")
+        if isinstance(placeholders, (str, bytes)) or not hasattr(placeholders, "__len__"):
+            raise TypeError(f"placeholders: expected a sequence of (offset, length), got {describe(placeholders)}")
+        ranges = [_placeholder(p, i) for i, p in enumerate(placeholders)]
+        end = 0
+        for i, (offset, length) in enumerate(ranges):
+            if offset < end or offset + length > prompt.num_tokens:
+                raise ValueError(
+                    f"placeholders[{i}]: expected a range in [{end}, {prompt.num_tokens}] after the one before, "
+                    f"got ({offset}, {length})"
+                )
+            end = offset + length
+        self.prompt = prompt
+        self.placeholders = ranges
+        self.extra = NUM_EXTRA_COLUMNS[prompt.config.family]
+        self.video_of_item: list[int | None] = [None] * len(ranges)
+        for k, (start, stop) in enumerate(zip(prompt.video_starts, prompt.video_ends)):
+            inside = [i for i, (o, n) in enumerate(ranges) if o <= start and stop <= o + n]
+            if len(inside) != 1:
+                raise ValueError(
+                    f"placeholders: expected one range holding video {k}'s tokens [{start}, {stop}), got {len(inside)}"
+                )
+            self.video_of_item[inside[0]] = k
+        # text rows of video k's span before each frame's grid (Qwen3-VL's timestamps and markers)
+        self.text_before_frame = []
+        for k, spans in enumerate(prompt.grid_spans):
+            item = self.video_of_item.index(k)
+            start = ranges[item][0] + spans[0][0] - prompt.video_starts[k]  # the span's start, unpruned
+            size = prompt.frame_sizes[k]
+            self.text_before_frame.append([s - start - f * size for f, (s, _) in enumerate(spans)])
+
+    def recompute_mrope_positions(self, input_ids, multimodal_embeddings, mrope_positions, num_computed_tokens):
+        """(embeddings without the extra channels, the prompt's positions
+        with those from `num_computed_tokens` on rewritten, delta)."""
+        n = self.prompt.num_tokens
+        if not hasattr(input_ids, "__len__") or len(input_ids) != n:
+            raise ValueError(f"input_ids: expected the prompt's {n} token ids, got {describe(input_ids)}")
+        if not isinstance(mrope_positions, torch.Tensor) or tuple(mrope_positions.shape) != (3, n):
+            raise ValueError(f"mrope_positions: expected a (3, {n}) tensor, got {describe(mrope_positions)}")
+        computed = as_index(num_computed_tokens, "num_computed_tokens", minimum=0)
+        if computed >= n:
+            raise ValueError(f"num_computed_tokens: expected a prefill still running (< {n}), got {computed}")
+        if isinstance(multimodal_embeddings, torch.Tensor) or not hasattr(multimodal_embeddings, "__len__"):
+            raise TypeError(
+                f"multimodal_embeddings: expected a sequence of 2-D tensors, got {describe(multimodal_embeddings)}"
+            )
+        items = [i for i, (o, length) in enumerate(self.placeholders) if o + length > computed]
+        if len(multimodal_embeddings) > len(items):
+            raise ValueError(
+                f"multimodal_embeddings: expected at most {len(items)} items (those not yet computed), "
+                f"got {len(multimodal_embeddings)}"
+            )
+        masks = [self.prompt.stand_in_mask(k) for k in range(self.prompt.num_videos)]
+        stripped = []
+        for j, (embedding, item) in enumerate(zip(multimodal_embeddings, items)):
+            name = f"multimodal_embeddings[{j}]"
+            if not isinstance(embedding, torch.Tensor) or embedding.ndim != 2 or embedding.shape[1] <= self.extra:
+                raise ValueError(
+                    f"{name}: expected a 2-D tensor with more than {self.extra} columns, got {describe(embedding)}"
+                )
+            offset, length = self.placeholders[item]
+            first = max(computed - offset, 0)
+            if first + embedding.shape[0] > length:
+                raise ValueError(
+                    f"{name}: expected at most {length - first} rows (placeholder {item} from row {first}), "
+                    f"got {embedding.shape[0]}"
+                )
+            stripped.append(embedding[:, : embedding.shape[1] - self.extra])
+            k = self.video_of_item[item]
+            if k is not None and embedding.shape[0] > 0:
+                masks[k] = self._chunk_mask(k, first, embedding, name)
+        layout = self.prompt.layout(masks)
+        positions = mrope_positions.clone()
+        positions[:, computed:] = torch.from_numpy(layout.positions(computed, n)).to(positions.device)
+        delta = int(positions.max()) + 1 - n
+        return stripped, positions, delta
+
+    def _chunk_mask(self, k: int, first: int, embedding: torch.Tensor, name: str) -> np.ndarray:
+        """A mask for video k that agrees with the chunk's rows, which start at
+        row `first` of its placeholder."""
+        columns = embedding[:, embedding.shape[1] - self.extra :].detach().float().cpu().numpy()
+        digits = np.rint(columns[:, :DIGITS])
+        if (digits != columns[:, :DIGITS]).any() or (digits < 0).any() or (digits >= DIGIT_BASE).any():
+            raise ValueError(f"{name}: expected identity digits written by write_identity_columns, got other values")
+        identity = (digits.astype(np.int64) * DIGIT_BASE ** np.arange(DIGITS)).sum(axis=1)
+        is_video = np.ones(identity.shape[0], np.bool_) if self.extra == 4 else columns[:, -1] != 0
+        size, total = self.prompt.frame_sizes[k], self.prompt.num_frames[k] * self.prompt.frame_sizes[k]
+        kept = identity[is_video]
+        if kept.shape[0] and ((np.diff(kept) <= 0).any() or kept[0] < 0 or kept[-1] >= total):
+            raise ValueError(f"{name}: expected increasing grid indices in [0, {total}), got {kept[:8].tolist()}...")
+        if self.extra == 4:  # Qwen2.5-VL: the placeholder is the video tokens alone
+            text_before = 0
+        elif is_video[0]:
+            text_before = self.text_before_frame[k][int(kept[0]) // size]
+        else:
+            text_before = int(identity[0])
+        before = first - text_before  # the video's kept tokens before the chunk
+        after = self.prompt.num_kept[k] - before - kept.shape[0]
+        limit_before = int(kept[0]) if kept.shape[0] else total
+        room_after = total - 1 - int(kept[-1]) if kept.shape[0] else total - before
+        if before < 0 or before > limit_before or after < 0 or after > room_after:
+            raise ValueError(
+                f"{name}: its rows do not fit video {k}'s {self.prompt.num_kept[k]} kept tokens from row {first} "
+                f"({before} kept before them, {after} after)"
+            )
+        mask = np.zeros(total, np.bool_)
+        mask[:before] = True
+        mask[kept] = True
+        if after:
+            mask[total - after :] = True
+        return mask
