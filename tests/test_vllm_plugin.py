@@ -18,6 +18,7 @@ import sys
 import types
 
 import pytest
+from fake_vllm_evs import add_evs_fakes
 
 from mrope_tracker import vllm_plugin
 from mrope_tracker.rope_state import RopeState
@@ -63,6 +64,7 @@ def fake_vllm(monkeypatch):
             module.get_rope_state = original
         modules[name] = module
         monkeypatch.setitem(sys.modules, name, module)
+    add_evs_fakes(modules, monkeypatch)  # the EVS hook's targets (fake_vllm_evs.py)
     return modules, original
 
 
@@ -158,3 +160,18 @@ def test_the_package_imports_without_triton():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert "needs the `triton` package" in out.stdout
+
+
+def test_a_vllm_whose_pruning_code_differs_keeps_its_evs_path_and_gets_our_state(fake_vllm):
+    """register(): the RopeState is installed without the EVS hook, with a warning."""
+    modules, original = fake_vllm
+    pruner = modules["vllm.v1.worker.gpu.model_states.mm_pruning"].MultiModalPruner
+    own_recompute = pruner.recompute
+    pruner._num_window_embeds = lambda self, req_id: 0  # a vLLM whose pruner changed
+    with pytest.raises(RuntimeError, match="_num_window_embeds"):
+        vllm_plugin.install()
+    assert modules[RECORD["defining_module"]].get_rope_state is original  # nothing half patched
+    with pytest.warns(RuntimeWarning, match="vLLM's own EVS recompute stays in use"):
+        vllm_plugin.register()
+    assert modules[RECORD["defining_module"]].get_rope_state is not original
+    assert pruner.recompute is own_recompute

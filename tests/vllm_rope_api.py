@@ -6,7 +6,11 @@ PATH/TO/vllm is the `vllm` package folder of the release (its sources are read
 with `ast`, never imported). It writes the module that defines
 `get_rope_state`, its parameters, every module that imports it by name, and
 the parameters of each `RopeState` method, which tests/test_vllm_plugin.py
-compares with `mrope_tracker.vllm_plugin` and `mrope_tracker.rope_state`.
+compares with `mrope_tracker.vllm_plugin` and `mrope_tracker.rope_state`; and,
+for the EVS hook (`mrope_tracker.vllm_evs_plugin`), the parameters of
+`MultiModalPruner`'s methods, the names its module imports, and each pruning
+model class's `_postprocess_video_embeds_evs` with the names its module
+imports.
 """
 
 from __future__ import annotations
@@ -17,11 +21,28 @@ import os
 import sys
 
 DEFINING = "vllm.v1.worker.gpu.mm.rope"
+PRUNER = ("vllm.v1.worker.gpu.model_states.mm_pruning", "MultiModalPruner")
+PRUNING_MODELS = (
+    ("vllm.model_executor.models.qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration"),
+    ("vllm.model_executor.models.qwen3_vl", "Qwen3VLForConditionalGeneration"),
+)
 
 
 def _params(node: ast.FunctionDef) -> list[str]:
     args = node.args
     return [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg != "self"]
+
+
+def _module_api(package_dir: str, module: str, class_name: str) -> dict:
+    """The class's methods' parameters and the names the module imports."""
+    with open(os.path.join(package_dir, *module.split(".")[1:]) + ".py", encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    imported = sorted(a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names)
+    methods = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            methods = {item.name: _params(item) for item in node.body if isinstance(item, ast.FunctionDef)}
+    return {"module": module, "class": class_name, "imports": imported, "methods": methods}
 
 
 def record(package_dir: str) -> dict:
@@ -62,6 +83,8 @@ def record(package_dir: str) -> dict:
         "get_rope_state": functions["get_rope_state"],
         "importers": dict(sorted(importers.items())),
         "RopeState": methods,
+        "evs_pruner": _module_api(package_dir, *PRUNER),
+        "evs_models": [_module_api(package_dir, *model) for model in PRUNING_MODELS],
     }
 
 

@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 from .evs import PrunedPrompt
-from .inputs import as_index, describe
+from .features import checked_features
+from .inputs import as_config, as_index, describe
 
 __all__ = ["EvsRecompute", "write_identity_columns", "NUM_EXTRA_COLUMNS"]
 
@@ -132,6 +133,34 @@ class EvsRecompute:
             start = ranges[item][0] + spans[0][0] - prompt.video_starts[k]  # the span's start, unpruned
             size = prompt.frame_sizes[k]
             self.text_before_frame.append([s - start - f * size for f, (s, _) in enumerate(spans)])
+
+    @classmethod
+    def from_features(cls, config, token_ids, mm_features) -> EvsRecompute:
+        """Built from what vLLM 0.33 holds for a request: its prompt ids and its
+        multimodal features (read by duck typing, as `mrope_tracker.vllm`
+        reads them; videos need ``video_grid_thw``, Qwen2.5-VL's also
+        ``second_per_grid_ts``)."""
+        config = as_config(config)
+        features = checked_features(mm_features)
+        videos = [f for f in features if f.modality == "video"]
+        images = [f for f in features if f.modality == "image"]
+        if len(videos) + len(images) != len(features):
+            other = next(f for f in features if f.modality not in ("image", "video"))
+            name = f"mm_features[{other.index}].modality"
+            raise ValueError(f"{name}: expected image or video (EVS), got {other.modality!r}")
+        sps = None
+        if config.family == "qwen2_5_vl":
+            default = config.spec.default_second_per_grid_ts
+            sps = [f.scalar("second_per_grid_ts", "fiu", required=False) for f in videos]
+            sps = [default if sp is None else float(sp) for sp in sps]
+        prompt = PrunedPrompt(
+            config,
+            token_ids,
+            video_grid_thw=[f.grid() for f in videos],
+            image_grid_thw=[f.grid() for f in images] or None,
+            second_per_grid_ts=sps,
+        )
+        return cls(prompt, [(f.offset, f.length) for f in features])
 
     def recompute_mrope_positions(self, input_ids, multimodal_embeddings, mrope_positions, num_computed_tokens):
         """(embeddings without the extra channels, the prompt's positions

@@ -15,6 +15,10 @@ with vLLM 0.33's signature, and raises RuntimeError naming what differs
 otherwise: a vLLM that renamed or moved them is never half patched. It may
 be called more than once (vLLM loads plugins in every process it starts).
 
+With ``evs=True`` (the default) it also hooks MRV2's EVS pruner so pruned
+videos get our rule's positions (vllm_evs_plugin.py); its targets are
+checked before anything changes too.
+
 The `vllm.general_plugins` entry point (pyproject.toml) calls `register()`,
 which installs unless the environment sets MROPE_TRACKER_VLLM_PLUGIN=0, and
 warns instead of failing when vLLM is not the version it patches.
@@ -31,6 +35,7 @@ import warnings
 
 from .config import MRopeConfig
 from .rope_state import RopeState
+from .vllm_evs_plugin import check_evs_targets, install_evs
 
 __all__ = ["PATCH_TARGETS", "GET_ROPE_STATE_PARAMS", "install", "register"]
 
@@ -65,9 +70,10 @@ def _patched_get_rope_state(original, semantics: str):
     return get_rope_state
 
 
-def install(*, semantics: str = "vllm-0.33") -> bool:
+def install(*, semantics: str = "vllm-0.33", evs: bool = True) -> bool:
     """Swap MRV2's `get_rope_state` for ours in every module of
-    `PATCH_TARGETS`; returns False when it was already installed."""
+    `PATCH_TARGETS` and, with `evs`, hook its EVS pruner
+    (vllm_evs_plugin.py); returns False when it was already installed."""
     found = []
     for module_name, name in PATCH_TARGETS:
         try:
@@ -90,12 +96,16 @@ def install(*, semantics: str = "vllm-0.33") -> bool:
                 f"{GET_ROPE_STATE_PARAMS}"
             )
         found.append((module, name, current, original))
+    if evs:
+        check_evs_targets()  # raises before anything changes
     if all(current is not original for _, _, current, original in found):
-        return False
+        return install_evs(semantics=semantics) if evs else False
     defining_original = found[0][3]
     patched = _patched_get_rope_state(defining_original, semantics)
     for module, name, _, _ in found:
         setattr(module, name, patched)
+    if evs:
+        install_evs(semantics=semantics)
     return True
 
 
@@ -107,5 +117,11 @@ def register() -> None:
         return
     try:
         install()
+        return
+    except RuntimeError as exc:
+        failure = exc
+    try:  # the state without the EVS hook: a vLLM whose pruning code differs keeps its own EVS path
+        install(evs=False)
+        warnings.warn(f"{failure}; vLLM's own EVS recompute stays in use", RuntimeWarning, stacklevel=2)
     except RuntimeError as exc:
         warnings.warn(f"{exc}; vLLM's own RopeState stays in use", RuntimeWarning, stacklevel=2)

@@ -1,0 +1,185 @@
+"""The plugin's EVS hook (`mrope_tracker.vllm_evs_plugin`) on stand-ins of vLLM 0.33's
+pruner and pruning models (fake_vllm_evs.py), driven chunk by chunk as Model
+Runner V2 drives them: the positions staged are our rule's (the reference's)
+whatever the schedule, and models whose pruner the hook did not see built
+keep vLLM's own code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import types
+
+import fake_vllm_evs
+import numpy as np
+import pytest
+import torch
+from fake_vllm_evs import PRUNER_MODULE, QWEN2_5_MODULE, QWEN3_MODULE, add_evs_fakes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import examples
+from test_evs import RECORDS, VIDEO, VS, _prompt, _reference
+from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
+
+from mrope_tracker import vllm_evs_plugin
+from mrope_tracker.evs import PendingPrune
+
+RECORD_PATH = os.path.join(os.path.dirname(__file__), "data", "vllm-0.33.0-rope-api.json")
+with open(RECORD_PATH) as f:
+    API = json.load(f)
+HIDDEN = 3
+
+
+def test_targets_are_vllms():
+    """What the hook patches is what vLLM 0.33.0's source defines (recorded with ast)."""
+    pruner = API["evs_pruner"]
+    assert pruner["module"] == vllm_evs_plugin.PRUNER_MODULE
+    for name, params in vllm_evs_plugin.PRUNER_METHODS.items():
+        assert pruner["methods"][name] == list(params), name
+    assert "copy_mm_embedding_modality" in pruner["imports"]
+    recorded = {(m["module"], m["class"]): m for m in API["evs_models"]}
+    for module, cls, mask_functions in vllm_evs_plugin.MODEL_CLASSES:
+        model = recorded[(module, cls)]
+        assert model["methods"][vllm_evs_plugin.POSTPROCESS] == list(vllm_evs_plugin.POSTPROCESS_PARAMS)
+        assert set(mask_functions) <= set(model["imports"])
+    # the stand-ins take the same parameters
+    for name, params in vllm_evs_plugin.PRUNER_METHODS.items():
+        assert tuple(inspect.signature(getattr(fake_vllm_evs.MultiModalPruner, name)).parameters)[1:] == params
+
+
+@pytest.fixture(params=["reference", "vllm-0.33"])
+def fake(monkeypatch, request):
+    modules: dict = {}
+    masks = add_evs_fakes(modules, monkeypatch)
+    assert vllm_evs_plugin.install_evs(semantics=request.param) is True
+    assert vllm_evs_plugin.install_evs() is False  # once only
+    return modules, masks, request.param
+
+
+class RopeStore:
+    """Plays MRV2's RopeState for one request: read and update its prefill positions."""
+
+    def __init__(self, positions):
+        self.positions = torch.as_tensor(positions, dtype=torch.int32)
+        self.delta = None
+
+    def read_prefill_positions(self, req_idx, length):
+        return self.positions[:, :length].clone()
+
+    def update_prefill_positions(self, req_idx, positions, delta):
+        self.positions = positions.to(torch.int32)
+        self.delta = delta
+
+
+def _features(record, placeholders):
+    features = []
+    videos = iter(range(len(record["video_grid_thw"])))
+    for offset, length in placeholders:
+        k = next(videos)
+        data = {"video_grid_thw": FieldElem(torch.tensor(record["video_grid_thw"][k]))}
+        if "second_per_grid_ts" in record:
+            data["second_per_grid_ts"] = FieldElem(torch.tensor(record["second_per_grid_ts"][k], dtype=torch.float32))
+        features.append(FeatureSpec("video", PlaceholderRange(offset, length), data))
+    return features
+
+
+def _frame_text(ids, offset, length, frames):
+    """Qwen3-VL: each frame's text rows before its kept tokens (vision end of the
+    frame before, timestamp, vision start)."""
+    span = [t for t in ids[offset : offset + length] if t != VIDEO]
+    starts = [i for i, t in enumerate(span) if t == VS]
+    return [starts[0] + 1] + [starts[f] - starts[f - 1] for f in range(1, frames)]
+
+
+def _drive(modules, masks, record, boundaries, semantics):
+    family = record["family"]
+    module = modules[QWEN2_5_MODULE if family == "qwen2_5_vl" else QWEN3_MODULE]
+    cls = getattr(
+        module, "Qwen2_5_VLForConditionalGeneration" if family == "qwen2_5_vl" else "Qwen3VLForConditionalGeneration"
+    )
+    model = cls(record["config"])
+    ids = record["token_ids"]
+    placeholders = [(p["offset"], p["length"]) for p in record["placeholders"]]
+    prompt = _prompt(record, semantics)
+    rope = RopeStore(PendingPrune(prompt).layout().positions())  # our admission, masks to come
+    cache = types.SimpleNamespace(mm_features={"r": _features(record, placeholders)})
+    pruner = modules[PRUNER_MODULE].MultiModalPruner(model, rope, cache, HIDDEN)
+    # the encoder: unpruned rows, pruned by the model as vLLM does
+    masks.masks = list(record["retention_masks"])
+    grids = record["video_grid_thw"]
+    split = [torch.randn(t * h * w // 4, HIDDEN, dtype=torch.bfloat16) for t, h, w in grids]
+    video_input = {"video_grid_thw": grids}
+    if family == "qwen3_vl":
+        video_input["frame_text"] = [_frame_text(ids, o, n, g[0]) for (o, n), g in zip(placeholders, grids)]
+    outputs = model._postprocess_video_embeds_evs(split, video_input)
+    assert [o.shape[0] for o in outputs] == [n for _, n in placeholders]
+    req_states = types.SimpleNamespace(all_token_ids=types.SimpleNamespace(gpu=torch.tensor([ids])))
+    used = []
+    for a, b in zip(boundaries[:-1], boundaries[1:]):
+        window = [
+            out[max(a - o, 0) : min(b - o, n)] for (o, n), out in zip(placeholders, outputs) if o < b and o + n > a
+        ]
+        if window:
+            batch = types.SimpleNamespace(
+                req_ids=["r"],
+                idx_mapping_np=np.array([0]),
+                prefill_len_np=np.array([len(ids)]),
+                num_computed_prefill_tokens_np=np.array([a]),
+                num_scheduled_tokens=np.array([b - a]),
+            )
+            cleaned = pruner.recompute(window, batch, req_states)
+            assert [c.shape for c in cleaned] == [(w.shape[0], HIDDEN) for w in window]
+        used.append(rope.positions[:, a:b].numpy().copy())
+    return np.concatenate(used, axis=1), rope
+
+
+# the fixture's patched stand-ins hold no state between examples (each drive builds its own model and pruner)
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(range(len(RECORDS))), st.data())
+def test_pruner_stages_our_rule_for_any_schedule(fake, index, data):
+    modules, masks, semantics = fake
+    record = RECORDS[index]
+    n = len(record["token_ids"])
+    cuts = data.draw(st.lists(st.integers(1, n - 1), max_size=5, unique=True), label="cuts")
+    used, rope = _drive(modules, masks, record, [0, *sorted(cuts), n], semantics)
+    if semantics == "reference":
+        expected, delta = _reference(record)
+    else:  # vLLM's own result where it does not depend on chunking, ours elsewhere (test_evs.py checks which)
+        layout = _prompt(record, semantics).layout(record["retention_masks"])
+        expected, delta = torch.from_numpy(layout.positions()), layout.delta
+        if record["chunk_independent"]:
+            np.testing.assert_array_equal(expected.numpy(), np.asarray(record["positions"]))
+    np.testing.assert_array_equal(used, expected.numpy())
+    assert rope.delta == delta
+
+
+def test_models_the_hook_did_not_see_keep_vllms_code(fake):
+    modules, masks, _ = fake
+    record = next(r for r in RECORDS if r["family"] == "qwen2_5_vl")
+    model = modules[QWEN2_5_MODULE].Qwen2_5_VLForConditionalGeneration(record["config"])
+    # no pruner built for it (vLLM's V1 runner): vLLM's channels stay as they are
+    masks.masks = list(record["retention_masks"])
+    grids = record["video_grid_thw"]
+    split = [torch.randn(t * h * w // 4, HIDDEN) for t, h, w in grids]
+    outputs = model._postprocess_video_embeds_evs(split, {"video_grid_thw": grids})
+    assert all(torch.equal(o[:, -4:], torch.zeros(o.shape[0], 4)) for o in outputs)
+    # a model the plugin does not serve: its pruner is vLLM's
+    other = types.SimpleNamespace(config={"model_type": "nemotron_nano_vl"})
+    pruner = modules[PRUNER_MODULE].MultiModalPruner(other, None, None, HIDDEN)
+    assert pruner.recompute([], None, None) == "vllm's own recompute"
+    assert not hasattr(model, vllm_evs_plugin.MARK)
+
+
+def test_a_vllm_without_the_targets_is_left_alone(monkeypatch):
+    modules: dict = {}
+    add_evs_fakes(modules, monkeypatch)
+    original = modules[PRUNER_MODULE].MultiModalPruner.recompute
+    del modules[QWEN3_MODULE].vidcom2_compute_retention_mask
+    with pytest.raises(RuntimeError, match="vidcom2_compute_retention_mask"):
+        vllm_evs_plugin.install_evs()
+    assert modules[PRUNER_MODULE].MultiModalPruner.recompute is original
+    monkeypatch.setitem(__import__("sys").modules, PRUNER_MODULE, None)
+    with pytest.raises(RuntimeError, match="cannot import"):
+        vllm_evs_plugin.install_evs()
