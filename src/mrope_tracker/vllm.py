@@ -12,6 +12,12 @@ For Model Runner V2, `RopeState` and `get_rope_state` (rope_state.py) keep
 these layouts on the device, and `install()` (vllm_plugin.py) makes MRV2
 use them.
 
+For EVS (vLLM's video pruning), `EvsRecompute` offers the pruning models'
+``recompute_mrope_positions(input_ids, multimodal_embeddings,
+mrope_positions, num_computed_tokens)`` with our rule's results, reading the
+identity channels `write_identity_columns` writes (evs_recompute.py); the
+plugin routes Model Runner V2's pruner through it (vllm_evs_plugin.py).
+
 Each feature is read once: O(items), no token is scanned. Positions follow
 ``config.semantics``: use ``semantics="vllm-0.33"`` to reproduce vLLM 0.33
 bit for bit, ``"reference"`` for the transformers 4.x rules.
@@ -21,13 +27,22 @@ from __future__ import annotations
 
 import torch
 
+from .evs_recompute import EvsRecompute, write_identity_columns
 from .features import read_features
 from .inputs import as_config, as_index, describe
 from .layout import PromptLayout
 from .rope_state import RopeState, get_rope_state
 from .vllm_plugin import install
 
-__all__ = ["layout_from_features", "get_mrope_input_positions", "RopeState", "get_rope_state", "install"]
+__all__ = [
+    "layout_from_features",
+    "get_mrope_input_positions",
+    "RopeState",
+    "get_rope_state",
+    "install",
+    "EvsRecompute",
+    "write_identity_columns",
+]
 
 
 def layout_from_features(config, num_tokens: int, mm_features) -> PromptLayout:
