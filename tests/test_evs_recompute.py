@@ -23,6 +23,7 @@ from test_evs import IMAGE, RECORDS, VIDEO, VS, _config, _prompt, _reference, pr
 from mrope_tracker import reference
 from mrope_tracker.evs import PendingPrune, PrunedPrompt
 from mrope_tracker.evs_recompute import NUM_EXTRA_COLUMNS, EvsRecompute, write_identity_columns
+from mrope_tracker.inputs import true_runs
 
 HIDDEN = 3
 
@@ -32,10 +33,7 @@ def _placeholders(prompt: PrunedPrompt, ids) -> list[tuple[int, int]]:
     (Qwen2.5-VL) or inner span (Qwen3-VL: from frame 0's timestamp to the last
     frame's vision end)."""
     ids = np.asarray(ids)
-    ranges = []
-    is_image = np.concatenate(([False], ids == IMAGE, [False])).astype(np.int8)
-    edges = np.flatnonzero(np.diff(is_image))
-    ranges += [(int(a), int(b - a)) for a, b in zip(edges[0::2], edges[1::2])]
+    ranges = [tuple(run) for run in true_runs(ids == IMAGE).tolist()]
     for k, (start, end) in enumerate(zip(prompt.video_starts, prompt.video_ends)):
         if prompt.config.family == "qwen2_5_vl":
             ranges.append((start, prompt.num_kept[k]))

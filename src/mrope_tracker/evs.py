@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .inputs import as_config, as_grid, as_token_ids, describe
+from .inputs import as_config, as_grid, as_token_ids, describe, true_runs
 from .kernels import layout_codes as C
 from .layout import PromptLayout
 
@@ -70,7 +70,7 @@ def delete_tokens(layout: PromptLayout, keep) -> PromptLayout:
             out_scales.append(scale)
             continue
         kept = keep[start : start + length]
-        runs = _runs(kept)
+        runs = true_runs(kept)
         grid = row[C.COL_KIND] in (C.KIND_GRID, C.KIND_GRID_RAW)
         if row[C.COL_KIND] == C.KIND_GRID and runs.shape[0] > 1:
             bits = _bits_rows(row, kept, runs)
@@ -91,12 +91,6 @@ def delete_tokens(layout: PromptLayout, keep) -> PromptLayout:
     lengths = rows[:, C.COL_TOK_LEN]
     rows[:, C.COL_TOK_START] = np.cumsum(lengths) - lengths
     return _layout(layout.config, rows, np.array(out_scales, np.float32), int(lengths.sum()))
-
-
-def _runs(kept: np.ndarray) -> np.ndarray:
-    """(offset, length) of each run of True in `kept`, as an (n, 2) array."""
-    edges = np.flatnonzero(np.diff(kept.view(np.int8), prepend=0, append=0))
-    return np.stack([edges[0::2], edges[1::2] - edges[0::2]], axis=1)
 
 
 def _bits_rows(row: np.ndarray, kept: np.ndarray, runs: np.ndarray) -> list[np.ndarray] | None:

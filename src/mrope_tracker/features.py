@@ -53,7 +53,17 @@ import numpy as np
 import torch
 
 from .config import MRopeConfig
-from .inputs import EMPTY_FLOAT, EMPTY_GRID, EMPTY_INT, EMPTY_RANGES, Items, as_index, describe, normalize_items
+from .inputs import (
+    EMPTY_FLOAT,
+    EMPTY_GRID,
+    EMPTY_INT,
+    EMPTY_RANGES,
+    Items,
+    as_index,
+    describe,
+    normalize_items,
+    true_runs,
+)
 from .ranges import Ranges
 
 __all__ = ["read_features", "count_prompt_tokens"]
@@ -212,9 +222,7 @@ class Feature:
         if self.is_embed is None:
             runs = [] if sum(sizes) != self.length else [(0, self.length)]
         else:
-            flags = np.concatenate(([False], self.is_embed, [False]))
-            edges = np.flatnonzero(flags[1:] != flags[:-1])
-            runs = [(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+            runs = [(a, n) for a, n in true_runs(self.is_embed).tolist()]
         if self.is_embed is None and runs:
             # no mask: the frames follow each other back to back
             runs, at = [], 0

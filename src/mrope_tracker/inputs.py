@@ -163,6 +163,13 @@ def ready(arr, dtype: np.dtype, ndim: int, width: int = 0) -> bool:
     return flags.c_contiguous and flags.writeable and flags.aligned
 
 
+def true_runs(flags: np.ndarray) -> np.ndarray:
+    """(offset, length) of each run of True in a 1-D bool array, as an (n, 2)
+    int64 array, from one pass over its edges."""
+    edges = np.flatnonzero(np.diff(flags.view(np.int8), prepend=0, append=0))
+    return np.stack([edges[0::2], edges[1::2] - edges[0::2]], axis=1)
+
+
 def as_token_ids(token_ids) -> np.ndarray:
     """1-D integer tokens as int64; a ready int64 numpy array passes straight through."""
     ids = token_ids if ready(token_ids, _INT64, 1) else as_int_array(token_ids, "token_ids", 1, "(num_tokens,)")
