@@ -16,8 +16,14 @@ holds them) to the request's positions being ready:
   the unpruned prompt, then the first N columns, which only flatters it),
   then its Qwen2.5-VL recompute once the mask is known: per-token relative
   (t, h, w) of the grid gathered by the mask, the video's start found from
-  `vision_start`, the video and every later token rewritten.
-Both are checked to agree under ``semantics="vllm-0.33"`` (a one-video
+  `vision_start`, the video and every later token rewritten;
+- contract: vLLM's own call with our rule (`mrope_tracker.vllm.EvsRecompute`,
+  what the plugin runs inside Model Runner V2): `PrunedPrompt`, the
+  admission positions with the mask still to come, the identity channels
+  written into the kept rows (`write_identity_columns`, where vLLM writes its
+  position channels), then one `recompute_mrope_positions` for a one-shot
+  prefill.
+All three are checked to agree under ``semantics="vllm-0.33"`` (a one-video
 prompt, where we reproduce vLLM), and the tracker's delta to agree under
 both presets before anything is timed.
 """
@@ -28,13 +34,15 @@ import numpy as np
 import torch
 
 from mrope_tracker import MRopeConfig, PositionTracker, prompt_positions
-from mrope_tracker.evs import PrunedPrompt
+from mrope_tracker.evs import PendingPrune, PrunedPrompt
+from mrope_tracker.vllm import EvsRecompute, write_identity_columns
 
 from .timing import measure, medians_us, ratio
 
 T, H, W, MERGE = 32, 28, 28, 2
 RATES = (0.5, 0.75)
-DESIGNS = ("tracker", "vLLM-like")
+DESIGNS = ("tracker", "vLLM-like", "contract")
+HIDDEN = 8  # embedding width: small, so copying rows does not hide the position work
 
 
 def _case(config: MRopeConfig, q: float, seed: int = 0):
@@ -94,6 +102,17 @@ def run(quick: bool, progress) -> dict:
         def vllm_like(ids=ids, full=full, mask=mask, config=config, table_=table_):
             return _vllm_like(config, ids, full, mask, table_)
 
+        start = ids.index(config.vision_start_token_id) + 1
+        rows_ = torch.zeros(int(mask.sum()), HIDDEN + 4)
+
+        def contract(ids=ids, mask=mask, config=config, start=start, rows_=rows_):
+            prompt = PrunedPrompt(config, ids, video_grid_thw=[[T, H, W]], second_per_grid_ts=[1.0])
+            admitted = torch.from_numpy(PendingPrune(prompt).layout().positions())
+            write_identity_columns(rows_, mask, family="qwen2_5_vl")
+            recompute = EvsRecompute(prompt, [(start, rows_.shape[0])])
+            _, positions, delta = recompute.recompute_mrope_positions(ids, [rows_], admitted, 0)
+            return positions, delta
+
         # agreement before timing: positions and delta under vLLM's preset
         prompt = PrunedPrompt(config, ids, video_grid_thw=[[T, H, W]], second_per_grid_ts=[1.0])
         tracker.add_request_pruned("check", prompt, retention_masks=[mask])
@@ -101,10 +120,13 @@ def run(quick: bool, progress) -> dict:
         expected, delta = vllm_like()
         if not np.array_equal(got, expected.numpy()) or tracker.mrope_position_delta("check") != delta:
             raise AssertionError("evs: the tracker and the vLLM-like re-statement disagree under vllm-0.33")
+        positions, contract_delta = contract()
+        if not np.array_equal(positions.numpy(), expected.numpy()) or contract_delta != delta:
+            raise AssertionError("evs: EvsRecompute and the vLLM-like re-statement disagree under vllm-0.33")
         tracker.remove_request("check")
         layout = prompt.layout([mask])
         progress(f"evs: pruning rate {q}")
-        samples = measure({"tracker": ours, "vLLM-like": vllm_like}, rounds=5 if quick else 15)
+        samples = measure({"tracker": ours, "vLLM-like": vllm_like, "contract": contract}, rounds=5 if quick else 15)
         us = medians_us(samples)
         rows.append(
             {
@@ -117,6 +139,8 @@ def run(quick: bool, progress) -> dict:
                 "tracker": us["tracker"],
                 "vLLM-like": us["vLLM-like"],
                 "speedup": ratio(samples, "vLLM-like", "tracker"),
+                "contract": us["contract"],
+                "contract_speedup": ratio(samples, "vLLM-like", "contract"),
             }
         )
     return {"rows": rows}
@@ -135,11 +159,24 @@ def tables(result: dict) -> str:
             us(r["tracker"]),
             us(r["vLLM-like"]),
             f"{r['speedup']['median']:.2f}x ({r['speedup']['min']:.2f}-{r['speedup']['max']:.2f})",
+            us(r["contract"]),
+            f"{r['contract_speedup']['median']:.2f}x",
             f"{r['layout_rows']:,} rows, {r['tracker_bytes']:,} B",
             f"{r['vllm_table_bytes']:,} B",
         ]
         for r in result["rows"]
     ]
     return table(
-        ["pruning rate", "tokens kept", "tracker", "vLLM-like", "speedup", "our state", "vLLM's int32 rows"], rows
+        [
+            "pruning rate",
+            "tokens kept",
+            "tracker",
+            "vLLM-like",
+            "speedup",
+            "EvsRecompute (vLLM's call)",
+            "its speedup",
+            "our state",
+            "vLLM's int32 rows",
+        ],
+        rows,
     )
