@@ -148,7 +148,10 @@ def pruned_prompts(draw):
             ids.extend([VS] + [IMAGE] * (h * w) + [VE])
         t, h, w = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
         size = h * w
-        mask = [1] * size + draw(st.lists(st.integers(0, 1), min_size=(t - 1) * size, max_size=(t - 1) * size))
+        if draw(st.integers(0, 3)):  # EVS keeps the first frame whole; VidCom2 (Qwen3-VL) need not
+            mask = [1] * size + draw(st.lists(st.integers(0, 1), min_size=(t - 1) * size, max_size=(t - 1) * size))
+        else:
+            mask = draw(st.lists(st.integers(0, 1), min_size=t * size, max_size=t * size).filter(any))
         kept = sum(mask)
         grids.append([t, h * merge, w * merge])
         masks.append(mask)

@@ -27,7 +27,8 @@ from ``num_computed_tokens`` on. The chunk's own tokens are then exact:
 under our rule a kept token's position depends on its identity alone, and
 its index on how many video and text rows precede it, which the chunk tells.
 Tokens after the chunk that a mask still decides get stand-in positions,
-rewritten by the call whose chunk holds them, before any of them is used;
+rewritten by the call whose chunk holds them (only a drafter's look-ahead
+past the chunk could read one, as it could read vLLM's own stand-ins);
 nothing before ``num_computed_tokens`` is touched. The result never depends
 on where chunks start or end.
 """
@@ -41,13 +42,16 @@ from .evs import PrunedPrompt
 from .features import checked_features
 from .inputs import as_config, as_index, describe
 
-__all__ = ["EvsRecompute", "write_identity_columns", "NUM_EXTRA_COLUMNS"]
+__all__ = ["EvsRecompute", "write_identity_columns", "pruned_prompt_from_features", "NUM_EXTRA_COLUMNS"]
 
 # the channels vLLM 0.33 appends to a pruning model's embedding rows
 NUM_EXTRA_COLUMNS = {"qwen2_5_vl": 4, "qwen3_vl": 5}
 DIGITS = 3
 DIGIT_BASE = 256  # every digit <= 255: exact in bfloat16's 8-bit significand
 MAX_IDENTITY = DIGIT_BASE**DIGITS - 1
+# the channel after the digits holds this tag (vLLM's own there: Qwen2.5-VL's w', Qwen3-VL's 0/1
+# vision-start flag; neither is read by our recompute), so columns vLLM wrote are told apart
+TAG = 201
 
 
 def _digits(values: np.ndarray) -> np.ndarray:
@@ -67,7 +71,7 @@ def write_identity_columns(embeddings: torch.Tensor, retention_mask, *, family: 
         expected = f"a 2-D tensor with more than {extra} columns"
         raise ValueError(f"embeddings: expected {expected}, got {describe(embeddings)}")
     mask = retention_mask.detach().cpu().numpy() if hasattr(retention_mask, "detach") else np.asarray(retention_mask)
-    if mask.ndim != 1 or mask.dtype.kind not in "biu":
+    if mask.ndim != 1 or mask.dtype.kind not in "biu" or ((mask != 0) & (mask != 1)).any():
         raise ValueError(f"retention_mask: expected a 1-D bool or 0/1 array, got {describe(retention_mask)}")
     if mask.shape[0] - 1 > MAX_IDENTITY:
         raise ValueError(f"retention_mask: expected at most {MAX_IDENTITY + 1} entries, got {mask.shape[0]}")
@@ -85,15 +89,54 @@ def write_identity_columns(embeddings: torch.Tensor, retention_mask, *, family: 
     identity = np.empty(rows, np.int64)
     identity[is_video] = kept
     identity[~is_video] = np.arange(rows - kept.shape[0])
-    digits = torch.from_numpy(_digits(identity)).to(device=embeddings.device, dtype=embeddings.dtype)
-    embeddings[:, embeddings.shape[1] - extra : embeddings.shape[1] - extra + DIGITS] = digits
+    columns = np.concatenate([_digits(identity), np.full((rows, 1), TAG)], axis=1)
+    start = embeddings.shape[1] - extra
+    embeddings[:, start : start + DIGITS + 1] = torch.from_numpy(columns).to(embeddings.device, embeddings.dtype)
     return embeddings
 
 
 def _placeholder(value, index: int) -> tuple[int, int]:
-    offset, length = (value.offset, value.length) if hasattr(value, "offset") else value
+    if hasattr(value, "offset") and hasattr(value, "length"):
+        offset, length = value.offset, value.length
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        offset, length = value
+    else:
+        raise TypeError(
+            f"placeholders[{index}]: expected an (offset, length) pair or a PlaceholderRange, got {describe(value)}"
+        )
     offset = as_index(offset, f"placeholders[{index}].offset", minimum=0)
     return offset, as_index(length, f"placeholders[{index}].length", minimum=1)
+
+
+def pruned_prompt_from_features(config, token_ids, mm_features) -> tuple[PrunedPrompt | None, list[tuple[int, int]]]:
+    """A request's `PrunedPrompt` (None when it holds no video) and its items'
+    (offset, length), from what vLLM 0.33 holds: its prompt ids and its
+    multimodal features (read by duck typing, as `mrope_tracker.vllm` reads
+    them; videos need ``video_grid_thw``, Qwen2.5-VL's ``second_per_grid_ts``
+    takes the family default when absent)."""
+    config = as_config(config)
+    features = checked_features(mm_features)
+    for f in features:
+        if f.modality not in ("image", "video"):
+            raise ValueError(f"mm_features[{f.index}].modality: expected image or video (EVS), got {f.modality!r}")
+    placeholders = [(f.offset, f.length) for f in features]
+    videos = [f for f in features if f.modality == "video"]
+    if not videos:
+        return None, placeholders
+    images = [f for f in features if f.modality == "image"]
+    sps = None
+    if config.family == "qwen2_5_vl":
+        default = config.spec.default_second_per_grid_ts
+        sps = [f.scalar("second_per_grid_ts", "fiu", required=False) for f in videos]
+        sps = [default if sp is None else float(sp) for sp in sps]
+    prompt = PrunedPrompt(
+        config,
+        token_ids,
+        video_grid_thw=[f.grid() for f in videos],
+        image_grid_thw=[f.grid() for f in images] or None,
+        second_per_grid_ts=sps,
+    )
+    return prompt, placeholders
 
 
 class EvsRecompute:
@@ -136,31 +179,13 @@ class EvsRecompute:
 
     @classmethod
     def from_features(cls, config, token_ids, mm_features) -> EvsRecompute:
-        """Built from what vLLM 0.33 holds for a request: its prompt ids and its
-        multimodal features (read by duck typing, as `mrope_tracker.vllm`
-        reads them; videos need ``video_grid_thw``, Qwen2.5-VL's also
-        ``second_per_grid_ts``)."""
-        config = as_config(config)
-        features = checked_features(mm_features)
-        videos = [f for f in features if f.modality == "video"]
-        images = [f for f in features if f.modality == "image"]
-        if len(videos) + len(images) != len(features):
-            other = next(f for f in features if f.modality not in ("image", "video"))
-            name = f"mm_features[{other.index}].modality"
-            raise ValueError(f"{name}: expected image or video (EVS), got {other.modality!r}")
-        sps = None
-        if config.family == "qwen2_5_vl":
-            default = config.spec.default_second_per_grid_ts
-            sps = [f.scalar("second_per_grid_ts", "fiu", required=False) for f in videos]
-            sps = [default if sp is None else float(sp) for sp in sps]
-        prompt = PrunedPrompt(
-            config,
-            token_ids,
-            video_grid_thw=[f.grid() for f in videos],
-            image_grid_thw=[f.grid() for f in images] or None,
-            second_per_grid_ts=sps,
-        )
-        return cls(prompt, [(f.offset, f.length) for f in features])
+        """Built from a request's prompt ids and vLLM's multimodal features
+        (`pruned_prompt_from_features`); a request without a video has
+        nothing to recompute and is refused."""
+        prompt, placeholders = pruned_prompt_from_features(config, token_ids, mm_features)
+        if prompt is None:
+            raise ValueError("mm_features: expected at least one video (EVS prunes videos), got none")
+        return cls(prompt, placeholders)
 
     def recompute_mrope_positions(self, input_ids, multimodal_embeddings, mrope_positions, num_computed_tokens):
         """(embeddings without the extra channels, the prompt's positions
@@ -213,7 +238,8 @@ class EvsRecompute:
         row `first` of its placeholder."""
         columns = embedding[:, embedding.shape[1] - self.extra :].detach().float().cpu().numpy()
         digits = np.rint(columns[:, :DIGITS])
-        if (digits != columns[:, :DIGITS]).any() or (digits < 0).any() or (digits >= DIGIT_BASE).any():
+        bad = (digits != columns[:, :DIGITS]).any() or (digits < 0).any() or (digits >= DIGIT_BASE).any()
+        if bad or (columns[:, DIGITS] != TAG).any():
             raise ValueError(f"{name}: expected identity digits written by write_identity_columns, got other values")
         identity = (digits.astype(np.int64) * DIGIT_BASE ** np.arange(DIGITS)).sum(axis=1)
         is_video = np.ones(identity.shape[0], np.bool_) if self.extra == 4 else columns[:, -1] != 0
@@ -227,6 +253,13 @@ class EvsRecompute:
             text_before = self.text_before_frame[k][int(kept[0]) // size]
         else:
             text_before = int(identity[0])
+        text = identity[~is_video]  # the span's text rows are numbered on from those before the chunk
+        span_text = self.placeholders[self.video_of_item.index(k)][1] - self.prompt.num_kept[k]
+        if (text != text_before + np.arange(text.shape[0])).any() or text_before + text.shape[0] > span_text:
+            raise ValueError(
+                f"{name}: expected the span's text rows numbered {text_before} on, below {span_text}, "
+                f"got {text[:8].tolist()}"
+            )
         before = first - text_before  # the video's kept tokens before the chunk
         after = self.prompt.num_kept[k] - before - kept.shape[0]
         limit_before = int(kept[0]) if kept.shape[0] else total

@@ -40,14 +40,15 @@ import torch
 from . import device_rows as D
 from .admission import check_layout
 from .config import MRopeConfig
-from .evs import PendingPrune, PrunedPrompt
+from .evs import PRUNABLE, PendingPrune, PrunedPrompt
+from .evs_recompute import pruned_prompt_from_features
 from .features import read_features
 from .inputs import as_index
 from .kernels import layout_codes as C
 from .layout import PromptLayout, build_rows_from_ranges
 from .rope_staging import StagedWrites
 
-__all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes"]
+__all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes", "video_pruning_enabled"]
 
 DEFAULT_ROWS_PER_REQ = 64
 _SCRATCH_ROWS = 1024  # layout rows an admission builds in place (a long video: a few hundred)
@@ -104,6 +105,7 @@ class RopeState:
         max_num_rows: int | None = None,
         staging_bytes: int = DEFAULT_STAGING_BYTES,
         block_size: int = 1024,
+        video_pruning: bool = False,
     ) -> None:
         num_dims = as_index(num_dims, "num_dims")
         if num_dims not in SUPPORTED_NUM_DIMS:
@@ -129,6 +131,10 @@ class RopeState:
             raise TypeError(f"config: expected an MRopeConfig or None, got {type(config).__name__}")
         self.config = config
         self.semantics = semantics
+        if not isinstance(video_pruning, bool):
+            raise TypeError(f"video_pruning: expected a bool, got {type(video_pruning).__name__}")
+        # vLLM's --video-pruning-rate: a Qwen2.5-VL / Qwen3-VL video is admitted as a PrunedPrompt
+        self.video_pruning = video_pruning
         if max_num_rows is None:
             max_num_rows = self.max_num_reqs * DEFAULT_ROWS_PER_REQ
         self.max_num_rows = as_index(max_num_rows, "max_num_rows", minimum=1, maximum=(D.INT32_MAX // 64))
@@ -186,6 +192,11 @@ class RopeState:
                 f"model: expected a model of this state's {self.num_dims} position rows, got {config.family} "
                 f"({config.num_dims})"
             )
+        if self.video_pruning and config.family in PRUNABLE:
+            prompt, _ = pruned_prompt_from_features(config, prefill_token_ids, mm_features)
+            if prompt is not None:  # its videos' masks come with their encoder outputs
+                self.init_prefill_pruned(slot, prompt)
+                return
         items, ranges = read_features(config, mm_features)  # what layout_from_features reads
         # the rows built straight into this state's scratch table: no layout object on the admission path
         rows, scales, n, top = build_rows_from_ranges(
@@ -582,4 +593,13 @@ def get_rope_state(
         max_model_len,
         device,
         config=config,
+        video_pruning=video_pruning_enabled(model_config),
     )
+
+
+def video_pruning_enabled(model_config) -> bool:
+    """Whether vLLM prunes this model's videos (``--video-pruning-rate``), as
+    its MRV2 decides to build a pruner."""
+    multimodal = getattr(model_config, "multimodal_config", None)
+    check = getattr(multimodal, "is_multimodal_pruning_enabled", None)
+    return bool(check()) if callable(check) else False

@@ -32,7 +32,7 @@ import inspect
 
 from .config import MRopeConfig
 from .evs import PRUNABLE
-from .evs_recompute import EvsRecompute, write_identity_columns
+from .evs_recompute import NUM_EXTRA_COLUMNS, EvsRecompute, pruned_prompt_from_features, write_identity_columns
 
 __all__ = ["EVS_TARGETS", "MODEL_CLASSES", "install_evs"]
 
@@ -131,7 +131,8 @@ def _patched_postprocess(original, module, mask_functions):
             raise RuntimeError(
                 f"mrope_tracker EVS hook: expected one retention mask per video ({len(out)}), recorded {len(masks)}"
             )
-        return tuple(write_identity_columns(e, m, family=config.family) for e, m in zip(out, masks))
+        with _sync_allowed():
+            return tuple(write_identity_columns(e, m, family=config.family) for e, m in zip(out, masks))
 
     setattr(postprocess, PATCHED, original)
     return postprocess
@@ -153,6 +154,30 @@ def _patched_init(original, model_classes, semantics):
     return __init__
 
 
+def _sync_allowed():
+    """vLLM's ``gpu_sync_allowed()`` where it has one: the recompute reads the
+    chunk's identity channels on the host, as vLLM's own recompute syncs."""
+    try:
+        from vllm.utils.gpu_sync_debug import gpu_sync_allowed
+    except ImportError:
+        return contextlib.nullcontext()
+    return gpu_sync_allowed()
+
+
+def _request_recompute(self, requests: dict, config, req_id, req_idx: int, prefill_len: int, req_states):
+    """The request's EvsRecompute (None: it holds no video), built once while it
+    prefills; a request whose slot, length or features change is built anew."""
+    features = self.encoder_cache.mm_features[req_id]
+    key = (req_idx, prefill_len, id(features))
+    cached = requests.get(req_id)
+    if cached is None or cached[0] != key:
+        ids = req_states.all_token_ids.gpu[req_idx, :prefill_len].cpu().numpy()
+        prompt, placeholders = pruned_prompt_from_features(config, ids, features)
+        cached = (key, None if prompt is None else EvsRecompute(prompt, placeholders))
+        requests[req_id] = cached
+    return cached[1]
+
+
 def _patched_recompute(original, pruner_module):
     def recompute(self, mm_embeds, input_batch, req_states):
         config = getattr(self.model, MARK, None)
@@ -163,6 +188,8 @@ def _patched_recompute(original, pruner_module):
         live = set(input_batch.req_ids)
         for req_id in [r for r in requests if r not in live]:
             del requests[req_id]
+        extra = NUM_EXTRA_COLUMNS[config.family]
+        copy = pruner_module.copy_mm_embedding_modality
         cleaned, used = [], 0
         idx_mapping = input_batch.idx_mapping_np.tolist()
         prefill_lens = input_batch.prefill_len_np.tolist()
@@ -175,19 +202,16 @@ def _patched_recompute(original, pruner_module):
             req_embeds = mm_embeds[used : used + count]
             used += count
             req_idx, prefill_len = idx_mapping[b], prefill_lens[b]
-            cached = requests.get(req_id)
-            if cached is None or cached[0] != (req_idx, prefill_len):
-                ids = req_states.all_token_ids.gpu[req_idx, :prefill_len].cpu().numpy()
-                features = self.encoder_cache.mm_features[req_id]
-                cached = ((req_idx, prefill_len), EvsRecompute.from_features(config, ids, features), ids)
-                requests[req_id] = cached
-            _, recompute_request, ids = cached
+            recompute_request = _request_recompute(self, requests, config, req_id, req_idx, prefill_len, req_states)
+            if recompute_request is None:  # images only: their positions are exact from admission
+                cleaned.extend(copy(m, m[:, : m.shape[1] - extra]) for m in req_embeds)
+                continue
             positions = self.rope_state.read_prefill_positions(req_idx, prefill_len).long()
-            req_cleaned, positions, delta = recompute_request.recompute_mrope_positions(
-                ids, req_embeds, positions, computed[b]
-            )
+            with _sync_allowed():
+                req_cleaned, positions, delta = recompute_request.recompute_mrope_positions(
+                    range(prefill_len), req_embeds, positions, computed[b]
+                )
             self.rope_state.update_prefill_positions(req_idx, positions, delta)
-            copy = pruner_module.copy_mm_embedding_modality
             cleaned.extend(copy(src, dst) for src, dst in zip(req_embeds, req_cleaned))
         if used != len(mm_embeds):
             raise RuntimeError(f"mrope_tracker EVS hook: {len(mm_embeds)} embeddings in the batch, {used} placed")

@@ -34,7 +34,7 @@ import os
 import warnings
 
 from .config import MRopeConfig
-from .rope_state import RopeState
+from .rope_state import RopeState, video_pruning_enabled
 from .vllm_evs_plugin import check_evs_targets, install_evs
 
 __all__ = ["PATCH_TARGETS", "GET_ROPE_STATE_PARAMS", "install", "register"]
@@ -62,7 +62,13 @@ def _patched_get_rope_state(original, semantics: str):
         if config is None or model_config.mrope_num_dims != config.num_dims:
             return original(model_config, model, max_num_reqs, max_num_tokens, max_model_len, device)
         return RopeState(
-            model_config.mrope_num_dims, max_num_reqs, max_num_tokens, max_model_len, device, config=config
+            model_config.mrope_num_dims,
+            max_num_reqs,
+            max_num_tokens,
+            max_model_len,
+            device,
+            config=config,
+            video_pruning=video_pruning_enabled(model_config),
         )
 
     get_rope_state.mrope_tracker_original = original
