@@ -39,9 +39,13 @@ _ID_FIELDS = (
     "audio_end_token_id",
     "video_start_token_id",
     "video_end_token_id",
+    "slice_start_token_id",
+    "slice_end_token_id",
+    "newline_token_id",
 )
 _OPTIONAL_FIELDS = (
     *_ID_FIELDS,
+    "uses_mrope_canvas",
     "spatial_merge_size",
     "temporal_merge_size",
     "tokens_per_second",
@@ -129,6 +133,13 @@ class MRopeConfig:
     tokens_per_second: float | None = attrs.field(default=None)
     seconds_per_chunk: float | None = attrs.field(default=None)
     n_window: int | None = attrs.field(default=None)
+    # MiniCPM-V 4.7: <slice>, </slice> and newline (<image>, </image> are the
+    # vision start and end), and the config's canvas flag (uses_mrope_canvas,
+    # or an mrope_mode naming "canvas"), which vLLM 0.33 reads
+    slice_start_token_id: int | None = attrs.field(default=None)
+    slice_end_token_id: int | None = attrs.field(default=None)
+    newline_token_id: int | None = attrs.field(default=None)
+    uses_mrope_canvas: bool | None = attrs.field(default=None)
     # Packed copies for the kernels, derived in __attrs_post_init__.
     kernel_params: np.ndarray = attrs.field(init=False, repr=False, eq=False)
     # The family's position axes (rows of every output): 3, or 4 for HunYuan-VL.
@@ -175,6 +186,10 @@ class MRopeConfig:
             object.__setattr__(self, "seconds_per_chunk", spc)
         if self.n_window is not None:
             object.__setattr__(self, "n_window", _positive_int("n_window", self.n_window))
+        if self.uses_mrope_canvas is not None and not isinstance(self.uses_mrope_canvas, (bool, np.bool_)):
+            raise ValueError(f"uses_mrope_canvas: expected a bool, got {self.uses_mrope_canvas!r}")
+        if self.uses_mrope_canvas is not None:
+            object.__setattr__(self, "uses_mrope_canvas", bool(self.uses_mrope_canvas))
         object.__setattr__(self, "kernel_params", self._pack(spec))
         object.__setattr__(self, "num_dims", spec.num_dims)
 
@@ -185,7 +200,9 @@ class MRopeConfig:
         # an id the family lacks, or whose value is unknown (None), stays -1: no token matches it;
         # per-frame videos that reuse the image token (GLM): the video token marks nothing
         frames_reuse_image = spec.video_brackets and spec.video_blocks == "frames"
-        for slot, value in (
+        # the canvas family's markers mean nothing to the grid kernels: without
+        # the canvas (vLLM 0.33, no flag) its prompt is text to them
+        for slot, value in () if spec.canvas else (
             (codes.P_IMAGE, self.image_token_id),
             (codes.P_VIDEO, None if frames_reuse_image else self.video_token_id),
             (codes.P_VISION_START, self.vision_start_token_id),
@@ -233,6 +250,15 @@ class MRopeConfig:
     def switches(self) -> frozenset:
         """The behaviours the semantics preset turns on for this family."""
         return FAMILIES[self.family].presets.get(self.semantics, frozenset())
+
+    @property
+    def canvas(self) -> bool:
+        """Whether MiniCPM-V 4.7's canvas rule places this config's prompts
+        (`mrope_tracker.canvas`): always for its family, except under a preset
+        with `canvas_flag` (vLLM 0.33) when the config's flag is off; then
+        every token sits at its index, as for text."""
+        spec = FAMILIES[self.family]
+        return spec.canvas and ("canvas_flag" not in self.switches or bool(self.uses_mrope_canvas))
 
     @property
     def is_omni(self) -> bool:
