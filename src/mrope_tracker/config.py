@@ -200,9 +200,7 @@ class MRopeConfig:
         # an id the family lacks, or whose value is unknown (None), stays -1: no token matches it;
         # per-frame videos that reuse the image token (GLM): the video token marks nothing
         frames_reuse_image = spec.video_brackets and spec.video_blocks == "frames"
-        # the canvas family's markers mean nothing to the grid kernels: without
-        # the canvas (vLLM 0.33, no flag) its prompt is text to them
-        for slot, value in () if spec.canvas else (
+        for slot, value in (
             (codes.P_IMAGE, self.image_token_id),
             (codes.P_VIDEO, None if frames_reuse_image else self.video_token_id),
             (codes.P_VISION_START, self.vision_start_token_id),
@@ -213,7 +211,9 @@ class MRopeConfig:
             (codes.P_VIDEO_OPEN, self.video_start_token_id if spec.video_brackets else None),
             (codes.P_VIDEO_CLOSE, self.video_end_token_id if spec.video_brackets else None),
         ):
-            params[slot] = -1 if value is None else value
+            # the canvas family's markers mean nothing to the grid kernels: without
+            # the canvas (vLLM 0.33, no flag) its prompt is text to them
+            params[slot] = -1 if value is None or spec.canvas else value
         params[codes.P_FRAMES] = spec.video_blocks == "frames"
         if not spec.scaled_time:
             params[codes.P_TAU_MODE] = codes.TAU_FRAME
