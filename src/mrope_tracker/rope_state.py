@@ -209,6 +209,12 @@ class RopeState:
         self._admit(slot, layout)
 
     def _admit(self, slot: int, layout: PromptLayout) -> None:
+        if (layout.rows[:, C.COL_KIND] == C.KIND_CANVAS).any():
+            # the Triton step has no block for them yet: refused before anything changes
+            raise ValueError(
+                "layout: expected rows the device step places, got CANVAS rows (MiniCPM-V 4.7): use "
+                "PositionTracker on the host for this family"
+            )
         rows_of = layout.config.num_dims if layout.config is not None else None
         if rows_of not in (None, self.num_dims) or (
             self.num_dims == 3 and (layout.rows[:, C.COL_KIND] == C.KIND_XD_GRID).any()

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .admission import RequestSlots, check_layout, check_num_computed
+from .canvas import canvas_layout
 from .evs import PendingPrune, PrunedPrompt
 from .features import count_prompt_tokens, read_features
 from .inputs import Items, as_config, as_index, as_token_ids
@@ -244,6 +245,29 @@ class PositionTracker:
             return rows, scales, n, layout.max_position
 
         return self._admit(req_id, layout.num_tokens, num_computed_tokens, layout.num_rows, copy_rows)
+
+    def add_request_canvas(
+        self,
+        req_id,
+        token_ids,
+        mm_token_type_ids,
+        *,
+        target_sizes=None,
+        target_sizes_videos=None,
+        num_computed_tokens=0,
+    ) -> int:
+        """Admit a MiniCPM-V 4.7 prompt from its tokens, modality labels and
+        per-crop patch grids (`mrope_tracker.canvas.canvas_layout` takes the same);
+        returns its slot. Its O(crops) rows go into the pool like any layout's."""
+        self._slots.check_new(req_id)
+        layout = canvas_layout(
+            self.config,
+            token_ids,
+            mm_token_type_ids,
+            target_sizes=target_sizes,
+            target_sizes_videos=target_sizes_videos,
+        )
+        return self.add_request_layout(req_id, layout, num_computed_tokens=num_computed_tokens)
 
     def add_request_pruned(self, req_id, prompt: PrunedPrompt, *, num_computed_tokens=0, retention_masks=None) -> int:
         """Admit a prompt whose videos vLLM pruned (EVS), before or after its
