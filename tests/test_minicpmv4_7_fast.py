@@ -307,3 +307,27 @@ def test_rows_stretch_the_thumbnail_over_the_canvas():
     assert layout.scales[thumb].tolist() == [4.0, 4.0]
     assert layout.positions(3, 12)[1].tolist() == [2, 2, 2, 4, 4, 4, 5, 5, 5]
     assert SL_START in prompt.ids and IM_START in prompt.ids
+
+
+def test_grid_entry_points_refuse_a_canvas_config():
+    """prompt_positions, the layouts from tokens or ranges, the tracker's
+    grid admission and the vLLM adapter cannot place a canvas (they take no
+    per-crop sizes): they refuse, naming the canvas entry points; with the
+    canvas off (vLLM 0.33, no flag) they give text's positions."""
+    from mrope_tracker import prompt_positions
+    from mrope_tracker.vllm import get_mrope_input_positions
+
+    config = _config()
+    tracker = PositionTracker(config, max_num_reqs=1, max_num_batched_tokens=8)
+    for call in (
+        lambda: prompt_positions(config, [1, 2]),
+        lambda: PromptLayout.from_tokens(config, [1, 2]),
+        lambda: PromptLayout.from_ranges(config, 2),
+        lambda: tracker.add_request("r", [1, 2]),
+        lambda: get_mrope_input_positions(config, [1, 2], []),
+    ):
+        with pytest.raises(ValueError, match="config: expected a family of .* use mrope_tracker.canvas"):
+            call()
+    assert len(tracker) == 0
+    off = _config(semantics="vllm-0.33")
+    assert prompt_positions(off, [1, 2])[0].tolist() == [[0, 1]] * 3

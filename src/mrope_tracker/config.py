@@ -144,6 +144,12 @@ class MRopeConfig:
     kernel_params: np.ndarray = attrs.field(init=False, repr=False, eq=False)
     # The family's position axes (rows of every output): 3, or 4 for HunYuan-VL.
     num_dims: int = attrs.field(init=False, repr=False, eq=False)
+    # Whether MiniCPM-V 4.7's canvas rule places this config's prompts
+    # (`mrope_tracker.canvas`): always for its family, except under a preset
+    # with `canvas_flag` (vLLM 0.33) when the config's flag is off; then every
+    # token sits at its index, as for text. The grid entry points
+    # (prompt_positions, PromptLayout.from_tokens, ...) refuse such a config.
+    canvas: bool = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         spec = FAMILIES.get(self.family)
@@ -192,6 +198,8 @@ class MRopeConfig:
             object.__setattr__(self, "uses_mrope_canvas", bool(self.uses_mrope_canvas))
         object.__setattr__(self, "kernel_params", self._pack(spec))
         object.__setattr__(self, "num_dims", spec.num_dims)
+        canvas = spec.canvas and ("canvas_flag" not in self.switches or bool(self.uses_mrope_canvas))
+        object.__setattr__(self, "canvas", canvas)
 
     def _pack(self, spec: Family) -> np.ndarray:
         switches = self.switches
@@ -250,15 +258,6 @@ class MRopeConfig:
     def switches(self) -> frozenset:
         """The behaviours the semantics preset turns on for this family."""
         return FAMILIES[self.family].presets.get(self.semantics, frozenset())
-
-    @property
-    def canvas(self) -> bool:
-        """Whether MiniCPM-V 4.7's canvas rule places this config's prompts
-        (`mrope_tracker.canvas`): always for its family, except under a preset
-        with `canvas_flag` (vLLM 0.33) when the config's flag is off; then
-        every token sits at its index, as for text."""
-        spec = FAMILIES[self.family]
-        return spec.canvas and ("canvas_flag" not in self.switches or bool(self.uses_mrope_canvas))
 
     @property
     def is_omni(self) -> bool:

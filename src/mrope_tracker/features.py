@@ -53,7 +53,17 @@ import numpy as np
 import torch
 
 from .config import MRopeConfig
-from .inputs import EMPTY_FLOAT, EMPTY_GRID, EMPTY_INT, EMPTY_RANGES, Items, as_index, describe, normalize_items
+from .inputs import (
+    EMPTY_FLOAT,
+    EMPTY_GRID,
+    EMPTY_INT,
+    EMPTY_RANGES,
+    Items,
+    as_index,
+    canvas_error,
+    describe,
+    normalize_items,
+)
 from .ranges import Ranges
 
 __all__ = ["read_features", "count_prompt_tokens"]
@@ -322,6 +332,8 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
     """A prompt's multimodal features as the range builder's inputs, in O(items):
     the checked `Items` and `Ranges` that `build_rows_from_ranges` (layout.py)
     takes, as `PromptLayout.from_ranges` would make them from the same ranges."""
+    if config.canvas:
+        raise canvas_error(config)
     features = checked_features(mm_features)
     if not features or "image_token_id" not in config.spec.defaults:
         # no item, or text_only (MiniCPM-V 4.6): vLLM places every token, vision or not, at its index
