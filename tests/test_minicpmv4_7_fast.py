@@ -311,11 +311,11 @@ def test_rows_stretch_the_thumbnail_over_the_canvas():
 
 def test_grid_entry_points_refuse_a_canvas_config():
     """prompt_positions, the layouts from tokens or ranges, the tracker's
-    grid admission and the vLLM adapter cannot place a canvas (they take no
-    per-crop sizes): they refuse, naming the canvas entry points; with the
-    canvas off (vLLM 0.33, no flag) they give text's positions."""
+    grid admission and the adapter's layout from features alone (no ids)
+    cannot place a canvas: they refuse, naming the canvas entry points; with
+    the canvas off (vLLM 0.33, no flag) they give text's positions."""
     from mrope_tracker import prompt_positions
-    from mrope_tracker.vllm import get_mrope_input_positions
+    from mrope_tracker.vllm import layout_from_features
 
     config = _config()
     tracker = PositionTracker(config, max_num_reqs=1, max_num_batched_tokens=8)
@@ -324,10 +324,77 @@ def test_grid_entry_points_refuse_a_canvas_config():
         lambda: PromptLayout.from_tokens(config, [1, 2]),
         lambda: PromptLayout.from_ranges(config, 2),
         lambda: tracker.add_request("r", [1, 2]),
-        lambda: get_mrope_input_positions(config, [1, 2], []),
+        lambda: layout_from_features(config, 2, []),
     ):
         with pytest.raises(ValueError, match="config: expected a family of .* use mrope_tracker.canvas"):
             call()
     assert len(tracker) == 0
     off = _config(semantics="vllm-0.33")
     assert prompt_positions(off, [1, 2])[0].tolist() == [[0, 1]] * 3
+
+
+# --------------------------------------------------------------------------
+# The vLLM adapter: vLLM 0.33's features (tgt_sizes / video_tgt_sizes)
+# --------------------------------------------------------------------------
+
+
+def _features(record, with_mask: bool):
+    """vLLM-like features of a recorded prompt: each item's range from its
+    offset to its last crop's closing marker, its sizes in its size field."""
+    import types
+
+    ids = record["token_ids"]
+    features = []
+    for item in record["items"]:
+        crops, end = 0, item["offset"]
+        while crops < len(item["target_sizes"]):
+            crops += ids[end] in (IM_END, SL_END)
+            end += 1
+        field = "tgt_sizes" if item["modality"] == "image" else "video_tgt_sizes"
+        mask = torch.tensor([k != 0 for k in record["mm_token_type_ids"][item["offset"] : end]])
+        position = types.SimpleNamespace(offset=item["offset"], length=end - item["offset"])
+        position.is_embed = mask if with_mask else None
+        data = {field: types.SimpleNamespace(data=torch.tensor(item["target_sizes"]))}
+        features.append(types.SimpleNamespace(modality=item["modality"], mm_position=position, data=data))
+    return features[::-1]  # in any order: read by offset
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[f"vllm-{i}" for i in range(len(RECORDS))])
+def test_vllm_adapter_on_the_vectors(record):
+    """get_mrope_input_positions and the tracker's feature admission give vLLM
+    0.33.0's recorded positions from the ids and the features alone."""
+    from mrope_tracker.vllm import get_mrope_input_positions
+
+    config = _config(record["downsample_mode"], "vllm-0.33", uses_mrope_canvas=record["uses_mrope_canvas"])
+    positions, delta = get_mrope_input_positions(config, record["token_ids"], _features(record, True))
+    assert positions.tolist() == record["positions"] and delta == record["delta"]
+    tracker = PositionTracker(config, max_num_reqs=1, max_num_batched_tokens=512)
+    done = min(3, len(record["token_ids"]) - 1)
+    tracker.add_request_from_features("r", record["token_ids"], _features(record, False), num_computed_tokens=done)
+    assert tracker.prepare(["r"], [len(record["token_ids"]) - done]).numpy().tolist() == [
+        row[done:] for row in record["positions"]
+    ]
+
+
+def test_vllm_adapter_bad_features():
+    from mrope_tracker.vllm import get_mrope_input_positions
+
+    record = next(r for r in RECORDS if r["uses_mrope_canvas"] and len(r["items"]) > 1)
+    config = _config(record["downsample_mode"], "vllm-0.33", uses_mrope_canvas=True)
+    features = _features(record, True)
+    field = next(iter(features[0].data))
+    features[0].data = {"pixel_values": None}
+    with pytest.raises(ValueError, match=f"mm_features\\[0\\].data\\['{field}'\\]: a .* feature needs this field"):
+        get_mrope_input_positions(config, record["token_ids"], features)
+    features = _features(record, True)
+    features[0].data[field].data = torch.zeros(4, 3, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"\.data\['.*'\]: expected \(n, 2\) integer patch grids"):
+        get_mrope_input_positions(config, record["token_ids"], features)
+    features = _features(record, True)
+    features[0].mm_position.offset = len(record["token_ids"])
+    with pytest.raises(ValueError, match=r"mm_position: expected a range inside the prompt"):
+        get_mrope_input_positions(config, record["token_ids"], features)
+    features = _features(record, True)
+    features[0].data[field].data = features[0].data[field].data[:-1]
+    with pytest.raises(ValueError, match=r"target_sizes(_videos)?: expected one \(h, w\) per"):
+        get_mrope_input_positions(config, record["token_ids"], features)

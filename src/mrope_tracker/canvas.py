@@ -24,12 +24,13 @@ from __future__ import annotations
 import numpy as np
 
 from .config import MRopeConfig
+from .features import checked_features
 from .inputs import as_config, as_int_array, as_token_ids, describe
 from .kernels import canvas_build
 from .kernels import layout_codes as C
 from .layout import PromptLayout
 
-__all__ = ["MARKER_FIELDS", "canvas_layout", "canvas_positions"]
+__all__ = ["MARKER_FIELDS", "SIZE_FIELDS", "canvas_layout", "canvas_layout_from_features", "canvas_positions"]
 
 # MRopeConfig fields of the five markers, in the order <image>, </image>, <slice>, </slice>, newline
 MARKER_FIELDS = (
@@ -40,6 +41,8 @@ MARKER_FIELDS = (
     "newline_token_id",
 )
 _MODALITIES = {1: ("image", "target_sizes"), 2: ("video", "target_sizes_videos")}
+# vLLM 0.33's item fields holding a MiniCPM-V feature's per-crop patch grids
+SIZE_FIELDS = {"image": "tgt_sizes", "video": "video_tgt_sizes"}
 
 
 def _config(config) -> MRopeConfig:
@@ -148,3 +151,56 @@ def canvas_positions(
         config, token_ids, mm_token_type_ids, target_sizes=target_sizes, target_sizes_videos=target_sizes_videos
     )
     return layout.positions(), layout.delta
+
+
+def canvas_layout_from_features(config, input_tokens, mm_features) -> PromptLayout:
+    """A MiniCPM-V 4.7 prompt's layout from what vLLM 0.33 hands a model: the
+    prompt ids and one ``MultiModalFeatureSpec``-like object per picture or
+    video (read by duck typing, features.py).
+
+    As vLLM's own code does, a feature's crops are the tokens between an
+    opening marker (``<image>``, ``<slice>``) and the next closing one
+    (``</image>``, ``</slice>``) inside its placeholder range (its
+    ``is_embed`` mask is not needed), and its crops' patch grids are its
+    ``tgt_sizes`` (images) or ``video_tgt_sizes`` (videos) field, (n, 2) in
+    prompt order. Without the canvas (vLLM 0.33 without the config's flag)
+    every token sits at its index, whatever the features."""
+    config = _config(config)
+    ids = as_token_ids(input_tokens)
+    length = ids.shape[0]
+    kinds = np.zeros(length, np.int64)
+    sizes = {1: [], 2: []}
+    if config.canvas:
+        openings = np.array([config.vision_start_token_id, config.slice_start_token_id], np.int64)
+        closings = np.array([config.vision_end_token_id, config.slice_end_token_id], np.int64)
+        for feature in checked_features(mm_features):
+            where = f"mm_features[{feature.index}]"
+            kind = {"image": 1, "video": 2}.get(feature.modality)
+            if kind is None:
+                raise ValueError(f"{where}.modality: expected 'image' or 'video' for MiniCPM-V 4.7, got 'audio'")
+            if feature.offset + feature.length > length:
+                raise ValueError(
+                    f"{where}.mm_position: expected a range inside the prompt's {length} tokens, got offset "
+                    f"{feature.offset}, length {feature.length}"
+                )
+            window = ids[feature.offset : feature.offset + feature.length]
+            opening = np.isin(window, openings)
+            marker = opening | np.isin(window, closings)
+            # each token's last marker at or before it: a crop token follows an opening one
+            last = np.maximum.accumulate(np.where(marker, np.arange(window.shape[0]), -1))
+            crop = (last >= 0) & ~marker
+            crop[crop] = opening[last[crop]]
+            kinds[feature.offset : feature.offset + feature.length][crop] = kind
+            name = SIZE_FIELDS[feature.modality]
+            value = feature.element(name)
+            grid = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+            if grid.size and (grid.shape[-1] != 2 or grid.dtype.kind not in "iu"):
+                raise ValueError(f"{where}.data[{name!r}]: expected (n, 2) integer patch grids, got {describe(grid)}")
+            sizes[kind].append(grid.reshape(-1, 2).astype(np.int64))
+    return canvas_layout(
+        config,
+        ids,
+        kinds,
+        target_sizes=np.concatenate(sizes[1]) if sizes[1] else None,
+        target_sizes_videos=np.concatenate(sizes[2]) if sizes[2] else None,
+    )

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .admission import RequestSlots, check_layout, check_num_computed
-from .canvas import canvas_layout
+from .canvas import canvas_layout, canvas_layout_from_features
 from .evs import PendingPrune, PrunedPrompt
 from .features import count_prompt_tokens, read_features
 from .inputs import Items, as_config, as_index, as_token_ids
@@ -213,10 +213,14 @@ class PositionTracker:
         (only counted; their number may be given instead) and its multimodal
         features (vLLM 0.33's ``MultiModalFeatureSpec`` objects, read by duck
         typing: features.py). O(items): no token is read, no position
-        written; each `is_embed` mask of a per-frame video is walked once.
+        written; each `is_embed` mask of a per-frame video is walked once
+        (MiniCPM-V 4.7 reads its ids: `canvas.canvas_layout_from_features`).
         Positions follow this tracker's ``config.semantics`` (``"vllm-0.33"``
         reproduces vLLM 0.33)."""
         self._slots.check_new(req_id)
+        if self.config.spec.canvas:  # MiniCPM-V 4.7: its canvas reads the ids (the markers)
+            layout = canvas_layout_from_features(self.config, prompt_token_ids, mm_features)
+            return self.add_request_layout(req_id, layout, num_computed_tokens=num_computed_tokens)
         num_tokens = count_prompt_tokens(prompt_token_ids, "prompt_token_ids")
         num_computed_tokens = check_num_computed(
             num_computed_tokens, num_tokens, "prompt_token_ids", self.max_model_len
