@@ -12,7 +12,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
-from test_minicpmv4_7 import CONFIG, IM_END, IM_START, NEWLINE, RECORDS, SL_END, SL_START, Prompt, prompts
+from test_minicpmv4_7 import (
+    CONFIG,
+    IM_END,
+    IM_START,
+    NEWLINE,
+    RECORDS,
+    SL_END,
+    SL_START,
+    Prompt,
+    _hf_rope_index,
+    needs_minicpm,
+    prompts,
+)
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, reference
 from mrope_tracker.canvas import canvas_layout, canvas_positions
@@ -398,3 +410,105 @@ def test_vllm_adapter_bad_features():
     features[0].data[field].data = features[0].data[field].data[:-1]
     with pytest.raises(ValueError, match=r"target_sizes(_videos)?: expected one \(h, w\) per"):
         get_mrope_input_positions(config, record["token_ids"], features)
+
+
+# --------------------------------------------------------------------------
+# hf.get_rope_index: transformers 5.24's MiniCPMV4_7Model.get_rope_index
+# --------------------------------------------------------------------------
+
+
+def _padded_batch(data, mode: str, with_mask: bool, side: str):
+    merge = MODES[mode]
+    rows = [data.draw(edited_prompts(merge)) for _ in range(data.draw(st.integers(1, 3)))]
+    width = max(len(p.ids) for p in rows) + data.draw(st.integers(0, 2))
+    if not with_mask:
+        rows, width = [rows[0]] * len(rows), len(rows[0].ids)
+    ids = np.zeros((len(rows), width), np.int64)
+    kinds = np.zeros((len(rows), width), np.int64)
+    mask = np.zeros((len(rows), width), np.int64)
+    expected = np.zeros((3, len(rows), width), np.int64)
+    deltas = []
+    for b, p in enumerate(rows):
+        pad = width - len(p.ids)
+        span = slice(pad, width) if side == "left" else slice(0, len(p.ids))
+        ids[b, span], kinds[b, span], mask[b, span] = p.ids, p.kinds, 1
+        positions, delta = _expected(p, mode)
+        expected[:, b, span] = positions
+        deltas.append([delta])
+    sizes = {
+        "target_sizes": [s for p in rows for s in p.sizes[1]] or None,
+        "target_sizes_videos": [s for p in rows for s in p.sizes[2]] or None,
+    }
+    return ids, kinds, mask if with_mask else None, sizes, expected, deltas
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(
+    data=st.data(),
+    mode=st.sampled_from(sorted(MODES)),
+    with_mask=st.booleans(),
+    side=st.sampled_from(["left", "right"]),
+)
+def test_hf_get_rope_index_equals_reference(data, mode, with_mask, side):
+    """hf.get_rope_index on a padded batch: each row the reference's positions
+    over its kept tokens, padding at 0, deltas against the kept tokens."""
+    from mrope_tracker import hf
+
+    ids, kinds, mask, sizes, expected, deltas = _padded_batch(data, mode, with_mask, side)
+    config = _config(semantics="transformers-5")
+    got, got_deltas = hf.get_rope_index(
+        config, torch.from_numpy(ids), attention_mask=mask, mm_token_type_ids=kinds, downsample_mode=mode, **sizes
+    )
+    assert got.dtype == torch.int64 and np.array_equal(got.numpy(), expected)
+    assert got_deltas.tolist() == deltas
+
+
+def test_hf_get_rope_index_bad_input():
+    from mrope_tracker import hf
+
+    prompt = Prompt()
+    prompt.text([7])
+    prompt.frame(1, (8, 8), [(8, 8)] * 2, 2, 4)
+    ids, kinds = torch.tensor([prompt.ids]), torch.tensor([prompt.kinds])
+    config = _config(semantics="transformers-5")
+    with pytest.raises(
+        ValueError, match=r"target_sizes: expected one \(h, w\) per image crop in the batch \(3\), got 4"
+    ):
+        hf.get_rope_index(config, ids, mm_token_type_ids=kinds, target_sizes=[[8, 8]] * 4)
+    with pytest.raises(ValueError, match=r"input_ids row 0 \(sizes counted from its first crop\): target_sizes"):
+        hf.get_rope_index(config, ids, mm_token_type_ids=kinds, target_sizes=[[8, 8]] * 2)
+    with pytest.raises(ValueError, match="image_grid_thw, video_grid_thw: expected None for minicpmv4_7"):
+        hf.get_rope_index(config, ids, [[1, 2, 2]], mm_token_type_ids=kinds, target_sizes=[[8, 8]] * 3)
+    with pytest.raises(ValueError, match="downsample_mode: expected one of 16x, 4x"):
+        hf.get_rope_index(config, ids, mm_token_type_ids=kinds, target_sizes=[[8, 8]] * 3, downsample_mode="8x")
+    with pytest.raises(ValueError, match="target_sizes: expected None for qwen2_vl"):
+        hf.get_rope_index(MRopeConfig(family="qwen2_vl"), ids, target_sizes=[[8, 8]])
+
+
+@needs_minicpm
+@settings(max_examples=examples(150), deadline=None)
+@given(data=st.data(), mode=st.sampled_from(sorted(MODES)), with_mask=st.booleans())
+def test_hf_get_rope_index_equals_transformers(data, mode, with_mask):
+    """hf.get_rope_index equals transformers 5.24's own on left-padded batches
+    (the processor's padding side), where transformers 5.24 is installed."""
+    from mrope_tracker import hf
+
+    ids, kinds, mask, sizes, _, _ = _padded_batch(data, mode, with_mask, "left")
+    expected, expected_deltas = _hf_rope_index(
+        ids.tolist(),
+        kinds.tolist(),
+        None if mask is None else mask.tolist(),
+        sizes["target_sizes"],
+        sizes["target_sizes_videos"],
+        mode,
+    )
+    got, got_deltas = hf.get_rope_index(
+        _config(semantics="transformers-5"),
+        torch.from_numpy(ids),
+        attention_mask=mask,
+        mm_token_type_ids=kinds,
+        downsample_mode=mode,
+        **sizes,
+    )
+    assert torch.equal(got, expected)
+    assert torch.equal(got_deltas, expected_deltas)

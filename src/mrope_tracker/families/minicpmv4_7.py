@@ -19,7 +19,7 @@ of the published tokenizer were not found, so nothing defaults them: the
 canvas entry points refuse a config without them, naming the missing id.
 """
 
-from ._spec import Family, first, get
+from ._spec import BatchRules, Family, first, get
 
 # downsample_mode -> the patch-to-token merge of each side of a crop
 MERGE_OF_MODE = {"16x": 4, "4x": 2}
@@ -78,6 +78,11 @@ FAMILY = Family(
     read_config=read_config,
     canvas=True,
     presets={"vllm-0.33": frozenset({"canvas_flag"})},
+    # transformers 5.24 (hf.canvas_batch): kept tokens attention_mask != 0, padding 0, deltas against
+    # the row's attention_mask sum; mm_token_type_ids drive the crops
+    transformers_batch={
+        "transformers-5": BatchRules(keep="nonzero", pad=0, padded_delta=False, text_only="rows", type_ids=True)
+    },
     config_dict=config_dict,
     fallback_notes={"spatial_merge_size": "config.downsample_mode: '16x' merges 4 x 4 patches, '4x' 2 x 2"},
 )
