@@ -512,3 +512,31 @@ def test_hf_get_rope_index_equals_transformers(data, mode, with_mask):
     )
     assert torch.equal(got, expected)
     assert torch.equal(got_deltas, expected_deltas)
+
+
+def test_compare_names_the_canvas_flag():
+    """`compare` samples MiniCPM-V 4.7 prompts: without the config's flag,
+    vLLM 0.33 differs from the transformers presets on every prompt with a
+    picture, explained by D12 (canvas_flag); with the flag, nowhere."""
+    from mrope_tracker.hf.compare import compare
+
+    result = compare("minicpmv4_7", presets=("vllm-0.33", "transformers-5"), num_prompts=12, seed=1)
+    (pair,) = result["pairs"]
+    assert pair["differ"] > 0 and pair["divergences"] == {"D12": pair["differ"]}
+    assert result["refused"] == {"vllm-0.33": 0, "transformers-5": 0}
+    flagged = {"model_type": "minicpmv4_7", **CONFIG, "uses_mrope_canvas": True}
+    result = compare(flagged, presets=("vllm-0.33", "transformers-5"), num_prompts=12, seed=1)
+    assert result["pairs"][0]["differ"] == 0
+
+
+def test_sampled_canvas_prompts_match_the_reference():
+    """The compare sample's prompts are well formed: the fast path equals the reference on them."""
+    from mrope_tracker.hf.sample import sample_prompts
+
+    config = _config()
+    for prompt in sample_prompts(config, 10, seed=3):
+        got = canvas_positions(config, prompt.token_ids, prompt.mm_token_type_ids, **prompt.kwargs())
+        expected = reference.canvas_prompt_positions(
+            CONFIG, prompt.token_ids, prompt.mm_token_type_ids, downsample_mode="16x", **prompt.kwargs()
+        )
+        assert np.array_equal(got[0], expected[0].numpy()) and got[1] == expected[1]
