@@ -139,7 +139,9 @@ def _error(code, a, b, c, d, e, markers) -> ValueError:
         what = "the thumbnail" if e < 0 else f"slice {e}"
         return ValueError(f"token_ids: expected {b} x {c} = {b * c} tokens for {what} at token_ids[{a}:], got {d}")
     # CANVAS_EXTENT
-    return ValueError(f"{_MODALITIES[c][1]}: expected a canvas side below 2**24 tokens, got {b} at token_ids[{a}:]")
+    return ValueError(
+        f"{_MODALITIES[c][1]}: expected canvas and slice sides below 2**24 tokens, got {b} at token_ids[{a}:]"
+    )
 
 
 def canvas_positions(

@@ -179,7 +179,7 @@ _CHECK_MESSAGES = {
     check.CHECK_GRID: (
         "expected a grid row with positive t, h, w, its tokens inside the grid and a known tau mode (GRID_BITS: a "
         "valid packed shape and as many set mask bits as tokens; XD_GRID: t 1, w at least 2, a non-negative ordinal; "
-        "CANVAS: h, w below 2**24)"
+        "CANVAS: h, w at most num_tokens)"
     ),
     check.CHECK_SCALE: (
         "expected finite, non-negative time scales keeping temporal positions below 2**31 (CANVAS: whole extents "

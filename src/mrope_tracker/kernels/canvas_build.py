@@ -19,7 +19,7 @@ CANVAS_BEFORE = 1  # a crop's start, b its stop, c the token before it (-1: none
 CANVAS_SLICE_KIND = 2  # a slice's start, b its stop, c its frame's modality, d its own
 CANVAS_COUNT = 3  # a modality (1 image, 2 video), b its crops, c the sizes given
 CANVAS_TOKENS = 4  # a crop's start, b h', c w', d its tokens, e the slice index (-1: the thumbnail)
-CANVAS_EXTENT = 5  # a thumbnail's start, b the canvas side at or past CANVAS_EXTENT_LIMIT, c its modality
+CANVAS_EXTENT = 5  # a crop's start, b a canvas (or slice) side at or past CANVAS_EXTENT_LIMIT, c its modality
 
 # crops scratch columns
 _KIND = 0
@@ -240,6 +240,8 @@ def build_canvas(ids, kinds, image_sizes, video_sizes, markers, merge, crops, ro
             w = sizes[k0 + 1 + k, 1] // merge
             if s_stop - s_start != h * w:
                 return CANVAS_TOKENS, s_start, h, w, s_stop - s_start, k, 0
+            if h >= C.CANVAS_EXTENT_LIMIT or w >= C.CANVAS_EXTENT_LIMIT:  # a slice is its own extent
+                return CANVAS_EXTENT, s_start, max(h, w), kind, 0, 0, 0
             top = o + (k // cols) * sh
             left = o + (k % cols) * sw
             if pending and p_token != s_start - 1:

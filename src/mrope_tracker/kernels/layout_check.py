@@ -85,7 +85,7 @@ def check_layout(rows, scales, num_tokens):
                 return CHECK_GRID, r, 0
             row_top = max(base + length - 1, grid_range_max(offset, offset + length, h, w, np.int64(0)), ordinal)
         elif kind == C.KIND_CANVAS:
-            code, row_top = _check_canvas(rows, scales, r, length, base)
+            code, row_top = _check_canvas(rows, scales, r, length, base, num_tokens)
             if code != CHECK_OK:
                 return code, r, 0
         else:
@@ -138,15 +138,16 @@ def _check_bits(rows, scales, r, length, base):
 
 
 @inner
-def _check_canvas(rows, scales, r, length, base):
-    """(code, largest position) of CANVAS row r: a grid that holds its tokens,
-    whole extents in [1, CANVAS_EXTENT_LIMIT), corners within the position range."""
+def _check_canvas(rows, scales, r, length, base, num_tokens):
+    """(code, largest position) of CANVAS row r: a grid of sides at most the
+    prompt's length that holds its tokens, whole extents in [1,
+    CANVAS_EXTENT_LIMIT), corners within the position range."""
     h = rows[r, C.COL_H]
     w = rows[r, C.COL_W]
     offset = rows[r, C.COL_GRID_OFFSET]
     top = rows[r, C.COL_CANVAS_TOP]
     left = rows[r, C.COL_CANVAS_LEFT]
-    if h <= 0 or w <= 0 or h > C.CANVAS_EXTENT_LIMIT or w > C.CANVAS_EXTENT_LIMIT:
+    if h <= 0 or w <= 0 or h > num_tokens or w > num_tokens or np.float64(h) * np.float64(w) > 2.0**62:
         return CHECK_GRID, 0
     if offset < 0 or offset + length > h * w:
         return CHECK_GRID, 0
