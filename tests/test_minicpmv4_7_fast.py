@@ -540,3 +540,65 @@ def test_sampled_canvas_prompts_match_the_reference():
             CONFIG, prompt.token_ids, prompt.mm_token_type_ids, downsample_mode="16x", **prompt.kwargs()
         )
         assert np.array_equal(got[0], expected[0].numpy()) and got[1] == expected[1]
+
+
+# --------------------------------------------------------------------------
+# RopeState (Model Runner V2): CANVAS rows on the device
+# --------------------------------------------------------------------------
+
+ROPE_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _rope_state(n: int, **kwargs):
+    pytest.importorskip("triton", reason="RopeState's kernels need triton")
+    from mrope_tracker.rope_state import RopeState
+
+    return RopeState(3, 4, n + 8, n + 64, ROPE_DEVICE, **kwargs)
+
+
+def _step(state, slot: int, start: int, count: int, prefill_len: int):
+    """One step of `count` tokens of slot `slot` from token `start`; its positions."""
+    tensors = [
+        torch.tensor(v, dtype=d, device=ROPE_DEVICE)
+        for v, d in (
+            ([slot], torch.int64),
+            ([0, count], torch.int32),
+            ([prefill_len if k == slot else 0 for k in range(4)], torch.int32),
+            ([start if k == slot else 0 for k in range(4)], torch.int32),
+        )
+    ]
+    state.prepare_positions(*tensors)
+    return state.get_positions(count).cpu().numpy().copy()  # (a view of the buffer the next step rewrites)
+
+
+@pytest.mark.parametrize("index", range(0, len(RECORDS), 5), ids=[f"vllm-{i}" for i in range(0, len(RECORDS), 5)])
+def test_rope_state_on_the_vectors(index):
+    """init_prefill_positions from vLLM's features, then the prefill in two
+    steps and a decode token: vLLM 0.33.0's positions from the Triton step."""
+    record = RECORDS[index]
+    config = _config(record["downsample_mode"], "vllm-0.33", uses_mrope_canvas=record["uses_mrope_canvas"])
+    n = len(record["token_ids"])
+    state = _rope_state(n, block_size=16)
+    state.init_prefill_positions(2, config, record["token_ids"], _features(record, True))
+    state.apply_staged_writes()
+    half = n // 2
+    got = np.concatenate([_step(state, 2, 0, half, n), _step(state, 2, half, n - half, n)], axis=1)
+    assert got.tolist() == record["positions"]
+    assert state.read_prefill_positions(2, n).cpu().tolist() == record["positions"]
+    assert _step(state, 2, n + 3, 1, n)[:, 0].tolist() == [n + 3 + record["delta"]] * 3
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(data=st.data(), mode=st.sampled_from(sorted(MODES)))
+def test_rope_state_equals_reference(data, mode):
+    """A random prompt's canvas layout admitted to RopeState (stretched
+    thumbnails: their coordinate tables) gives the reference's positions."""
+    prompt = data.draw(edited_prompts(MODES[mode]))
+    expected, _ = _expected(prompt, mode)
+    layout = canvas_layout(_config(mode), prompt.ids, prompt.kinds, **_sizes(prompt))
+    n = len(prompt.ids)
+    state = _rope_state(n, block_size=16, config=_config(mode))
+    state.init_prefill_layout(1, layout)
+    state.apply_staged_writes()
+    assert np.array_equal(state.read_prefill_positions(1, n).cpu().numpy(), expected)
+    assert np.array_equal(_step(state, 1, 0, n, n), expected)

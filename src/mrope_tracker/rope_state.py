@@ -39,6 +39,7 @@ import torch
 
 from . import device_rows as D
 from .admission import check_layout
+from .canvas import canvas_layout_from_features
 from .config import MRopeConfig
 from .evs import PendingPrune, PrunedPrompt
 from .features import read_features
@@ -186,6 +187,9 @@ class RopeState:
                 f"model: expected a model of this state's {self.num_dims} position rows, got {config.family} "
                 f"({config.num_dims})"
             )
+        if config.spec.canvas:  # MiniCPM-V 4.7: its canvas reads the ids (the markers)
+            self._admit(slot, canvas_layout_from_features(config, prefill_token_ids, mm_features))
+            return
         items, ranges = read_features(config, mm_features)  # what layout_from_features reads
         # the rows built straight into this state's scratch table: no layout object on the admission path
         rows, scales, n, top = build_rows_from_ranges(
@@ -209,12 +213,6 @@ class RopeState:
         self._admit(slot, layout)
 
     def _admit(self, slot: int, layout: PromptLayout) -> None:
-        if (layout.rows[:, C.COL_KIND] == C.KIND_CANVAS).any():
-            # the Triton step has no block for them yet: refused before anything changes
-            raise ValueError(
-                "layout: expected rows the device step places, got CANVAS rows (MiniCPM-V 4.7): use "
-                "PositionTracker on the host for this family"
-            )
         rows_of = layout.config.num_dims if layout.config is not None else None
         if rows_of not in (None, self.num_dims) or (
             self.num_dims == 3 and (layout.rows[:, C.COL_KIND] == C.KIND_XD_GRID).any()
