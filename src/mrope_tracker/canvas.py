@@ -13,10 +13,12 @@ A frame's span decomposes into rows of one kind, `CANVAS`
 T. A thumbnail is a grid stretched over the whole canvas; a slice is its own
 extent; a run of tokens at one point (the base coat, the halo, the corners,
 the slice markers, the row-ending newlines) is an h' = run length, 1 x 1
-extent grid. Text between groups is `LINEAR`. A frame costs about
-4 + 3 x slices rows, whatever its token count.
+extent grid. Text between groups is `LINEAR`. A frame of s slices takes
+4 + 3s rows (and one per row-ending newline) as the processors lay it out,
+at most 7 + 8s, whatever its token count.
 
-The scan and the rows are one numba call (kernels/canvas_build.py).
+Arguments are checked here; the scan and the rows are one numba call
+(kernels/canvas_build.py), whose error codes become messages here.
 """
 
 from __future__ import annotations
