@@ -40,14 +40,16 @@ import numba
 import numpy as np
 import torch
 
-from mrope_tracker import PositionTracker, PromptLayout, prompt_positions, reference
+from mrope_tracker import PositionTracker, PromptLayout, canvas_positions, prompt_positions, reference
 
 from . import seed_design, transformers_rope
 from .timing import measure, medians_us, ratio, torch_threads
 from .workloads import (
     PromptBuilder,
+    canvas_cases,
     family_prompt_cases,
     glm4v,
+    minicpmv4_7,
     qwen2_5_omni,
     qwen2_5_vl,
     qwen3_vl,
@@ -181,6 +183,39 @@ def vllm_family_rows(rounds: int, target_s: float, progress=lambda message: None
     for label, config, name, prompt in cases or vllm_only_family_cases():
         progress(f"prompt {label}: {name}")
         rows.append(_reference_comparison(label, config, name, prompt, rounds, target_s))
+    return rows
+
+
+def canvas_rows(rounds: int, target_s: float, progress=lambda message: None, cases=None) -> list[dict]:
+    """MiniCPM-V 4.7's canvas (`canvas_positions`) against the torch reference
+    (`cases` overrides `canvas_cases`)."""
+    config = minicpmv4_7()
+    ref_config = {
+        "image_start_id": config.vision_start_token_id,
+        "image_end_id": config.vision_end_token_id,
+        "slice_start_id": config.slice_start_token_id,
+        "slice_end_id": config.slice_end_token_id,
+        "newline_id": config.newline_token_id,
+        "downsample_mode": "16x",
+    }
+    rows = []
+    for name, prompt in cases or canvas_cases():
+        progress(f"prompt MiniCPM-V 4.7: {name}")
+        ids, kinds, kwargs = prompt.token_ids, prompt.mm_token_type_ids, prompt.kwargs
+
+        def ours(ids=ids, kinds=kinds, kwargs=kwargs):
+            return canvas_positions(config, ids, kinds, **kwargs)
+
+        def theirs(ids=ids, kinds=kinds, kwargs=kwargs):
+            return reference.canvas_prompt_positions(ref_config, ids, kinds, **kwargs)
+
+        _same(f"torch reference, MiniCPM-V 4.7, {name}", theirs(), ours())
+        samples = measure(
+            {"reference": theirs, "ours": ours, "floor": lambda n=ids.shape[0]: write_floor(n)},
+            rounds=rounds,
+            target_s=target_s,
+        )
+        rows.append(reference_row("MiniCPM-V 4.7", name, prompt, samples))
     return rows
 
 
@@ -522,6 +557,7 @@ def run(quick: bool, progress) -> dict:
         ]
         rows += omni_rows(qwen2_5_omni(), rounds, target_s, progress)
         rows += vllm_family_rows(rounds, target_s, progress)
+        rows += canvas_rows(rounds, target_s, progress)
         families = family_rows((("Qwen3-VL", qwen3_vl()), ("GLM-4.1V", glm4v())), rounds, target_s, progress)
         # transformers 5.x has four of them (4.57 none): their transformers columns stay empty elsewhere
         more = family_rows(vllm_families(), rounds, target_s, progress, cases=vllm_family_cases)

@@ -104,6 +104,18 @@ def test_vllm_family_rows_cover_the_four_vllm_only_families():
     assert all(_is_spread(r["speedup"]) for r in rows)
 
 
+def test_canvas_rows_check_minicpm_against_the_reference():
+    """canvas_rows checks MiniCPM-V 4.7's canvas against the torch reference on
+    each case (sliced pictures, a sliced video), with spreads."""
+    from mrope_tracker.bench.workloads import canvas_cases
+
+    cases = canvas_cases()[:1]
+    rows = suite_prompt.canvas_rows(cases=cases, **TINY)
+    assert [r["family"] for r in rows] == ["MiniCPM-V 4.7"]
+    assert rows[0]["num_tokens"] == cases[0][1].num_tokens
+    assert all(_is_spread(r["speedup"]) for r in rows)
+
+
 def test_more_family_rows_cover_every_vllm_family():
     """One row per case of every family served to vLLM 0.33's rules, checked against the reference, with
     no transformers column; the report renders them within 120 columns."""

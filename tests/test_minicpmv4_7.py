@@ -335,3 +335,83 @@ def test_reference_equals_transformers(data, mode, batch, with_mask):
     )
     assert torch.equal(got, expected)
     assert got_deltas.tolist() == deltas
+
+
+# --------------------------------------------------------------------------
+# The family: MRopeConfig.from_hf_config and the canvas_flag preset switch
+# --------------------------------------------------------------------------
+
+
+def _config(semantics="reference", **fields):
+    from mrope_tracker import MRopeConfig
+
+    return MRopeConfig.from_hf_config({"model_type": "minicpmv4_7", **CONFIG, **fields}, semantics=semantics)
+
+
+def test_config_reads_the_markers_and_mode():
+    config = _config(downsample_mode="4x")
+    assert config.family == "minicpmv4_7" and config.num_dims == 3
+    assert (config.vision_start_token_id, config.vision_end_token_id) == (IM_START, IM_END)
+    assert (config.slice_start_token_id, config.slice_end_token_id, config.newline_token_id) == (
+        SL_START,
+        SL_END,
+        NEWLINE,
+    )
+    assert config.spatial_merge_size == 2 and _config().spatial_merge_size == 4
+    # vLLM's names for the image markers, in text_config too
+    nested = {k: v for k, v in CONFIG.items() if not k.startswith("image_")}
+    from mrope_tracker import MRopeConfig
+
+    config = MRopeConfig.from_hf_config(
+        {"model_type": "minicpmv4_7", **nested, "text_config": {"im_start_id": IM_START, "im_end_id": IM_END}}
+    )
+    assert (config.vision_start_token_id, config.vision_end_token_id) == (IM_START, IM_END)
+
+
+@pytest.mark.parametrize(
+    ("semantics", "fields", "canvas"),
+    [
+        ("reference", {}, True),
+        ("transformers-5", {}, True),
+        ("transformers-4.57", {}, True),
+        ("vllm-0.33", {}, False),
+        ("vllm-0.33", {"uses_mrope_canvas": False}, False),
+        ("vllm-0.33", {"uses_mrope_canvas": True}, True),
+        ("vllm-0.33", {"mrope_mode": "canvas"}, True),
+        ("vllm-0.33", {"mrope_mode": "mrope_canvas_v2"}, True),
+        ("vllm-0.33", {"mrope_mode": "default"}, False),
+    ],
+)
+def test_canvas_flag_switch(semantics, fields, canvas):
+    """vLLM 0.33 places the canvas only when the config sets its flag (switch
+    canvas_flag); transformers 5.24 reads no flag and always does."""
+    config = _config(semantics, **fields)
+    assert config.canvas is canvas
+    assert ("canvas_flag" in config.switches) is (semantics == "vllm-0.33")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"downsample_mode": "8x"}, "config.downsample_mode: expected one of 16x, 4x, got '8x'"),
+        ({"uses_mrope_canvas": "yes"}, "config.uses_mrope_canvas: expected a bool, got 'yes'"),
+        ({"mrope_mode": 3}, "config.mrope_mode: expected a str, got 3"),
+        ({"newline_id": IM_START}, "token ids: expected distinct special token ids"),
+        ({"slice_end_id": -1}, "slice_end_token_id: expected an int token id"),
+    ],
+)
+def test_config_bad_fields(fields, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _config(**fields)
+
+
+def test_config_without_markers_or_mode():
+    """No published ids: they stay None (the canvas entry points refuse them);
+    a missing downsample_mode falls back to "16x", with a warning."""
+    from mrope_tracker.config import ConfigDefaultWarning
+
+    with pytest.warns(ConfigDefaultWarning, match="downsample_mode"):
+        from mrope_tracker import MRopeConfig
+
+        config = MRopeConfig.from_hf_config({"model_type": "minicpmv4_7"})
+    assert config.slice_start_token_id is None and config.spatial_merge_size == 4

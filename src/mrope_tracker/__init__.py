@@ -3,6 +3,7 @@
 Public API:
 - `MRopeConfig.from_hf_config` reads what decides positions from a model config;
 - `prompt_positions` computes a whole prompt's (3, L) positions and delta;
+- `canvas_positions` / `canvas_layout`: MiniCPM-V 4.7's canvas, from per-crop sizes;
 - `PromptLayout` keeps a prompt as O(items) segments and produces any slice;
 - `next_positions` writes decode positions in place;
 - `PositionTracker` keeps running requests' positions for a model runner;
@@ -10,6 +11,7 @@ Public API:
 - `reference` holds the plain torch implementation of the same rules.
 """
 
+from .canvas import canvas_layout, canvas_positions
 from .config import SUPPORTED_MODEL_TYPES, MRopeConfig
 from .layout import PromptLayout
 from .positions import next_positions, prompt_positions
@@ -21,6 +23,8 @@ __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "PromptLayout",
     "prompt_positions",
+    "canvas_positions",
+    "canvas_layout",
     "next_positions",
     "PositionTracker",
     "warmup",

@@ -39,9 +39,13 @@ _ID_FIELDS = (
     "audio_end_token_id",
     "video_start_token_id",
     "video_end_token_id",
+    "slice_start_token_id",
+    "slice_end_token_id",
+    "newline_token_id",
 )
 _OPTIONAL_FIELDS = (
     *_ID_FIELDS,
+    "uses_mrope_canvas",
     "spatial_merge_size",
     "temporal_merge_size",
     "tokens_per_second",
@@ -129,10 +133,23 @@ class MRopeConfig:
     tokens_per_second: float | None = attrs.field(default=None)
     seconds_per_chunk: float | None = attrs.field(default=None)
     n_window: int | None = attrs.field(default=None)
+    # MiniCPM-V 4.7: <slice>, </slice> and newline (<image>, </image> are the
+    # vision start and end), and the config's canvas flag (uses_mrope_canvas,
+    # or an mrope_mode naming "canvas"), which vLLM 0.33 reads
+    slice_start_token_id: int | None = attrs.field(default=None)
+    slice_end_token_id: int | None = attrs.field(default=None)
+    newline_token_id: int | None = attrs.field(default=None)
+    uses_mrope_canvas: bool | None = attrs.field(default=None)
     # Packed copies for the kernels, derived in __attrs_post_init__.
     kernel_params: np.ndarray = attrs.field(init=False, repr=False, eq=False)
     # The family's position axes (rows of every output): 3, or 4 for HunYuan-VL.
     num_dims: int = attrs.field(init=False, repr=False, eq=False)
+    # Whether MiniCPM-V 4.7's canvas rule places this config's prompts
+    # (`mrope_tracker.canvas`): always for its family, except under a preset
+    # with `canvas_flag` (vLLM 0.33) when the config's flag is off; then every
+    # token sits at its index, as for text. The grid entry points
+    # (prompt_positions, PromptLayout.from_tokens, ...) refuse such a config.
+    canvas: bool = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         spec = FAMILIES.get(self.family)
@@ -175,8 +192,14 @@ class MRopeConfig:
             object.__setattr__(self, "seconds_per_chunk", spc)
         if self.n_window is not None:
             object.__setattr__(self, "n_window", _positive_int("n_window", self.n_window))
+        if self.uses_mrope_canvas is not None and not isinstance(self.uses_mrope_canvas, (bool, np.bool_)):
+            raise ValueError(f"uses_mrope_canvas: expected a bool, got {self.uses_mrope_canvas!r}")
+        if self.uses_mrope_canvas is not None:
+            object.__setattr__(self, "uses_mrope_canvas", bool(self.uses_mrope_canvas))
         object.__setattr__(self, "kernel_params", self._pack(spec))
         object.__setattr__(self, "num_dims", spec.num_dims)
+        canvas = spec.canvas and ("canvas_flag" not in self.switches or bool(self.uses_mrope_canvas))
+        object.__setattr__(self, "canvas", canvas)
 
     def _pack(self, spec: Family) -> np.ndarray:
         switches = self.switches
@@ -196,7 +219,9 @@ class MRopeConfig:
             (codes.P_VIDEO_OPEN, self.video_start_token_id if spec.video_brackets else None),
             (codes.P_VIDEO_CLOSE, self.video_end_token_id if spec.video_brackets else None),
         ):
-            params[slot] = -1 if value is None else value
+            # the canvas family's markers mean nothing to the grid kernels: without
+            # the canvas (vLLM 0.33, no flag) its prompt is text to them
+            params[slot] = -1 if value is None or spec.canvas else value
         params[codes.P_FRAMES] = spec.video_blocks == "frames"
         if not spec.scaled_time:
             params[codes.P_TAU_MODE] = codes.TAU_FRAME

@@ -46,6 +46,8 @@ __all__ = [
     "DCOL_BITS_HI",
     "NUM_DEVICE_COLS",
     "TAU_FROM_TABLE",
+    "CANVAS_POINT",
+    "CANVAS_IDENTITY",
     "INT32_MAX",
     "S_ROW_START",
     "S_NUM_ROWS",
@@ -64,6 +66,9 @@ DCOL_BITS_LO = C.COL_T  # GRID_BITS: bits 0-31 of the row's mask word (the kerne
 DCOL_BITS_HI = C.COL_SCALED  # GRID_BITS: bits 32-63 (the tau mode is resolved at admission)
 NUM_DEVICE_COLS = C.NUM_COLS + 2
 TAU_FROM_TABLE = -1
+# CANVAS rows (DCOL_TAU_STEP): cells at the row's first (a point run), or at (i, j) (not stretched)
+CANVAS_POINT = 0
+CANVAS_IDENTITY = 1
 
 INT32_MAX = 2**31 - 1
 
@@ -90,6 +95,14 @@ def device_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.nd
         return out, _NO_TAUS
     if code == CAST_TOO_LARGE:
         raise ValueError(_TOO_LARGE)
+    canvas = rows[:, C.COL_KIND] == C.KIND_CANVAS
+    if canvas.any():
+        return _with_canvas_tables(rows, scales, canvas)
+    return _general_rows(rows, scales)
+
+
+def _general_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`device_rows` past the one-pass cast: mask rows split, float taus resolved."""
     kinds = rows[:, C.COL_KIND]
     words = None
     span = rows[:, C.COL_TOK_LEN]  # grid tokens a row's tokens reach past its grid offset
@@ -149,6 +162,57 @@ def device_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 _NO_TAUS = np.zeros(0, np.int32)
+
+
+def _with_canvas_tables(rows: np.ndarray, scales: np.ndarray, canvas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`device_rows` of a layout with CANVAS rows (MiniCPM-V 4.7). Each such
+    row's DCOL_TAU_STEP says how its cells stretch: CANVAS_POINT (every cell
+    at its first: a run at one point), CANVAS_IDENTITY (cell (i, j) at (i, j):
+    a slice, or a thumbnail without slices), or TAU_FROM_TABLE: a stretched
+    thumbnail, whose h' row coordinates then w' column coordinates follow the
+    request's rows from DCOL_TAU_AT on, made by the CPU kernels' own rule
+    (`fill_positions` on stand-in rows). A table is a thumbnail's sides long,
+    never its token count."""
+    out, taus = _general_rows(rows, scales)
+    # (the general path keeps CANVAS rows in place and in order: only GRID_BITS rows split)
+    at_out = np.searchsorted(out[:, C.COL_TOK_START], rows[canvas, C.COL_TOK_START])
+    sides = rows[canvas][:, [C.COL_H, C.COL_W]]
+    extents = scales[canvas].astype(np.int64)
+    point = (extents == 1).all(axis=1)
+    identity = ~point & (extents == sides).all(axis=1)
+    stretched = ~point & ~identity
+    out[at_out[point], DCOL_TAU_STEP] = CANVAS_POINT
+    out[at_out[identity], DCOL_TAU_STEP] = CANVAS_IDENTITY
+    if not stretched.any():
+        return out, taus
+    heights, widths = sides[stretched, 0], sides[stretched, 1]
+    counts = heights + widths
+    table_start = out.shape[0] * NUM_DEVICE_COLS + taus.shape[0]
+    out[at_out[stretched], DCOL_TAU_STEP] = TAU_FROM_TABLE
+    out[at_out[stretched], DCOL_TAU_AT] = table_start + np.cumsum(counts) - counts
+    # stand-ins: per stretched row, an h' x 1 grid over (CH, 1) (its rows' H), then a 1 x w' grid over (1, CW)
+    k = heights.shape[0]
+    standin = np.zeros((2 * k, C.NUM_COLS), np.int64)
+    lengths = np.stack([heights, widths], axis=1).reshape(-1)
+    standin[:, C.COL_TOK_START] = np.cumsum(lengths) - lengths
+    standin[:, C.COL_TOK_LEN] = lengths
+    standin[:, C.COL_KIND] = C.KIND_CANVAS
+    standin[0::2, C.COL_H] = heights
+    standin[0::2, C.COL_W] = 1
+    standin[1::2, C.COL_H] = 1
+    standin[1::2, C.COL_W] = widths
+    standin_scales = np.ones((2 * k, C.NUM_SCALE_COLS), np.float32)
+    standin_scales[0::2, C.SCALE_CANVAS_H] = extents[stretched, 0]
+    standin_scales[1::2, C.SCALE_CANVAS_W] = extents[stretched, 1]
+    total = int(lengths.sum())
+    coords = np.empty((3, total), np.int64)
+    fill_positions(coords, 0, standin, standin_scales, 0, 2 * k, 0, total)
+    # a row's table: its H coordinates (row 1 of its h' x 1 stand-in), then its W ones (row 2 of the other)
+    is_h = np.repeat(np.tile([True, False], k), lengths)
+    table = np.where(is_h, coords[1], coords[2]).astype(np.int32)
+    return out, np.concatenate([taus, table])
+
+
 _TOO_LARGE = (
     "layout: a grid row's token indices or h' * w' pass 2**31 - 1, past the device's int32 index arithmetic "
     "(a grid far larger than its prompt)"

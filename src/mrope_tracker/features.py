@@ -60,6 +60,7 @@ from .inputs import (
     EMPTY_RANGES,
     Items,
     as_index,
+    canvas_error,
     describe,
     normalize_items,
     true_runs,
@@ -330,6 +331,8 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
     """A prompt's multimodal features as the range builder's inputs, in O(items):
     the checked `Items` and `Ranges` that `build_rows_from_ranges` (layout.py)
     takes, as `PromptLayout.from_ranges` would make them from the same ranges."""
+    if config.canvas:
+        raise canvas_error(config)
     features = checked_features(mm_features)
     if not features or "image_token_id" not in config.spec.defaults:
         # no item, or text_only (MiniCPM-V 4.6): vLLM places every token, vision or not, at its index

@@ -328,11 +328,22 @@ def normalize_items(
     return (image_grid, video_grid, video_sp, audio_token_counts(config, audio_lengths), av), audio_lengths
 
 
+def canvas_error(config) -> ValueError:
+    """The grid entry points' refusal of a config whose prompts lie on a canvas."""
+    return ValueError(
+        f"config: expected a family of (t, h, w) grids; {config.model_type} places its prompts on a canvas "
+        "from per-crop sizes: use mrope_tracker.canvas (canvas_positions, canvas_layout) or "
+        "PositionTracker.add_request_canvas"
+    )
+
+
 def check_served_modalities(config, image_grid, video_grid) -> None:
     """Refuse items of a modality the family is served without (no placeholder
     id for it among the family's ids): videos of the image-only families,
     anything for text_only. A family whose id is only unknown (openPangu-VL's
     stand-ins) still takes the items, from ranges."""
+    if config.canvas:
+        raise canvas_error(config)
     served = config.spec.defaults
     for name, grid, key in (
         ("image_grid_thw", image_grid, "image_token_id"),

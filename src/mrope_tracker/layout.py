@@ -175,12 +175,16 @@ _CHECK_MESSAGES = {
     check.CHECK_EMPTY: "expected at least one row",
     check.CHECK_TILING: "expected rows that tile the prompt in order (each starting where the last ended)",
     check.CHECK_LENGTH: "expected rows of positive length ending exactly at num_tokens",
-    check.CHECK_KIND: "expected kinds LINEAR, CONST, GRID, GRID_RAW, GRID_BITS or XD_GRID",
+    check.CHECK_KIND: "expected kinds LINEAR, CONST, GRID, GRID_RAW, GRID_BITS, XD_GRID or CANVAS",
     check.CHECK_GRID: (
         "expected a grid row with positive t, h, w, its tokens inside the grid and a known tau mode (GRID_BITS: a "
-        "valid packed shape and as many set mask bits as tokens; XD_GRID: t 1, w at least 2, a non-negative ordinal)"
+        "valid packed shape and as many set mask bits as tokens; XD_GRID: t 1, w at least 2, a non-negative ordinal; "
+        "CANVAS: h, w at most num_tokens)"
     ),
-    check.CHECK_SCALE: "expected finite, non-negative time scales keeping temporal positions below 2**31",
+    check.CHECK_SCALE: (
+        "expected finite, non-negative time scales keeping temporal positions below 2**31 (CANVAS: whole extents "
+        "in [1, 2**24))"
+    ),
     check.CHECK_BASE: "expected positions in [0, 2**62]",
 }
 

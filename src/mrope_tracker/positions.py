@@ -23,6 +23,7 @@ from .inputs import (
     as_config,
     as_index,
     as_token_ids,
+    canvas_error,
     normalize_items,
 )
 from .kernels import layout_codes as C
@@ -86,6 +87,8 @@ def prompt_positions(
     # call is a few microseconds, and these tests are a good part of it.
     if type(config) is not MRopeConfig:
         config = as_config(config)
+    if config.canvas:
+        raise canvas_error(config)
     ids = token_ids
     if (
         type(ids) is not _NDARRAY

@@ -39,6 +39,7 @@ import torch
 
 from . import device_rows as D
 from .admission import check_layout
+from .canvas import canvas_layout_from_features
 from .config import MRopeConfig
 from .evs import PRUNABLE, PendingPrune, PrunedPrompt
 from .evs_recompute import pruned_prompt_from_features
@@ -192,6 +193,9 @@ class RopeState:
                 f"model: expected a model of this state's {self.num_dims} position rows, got {config.family} "
                 f"({config.num_dims})"
             )
+        if config.spec.canvas:  # MiniCPM-V 4.7: its canvas reads the ids (the markers)
+            self._admit(slot, canvas_layout_from_features(config, prefill_token_ids, mm_features))
+            return
         if self.video_pruning and config.family in PRUNABLE:
             prompt, _ = pruned_prompt_from_features(config, prefill_token_ids, mm_features)
             if prompt is not None:  # its videos' masks come with their encoder outputs

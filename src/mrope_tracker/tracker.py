@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .admission import RequestSlots, check_layout, check_num_computed
+from .canvas import canvas_layout, canvas_layout_from_features
 from .evs import PendingPrune, PrunedPrompt
 from .features import count_prompt_tokens, read_features
 from .inputs import Items, as_config, as_index, as_token_ids
@@ -212,10 +213,14 @@ class PositionTracker:
         (only counted; their number may be given instead) and its multimodal
         features (vLLM 0.33's ``MultiModalFeatureSpec`` objects, read by duck
         typing: features.py). O(items): no token is read, no position
-        written; each `is_embed` mask of a per-frame video is walked once.
+        written; each `is_embed` mask of a per-frame video is walked once
+        (MiniCPM-V 4.7 reads its ids: `canvas.canvas_layout_from_features`).
         Positions follow this tracker's ``config.semantics`` (``"vllm-0.33"``
         reproduces vLLM 0.33)."""
         self._slots.check_new(req_id)
+        if self.config.spec.canvas:  # MiniCPM-V 4.7: its canvas reads the ids (the markers)
+            layout = canvas_layout_from_features(self.config, prompt_token_ids, mm_features)
+            return self.add_request_layout(req_id, layout, num_computed_tokens=num_computed_tokens)
         num_tokens = count_prompt_tokens(prompt_token_ids, "prompt_token_ids")
         num_computed_tokens = check_num_computed(
             num_computed_tokens, num_tokens, "prompt_token_ids", self.max_model_len
@@ -244,6 +249,29 @@ class PositionTracker:
             return rows, scales, n, layout.max_position
 
         return self._admit(req_id, layout.num_tokens, num_computed_tokens, layout.num_rows, copy_rows)
+
+    def add_request_canvas(
+        self,
+        req_id,
+        token_ids,
+        mm_token_type_ids,
+        *,
+        target_sizes=None,
+        target_sizes_videos=None,
+        num_computed_tokens=0,
+    ) -> int:
+        """Admit a MiniCPM-V 4.7 prompt from its tokens, modality labels and
+        per-crop patch grids (`mrope_tracker.canvas.canvas_layout` takes the same);
+        returns its slot. Its O(crops) rows go into the pool like any layout's."""
+        self._slots.check_new(req_id)
+        layout = canvas_layout(
+            self.config,
+            token_ids,
+            mm_token_type_ids,
+            target_sizes=target_sizes,
+            target_sizes_videos=target_sizes_videos,
+        )
+        return self.add_request_layout(req_id, layout, num_computed_tokens=num_computed_tokens)
 
     def add_request_pruned(self, req_id, prompt: PrunedPrompt, *, num_computed_tokens=0, retention_masks=None) -> int:
         """Admit a prompt whose videos vLLM pruned (EVS), before or after its

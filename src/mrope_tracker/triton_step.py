@@ -44,6 +44,9 @@ KIND_GRID_RAW = tl.constexpr(C.KIND_GRID_RAW)
 KIND_XD_GRID = tl.constexpr(C.KIND_XD_GRID)
 COL_ORDINAL = tl.constexpr(C.COL_ORDINAL)
 KIND_GRID_BITS = tl.constexpr(C.KIND_GRID_BITS)
+KIND_CANVAS = tl.constexpr(C.KIND_CANVAS)
+COL_CANVAS_TOP = tl.constexpr(C.COL_CANVAS_TOP)
+COL_CANVAS_LEFT = tl.constexpr(C.COL_CANVAS_LEFT)
 DCOL_BITS_LO = tl.constexpr(D.DCOL_BITS_LO)
 DCOL_BITS_HI = tl.constexpr(D.DCOL_BITS_HI)
 DCOL_TAU_STEP = tl.constexpr(D.DCOL_TAU_STEP)
@@ -122,6 +125,27 @@ def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr)
     t = tl.where(is_grid, base + tau, t)
     h = tl.where(is_grid, hw_base + i, h)
     w = tl.where(is_grid, hw_base + j, w)
+
+    # KIND_CANVAS (MiniCPM-V 4.7): cell (i, j) of an h' x w' grid at T = base,
+    # (top + s_h(i), left + s_w(j)); the step column says s: 0 (a run at one
+    # point), the identity (1), or TAU_FROM_TABLE: the row's h' + w'
+    # coordinates, stretched at admission by the CPU kernels' float32 rule
+    is_canvas = kind == KIND_CANVAS
+    if tl.max(is_canvas.to(tl.int32), axis=0) > 0:
+        canvas_h = tl.where(is_canvas, tl.load(at + COL_H), 1)
+        canvas_w = tl.where(is_canvas, tl.load(at + COL_W), 1)
+        cell = tl.load(at + COL_GRID_OFFSET) + n
+        ci = cell // canvas_w
+        cj = cell - ci * canvas_w
+        stretched = is_canvas & valid & (step < 0)
+        coords = pool_ptr + row_start * WIDTH + tl.load(at + DCOL_TAU_AT)
+        si = tl.where(stretched, tl.load(coords + ci, mask=stretched, other=0), ci * step)
+        sj = tl.where(stretched, tl.load(coords + canvas_h + cj, mask=stretched, other=0), cj * step)
+        top = tl.load(at + COL_CANVAS_TOP).to(tl.int64)
+        left = tl.load(at + COL_CANVAS_LEFT).to(tl.int64)
+        t = tl.where(is_canvas, base, t)
+        h = tl.where(is_canvas, top + si, h)
+        w = tl.where(is_canvas, left + sj, w)
 
     # a 3-axis kind repeats T on the fourth axis, as the CPU writers do;
     # KIND_XD_GRID (HunYuan-VL): (base + n, j, i, ordinal)

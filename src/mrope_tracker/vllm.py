@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import torch
 
+from .canvas import canvas_layout_from_features
 from .evs_recompute import EvsRecompute, write_identity_columns
 from .features import read_features
 from .inputs import as_config, as_index, describe
@@ -55,8 +56,14 @@ def layout_from_features(config, num_tokens: int, mm_features) -> PromptLayout:
 
 def get_mrope_input_positions(config, input_tokens, mm_features) -> tuple[torch.Tensor, int]:
     """vLLM's ``SupportsMRoPE.get_mrope_input_positions``: the prompt's (num_dims, L) int64
-    positions and its delta, from the placeholder ranges (the ids are only counted)."""
-    layout = layout_from_features(config, _num_tokens(input_tokens), mm_features)
+    positions and its delta, from the placeholder ranges (the ids are only counted;
+    MiniCPM-V 4.7's canvas reads them, `canvas.canvas_layout_from_features`)."""
+    config = as_config(config)
+    if config.spec.canvas:  # MiniCPM-V 4.7: the canvas reads the ids (its markers), as vLLM's does
+        _num_tokens(input_tokens)
+        layout = canvas_layout_from_features(config, input_tokens, mm_features)
+    else:
+        layout = layout_from_features(config, _num_tokens(input_tokens), mm_features)
     return torch.from_numpy(layout.positions()), int(layout.delta)
 
 

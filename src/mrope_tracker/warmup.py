@@ -133,6 +133,25 @@ def _layouts(config, ids, kwargs, ranges) -> None:
 def _range_layouts(config, ids, kwargs, ranges) -> None:
     PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges).positions(1, 9)
     _per_frame_video()
+    _canvas_prompt()
+
+
+def _canvas_prompt() -> None:
+    """A MiniCPM-V 4.7 picture, a thumbnail and one slice (canvas.py: the
+    layout check of hand-made rows, the CANVAS rows' fill)."""
+    from .canvas import canvas_layout
+
+    config = MRopeConfig(
+        family="minicpmv4_7",
+        vision_start_token_id=10,
+        vision_end_token_id=11,
+        slice_start_token_id=12,
+        slice_end_token_id=13,
+        newline_token_id=14,
+    )
+    ids = [1, 10, 5, 5, 5, 5, 11, 12, 5, 5, 5, 5, 13, 14, 2]
+    kinds = [0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0]
+    canvas_layout(config, ids, kinds, target_sizes=[[8, 8], [8, 8]]).positions(1, 9)
 
 
 def _per_frame_video() -> None:
@@ -193,6 +212,7 @@ def _other_kernels_group(config, dtypes, ids, kwargs, ranges) -> None:
     from .kernels.tracker_step import prepare_step, step_signatures
 
     PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
+    _canvas_prompt()
     as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of grids and ranges
     as_token_ids([1, 2])  # the list decoder of token ids
     locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))  # a per-frame video's frames

@@ -15,6 +15,7 @@ from . import (
     isaac,
     keye,
     keye_vl1_5,
+    minicpmv4_7,
     openpangu_vl,
     paddleocr_vl,
     qwen2_5_omni,
@@ -43,6 +44,8 @@ FAMILIES: dict[str, Family] = {
         text_only,
         # transformers 5.24's rules only (vLLM 0.33 runs transformers' own code)
         hunyuan_vl,
+        # transformers 5.24's rule; vLLM 0.33's only with the config's canvas flag
+        minicpmv4_7,
         # vLLM 0.33's rules only
         keye,
         keye_vl1_5,

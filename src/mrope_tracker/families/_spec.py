@@ -42,6 +42,8 @@ PRESET_SWITCHES = frozenset(
         "av_eos_block",  # audio-in-video eos after the whole block's maximum (vLLM 0.33, D8)
         # Qwen3-Omni audio-in-video positions merged on truncated tau, whatever the layout (vLLM 0.33, D8)
         "av_merge_tau",
+        # MiniCPM-V 4.7's canvas only where the config sets uses_mrope_canvas (else sequential; vLLM 0.33)
+        "canvas_flag",
     }
 )
 
@@ -266,6 +268,9 @@ class Family:
     # its sequence position on the leading axes, and a grid token's last
     # three axes are its column, its row and the image's ordinal (XD-RoPE)
     xd_images: bool = attrs.field(default=False, validator=_BOOL)
+    # MiniCPM-V 4.7's canvas rule: crops from the marker tokens and per-crop
+    # sizes (`mrope_tracker.canvas`), not grids of (t, h, w) items
+    canvas: bool = attrs.field(default=False, validator=_BOOL)
     # position axes: 3 (T, H, W) for M-RoPE; HunYuan-VL's XD-RoPE has 4.
     # Every output (prompt_positions, layouts, the tracker's buffer, the
     # transformers drop-in) has this many rows
@@ -329,6 +334,8 @@ class Family:
             raise ValueError(f"{where}: num_dims: expected 3 unless xd_images (the only rule with more axes)")
         if self.xd_images and (self.raw_spatial or "video_token_id" in self.defaults or self.audio_tokens):
             raise ValueError(f"{where}: xd_images: expected a family of images only, without raw_spatial")
+        if self.canvas and (self.xd_images or self.raw_spatial or self.audio_tokens or self.num_dims != 3):
+            raise ValueError(f"{where}: canvas: expected a 3-axis family without audio, xd_images or raw_spatial")
         if self.float_times and not self.float_positions:
             raise ValueError(f"{where}: float_times: expected an empty set unless float_positions is True")
 

@@ -27,10 +27,11 @@ import attrs
 import numpy as np
 
 from .. import reference
+from ..canvas import canvas_positions
 from ..config import SUPPORTED_MODEL_TYPES, MRopeConfig
 from ..families import FAMILIES, SEMANTICS
 from ..positions import prompt_positions
-from .sample import Prompt, read_prompts, sample_prompts
+from .sample import CanvasPrompt, Prompt, read_prompts, sample_prompts
 from .versions import default_convention
 
 __all__ = ["Prompt", "compare", "load_config", "markdown", "read_prompts", "sample_prompts"]
@@ -47,6 +48,15 @@ DIVERGENCES = {
     "tokens_per_second": "D7",  # which config field scales Omni time
     "n_window": "D8",  # transformers 5 reads Qwen3-Omni's audio window from the config
     "tau_rate_first": "transformers 5 product order",  # Qwen2.5-VL frame f times float32(sp * r)
+    "canvas_flag": "D12",  # vLLM 0.33: MiniCPM-V 4.7's canvas only with the config's flag
+}
+# Marker ids for a canvas family's bare model type (none published): only which token is which matters
+_CANVAS_STANDINS = {
+    "vision_start_token_id": 900,
+    "vision_end_token_id": 901,
+    "slice_start_token_id": 902,
+    "slice_end_token_id": 903,
+    "newline_token_id": 904,
 }
 _FIELDS = ("tokens_per_second", "n_window")
 
@@ -58,10 +68,13 @@ _FIELDS = ("tokens_per_second", "n_window")
 
 def load_config(source, semantics: str = "reference") -> MRopeConfig:
     """A config.json path, a model folder, or a model type (its family's
-    defaults, `Family.defaults`)."""
+    defaults, `Family.defaults`; MiniCPM-V 4.7's markers, never published,
+    as stand-ins)."""
     if isinstance(source, str) and not os.path.exists(source):
         if source in SUPPORTED_MODEL_TYPES:
-            return MRopeConfig(family=SUPPORTED_MODEL_TYPES[source], model_type=source, semantics=semantics)
+            family = SUPPORTED_MODEL_TYPES[source]
+            standins = _CANVAS_STANDINS if FAMILIES[family].canvas else {}
+            return MRopeConfig(family=family, model_type=source, semantics=semantics, **standins)
         raise ValueError(
             f"config: expected a config.json path, a model folder or a model type "
             f"({', '.join(sorted(SUPPORTED_MODEL_TYPES))}), got {source!r}"
@@ -118,7 +131,10 @@ def _positions(base: MRopeConfig, rules: _Rules, prompt: Prompt) -> tuple[np.nda
         if rules.float_times and _has_fractional_times(config, prompt):
             pos, delta = reference.prompt_positions(config, prompt.token_ids, float_positions=True, **kwargs)
             return pos.numpy().astype(np.float64), float(delta)
-        pos, delta = prompt_positions(config, prompt.token_ids, **kwargs)
+        if isinstance(prompt, CanvasPrompt):
+            pos, delta = canvas_positions(config, prompt.token_ids, prompt.mm_token_type_ids, **kwargs)
+        else:
+            pos, delta = prompt_positions(config, prompt.token_ids, **kwargs)
         return pos.astype(np.float64), float(delta)
 
 

@@ -64,6 +64,7 @@ from ..kernels.hf_batch import (
     batch_kernel,
 )
 from ..positions import prompt_positions
+from .canvas_batch import canvas_rope_index
 from .versions import CONVENTIONS, default_convention, default_semantics
 
 __all__ = ["get_rope_index", "mm_token_type_ids", "warmup"]
@@ -217,6 +218,9 @@ def get_rope_index(
     mm_token_type_ids=None,
     semantics: str | None = None,
     convention: str | None = None,
+    target_sizes=None,
+    target_sizes_videos=None,
+    downsample_mode: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """transformers' ``get_rope_index`` for a padded batch:
     ``(position_ids (num_dims, B, L), mrope_position_deltas (B, 1))``, num_dims
@@ -234,6 +238,12 @@ def get_rope_index(
     and unused (Qwen3-VL and GLM tell time in the text).
     `mm_token_type_ids` (transformers 5.x), when given, must be the
     processor's types of `input_ids`.
+
+    MiniCPM-V 4.7 (its canvas, `hf.canvas_batch`) takes no grids but
+    `mm_token_type_ids` (0 text, 1 image, 2 video), the (n, 2) patch grids
+    `target_sizes` and `target_sizes_videos` of every crop in batch order,
+    and optionally `downsample_mode` ("16x" or "4x"), as transformers 5.24's
+    ``MiniCPMV4_7Model.get_rope_index``.
 
     `semantics`: the position rules (default: the installed transformers'
     preset, `default_semantics()`). `convention`: how the batch is packed,
@@ -253,6 +263,23 @@ def get_rope_index(
         raise TypeError(f"use_audio_in_video: expected a bool, got {_describe(use_audio_in_video)}")
     ids, dtype, device = _input_ids(input_ids)
     mask = _mask(attention_mask, ids.shape)
+    if cfg.spec.canvas:
+        if image_grid_thw is not None or video_grid_thw is not None:
+            raise ValueError(
+                f"image_grid_thw, video_grid_thw: expected None for {cfg.family} (a canvas: its crops' sizes go in "
+                "target_sizes and target_sizes_videos)"
+            )
+        positions, deltas = canvas_rope_index(
+            cfg, ids, mask, mm_token_type_ids, target_sizes, target_sizes_videos, downsample_mode
+        )
+        return positions.to(device), deltas.to(device)
+    for name, value in (
+        ("target_sizes", target_sizes),
+        ("target_sizes_videos", target_sizes_videos),
+        ("downsample_mode", downsample_mode),
+    ):
+        if value is not None:
+            raise ValueError(f"{name}: expected None for {cfg.family} (only MiniCPM-V 4.7's canvas reads it)")
     rules = cfg.spec.transformers_batch.get(convention)
     if rules is None:
         raise ValueError(

@@ -21,7 +21,7 @@ import numpy as np
 from ..config import MRopeConfig
 from ..families import RUN_VIDEO
 
-__all__ = ["Prompt", "read_prompts", "sample_prompts"]
+__all__ = ["CanvasPrompt", "Prompt", "read_prompts", "sample_canvas_prompts", "sample_prompts"]
 
 
 @attrs.frozen(eq=False)
@@ -190,11 +190,14 @@ class _Builder:
         )
 
 
-def sample_prompts(config: MRopeConfig, num_prompts: int = 200, seed: int = 0) -> list[Prompt]:
+def sample_prompts(config: MRopeConfig, num_prompts: int = 200, seed: int = 0) -> list:
     """A seeded random sample of realistic prompts for `config`'s family: a
     system prompt, then 0-3 images, 0-2 videos and (Omni) 0-2 audio clips in
     random order with text between; half the Omni prompts carry every video's
-    audio track inside the video (use_audio_in_video)."""
+    audio track inside the video (use_audio_in_video). MiniCPM-V 4.7's are
+    `CanvasPrompt`s (`sample_canvas_prompts`)."""
+    if config.spec.canvas:
+        return sample_canvas_prompts(config, num_prompts, seed)
     if isinstance(num_prompts, bool) or not isinstance(num_prompts, int) or num_prompts < 1:
         raise ValueError(f"num_prompts: expected a positive int, got {num_prompts!r}")
     rng = np.random.default_rng(seed)
@@ -219,4 +222,97 @@ def sample_prompts(config: MRopeConfig, num_prompts: int = 200, seed: int = 0) -
             b.text(0, 40)
         b.text(1, 20)
         prompts.append(b.build(av and "video" in kinds))
+    return prompts
+
+
+@attrs.frozen(eq=False)
+class CanvasPrompt:
+    """A MiniCPM-V 4.7 prompt: ids, modality labels and per-crop patch grids
+    (the arguments of `mrope_tracker.canvas_positions`)."""
+
+    token_ids: np.ndarray
+    mm_token_type_ids: np.ndarray
+    target_sizes: np.ndarray | None = None
+    target_sizes_videos: np.ndarray | None = None
+
+    def kwargs(self) -> dict:
+        return {"target_sizes": self.target_sizes, "target_sizes_videos": self.target_sizes_videos}
+
+
+_CROP_SIDES = (4, 6, 8, 10, 12)  # LLM tokens a side
+
+
+class _CanvasBuilder:
+    def __init__(self, config: MRopeConfig, rng: np.random.Generator) -> None:
+        c = config
+        self.m, self.rng = c.spatial_merge_size, rng
+        self.markers = (
+            c.vision_start_token_id,
+            c.vision_end_token_id,
+            c.slice_start_token_id,
+            c.slice_end_token_id,
+            c.newline_token_id,
+        )
+        free = [v for v in range(_TEXT.stop, _TEXT.stop + 8) if v not in self.markers]
+        self.placeholder = {1: free[0], 2: free[1]}
+        self.ids: list[int] = []
+        self.kinds: list[int] = []
+        self.sizes: dict[int, list] = {1: [], 2: []}
+
+    def side(self) -> int:
+        return self.m * int(self.rng.choice(_CROP_SIDES))
+
+    def text(self, lo: int, hi: int) -> None:
+        n = int(self.rng.integers(lo, hi + 1))
+        self.ids.extend(int(v) for v in self.rng.integers(_TEXT.start, _TEXT.stop, n) if v not in self.markers)
+        self.kinds.extend([0] * (len(self.ids) - len(self.kinds)))
+
+    def crop(self, kind: int, size: tuple, opening: int, closing: int) -> None:
+        n = (size[0] // self.m) * (size[1] // self.m)
+        self.ids += [opening] + [self.placeholder[kind]] * n + [closing]
+        self.kinds += [0] + [kind] * n + [0]
+        self.sizes[kind].append(size)
+
+    def frame(self, kind: int, thumb: tuple, slices: list, cols: int) -> None:
+        self.crop(kind, thumb, self.markers[0], self.markers[1])
+        for k, size in enumerate(slices):
+            if k and k % cols == 0:
+                self.ids.append(self.markers[4])
+                self.kinds.append(0)
+            self.crop(kind, size, self.markers[2], self.markers[3])
+
+    def picture(self) -> None:
+        rows, cols = int(self.rng.integers(0, 4)), int(self.rng.integers(1, 4))
+        self.frame(1, (self.side(), self.side()), [(self.side(), self.side()) for _ in range(rows * cols)], cols)
+
+    def video(self) -> None:
+        rows, cols = int(self.rng.integers(0, 3)), int(self.rng.integers(1, 3))
+        thumb, piece = (self.side(), self.side()), (self.side(), self.side())
+        for _ in range(int(self.rng.integers(2, 17))):
+            self.frame(2, thumb, [piece] * (rows * cols), cols)
+
+    def build(self) -> CanvasPrompt:
+        sizes = [np.array(rows, np.int64).reshape(-1, 2) if rows else None for rows in (self.sizes[1], self.sizes[2])]
+        return CanvasPrompt(np.array(self.ids, np.int64), np.array(self.kinds, np.int64), *sizes)
+
+
+def sample_canvas_prompts(config: MRopeConfig, num_prompts: int = 200, seed: int = 0) -> list[CanvasPrompt]:
+    """A seeded random sample of MiniCPM-V 4.7 prompts, laid out as its
+    processor does: a system prompt, then 0-3 pictures (a thumbnail and 0-3
+    rows of 1-3 slices, each its own size) and 0-1 videos (2-16 frames, each
+    a thumbnail and 0-2 x 1-2 slices of one size), text between."""
+    if isinstance(num_prompts, bool) or not isinstance(num_prompts, int) or num_prompts < 1:
+        raise ValueError(f"num_prompts: expected a positive int, got {num_prompts!r}")
+    rng = np.random.default_rng(seed)
+    prompts = []
+    for _ in range(num_prompts):
+        b = _CanvasBuilder(config, rng)
+        b.text(20, 60)
+        items = ["image"] * int(rng.integers(0, 4)) + ["video"] * int(rng.integers(0, 2))
+        rng.shuffle(items)
+        for item in items:
+            b.picture() if item == "image" else b.video()
+            b.text(0, 40)
+        b.text(1, 20)
+        prompts.append(b.build())
     return prompts

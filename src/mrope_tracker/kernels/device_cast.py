@@ -11,7 +11,7 @@ from . import layout_codes as C
 from .jit_options import helper
 
 CAST_PLAIN = 0  # every row cast; no tau table and no mask row
-CAST_SLOW = 1  # a grid row with a float tau, or a GRID_BITS row: the caller's general path
+CAST_SLOW = 1  # a grid row with a float tau, a GRID_BITS or a CANVAS row: the caller's general path
 CAST_TOO_LARGE = 2  # a grid whose token indices or h' * w' pass int32 (the device's index arithmetic)
 
 INT32_MAX = 2**31 - 1
@@ -26,7 +26,7 @@ def cast_rows(rows, out):
     than the prompt, a pruned video's, does not)."""
     for r in range(rows.shape[0]):
         kind = rows[r, C.COL_KIND]
-        if kind == C.KIND_GRID_BITS:
+        if kind == C.KIND_GRID_BITS or kind == C.KIND_CANVAS:  # (CANVAS: its stretch mode or table)
             return CAST_SLOW
         if kind == C.KIND_GRID or kind == C.KIND_GRID_RAW or kind == C.KIND_XD_GRID:
             if rows[r, C.COL_GRID_OFFSET] + rows[r, C.COL_TOK_LEN] > INT32_MAX:

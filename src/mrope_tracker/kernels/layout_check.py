@@ -7,7 +7,7 @@ import numpy as np
 from . import layout_codes as C
 from .jit_options import inner, jit
 from .layout_emit import TAU_LIMIT
-from .position_rules import bits_shape, grid_range_max, temporal_index
+from .position_rules import bits_shape, canvas_coordinate, grid_range_max, temporal_index
 
 CHECK_OK = 0
 CHECK_EMPTY = 1  # no rows
@@ -84,6 +84,10 @@ def check_layout(rows, scales, num_tokens):
             if offset < 0 or offset + length > h * w or ordinal < 0 or ordinal > _POSITION_LIMIT:
                 return CHECK_GRID, r, 0
             row_top = max(base + length - 1, grid_range_max(offset, offset + length, h, w, np.int64(0)), ordinal)
+        elif kind == C.KIND_CANVAS:
+            code, row_top = _check_canvas(rows, scales, r, length, base, num_tokens)
+            if code != CHECK_OK:
+                return code, r, 0
         else:
             return CHECK_KIND, r, 0
         if row_top > _POSITION_LIMIT:
@@ -131,3 +135,34 @@ def _check_bits(rows, scales, r, length, base):
     if top > _POSITION_LIMIT - base:  # base <= 2**62 already: no overflow on either side
         return CHECK_BASE, 0
     return CHECK_OK, base + top
+
+
+@inner
+def _check_canvas(rows, scales, r, length, base, num_tokens):
+    """(code, largest position) of CANVAS row r: a grid of sides at most the
+    prompt's length that holds its tokens, whole extents in [1,
+    CANVAS_EXTENT_LIMIT), corners within the position range."""
+    h = rows[r, C.COL_H]
+    w = rows[r, C.COL_W]
+    offset = rows[r, C.COL_GRID_OFFSET]
+    top = rows[r, C.COL_CANVAS_TOP]
+    left = rows[r, C.COL_CANVAS_LEFT]
+    if h <= 0 or w <= 0 or h > num_tokens or w > num_tokens or np.float64(h) * np.float64(w) > 2.0**62:
+        return CHECK_GRID, 0
+    if offset < 0 or offset + length > h * w:
+        return CHECK_GRID, 0
+    extent_h = scales[r, C.SCALE_CANVAS_H]
+    extent_w = scales[r, C.SCALE_CANVAS_W]
+    for extent in (extent_h, extent_w):
+        if not (1.0 <= extent < C.CANVAS_EXTENT_LIMIT) or extent != np.floor(extent):
+            return CHECK_SCALE, 0
+    if top < 0 or left < 0 or top > _POSITION_LIMIT or left > _POSITION_LIMIT:
+        return CHECK_BASE, 0
+    # the stretch never decreases: the last row and the rightmost column reached are the largest
+    first = offset
+    last = offset + length - 1
+    last_i = last // w
+    last_j = w - 1 if last_i > first // w else last - last_i * w
+    far_h = canvas_coordinate(last_i, h, extent_h)
+    far_w = canvas_coordinate(last_j, w, extent_w)
+    return CHECK_OK, max(base, top + far_h, left + far_w)

@@ -13,6 +13,13 @@ in token order, covering the prompt without gaps (see docs/design.md):
     GRID_BITS the grid tokens g0 + b, for each set bit b of the row's three
             64-bit words in order, at (base + tau(f), base + i, base + j):
             a pruned video's kept tokens (EVS), 192 mask bits to a row
+    CANVAS  grid token n = grid_offset + k of an h' x w' grid stretched over
+            an extent of CH x CW (MiniCPM-V 4.7's canvas): (base,
+            top + s(i; h', CH), left + s(j; w', CW)), i = n // w', j = n % w',
+            s the float32 `torch.linspace(0, extent - 1, size)` rounded half
+            to even (`canvas_coordinate`); a slice is CH = h', CW = w' (s is
+            the identity), and a run of tokens at one point (T, H, W) is
+            h' = its length, w' = CH = CW = 1
     XD_GRID tokens of an (h', w') image whose every row ends in one extra
             (newline) column, on four or more axes (HunYuan-VL's XD-RoPE):
             base + n on every axis but the last three, then the raw column
@@ -63,6 +70,17 @@ BITS_PER_ROW = 64 * BITS_WORDS
 BITS_SIDE = 24  # bits for h' and for w' in COL_BITS_SHAPE (sides below 2**24)
 
 KIND_XD_GRID = 5  # (base + n, ..., j, i, ordinal): HunYuan-VL's image grid (w' + 1 columns)
+
+# --- CANVAS rows: COL_BASE is T, COL_GRID_OFFSET, COL_H and COL_W as in GRID;
+# H and W of the grid's first cell in two more columns; the extent (CH, CW)
+# in the float32 columns (whole numbers below 2**24: exact there), which is
+# the precision the stretch is computed in.
+KIND_CANVAS = 6
+COL_CANVAS_TOP = 5  # H of grid cell (0, 0)
+COL_CANVAS_LEFT = 8  # W of grid cell (0, 0)
+SCALE_CANVAS_H = 0  # CH
+SCALE_CANVAS_W = 1  # CW
+CANVAS_EXTENT_LIMIT = 2**24
 
 # --- packed config (MRopeConfig.kernel_params, float64) ----------------------
 # One float64 array carries the ids (exact below 2**53; -1 for an id the

@@ -7,7 +7,7 @@ written by the segment writers of position_rules.
 
 from . import layout_codes as C
 from .jit_options import helper, tiny
-from .position_rules import write_bits, write_linear, write_segment
+from .position_rules import write_bits, write_canvas, write_linear, write_segment
 
 
 @tiny
@@ -40,6 +40,14 @@ def fill_positions(out, out_col, rows, scales, row_begin, row_end, start, end):
         kind = rows[r, C.COL_KIND]
         if kind == C.KIND_GRID_BITS:
             write_bits(out, col, rows, r, token - row_start, count, scales[r, C.SCALE_SP], scales[r, C.SCALE_R])
+            col += count
+            token = stop
+            r += 1
+            continue
+        if kind == C.KIND_CANVAS:
+            extent_h = scales[r, C.SCALE_CANVAS_H]
+            extent_w = scales[r, C.SCALE_CANVAS_W]
+            write_canvas(out, col, rows, r, token - row_start, count, extent_h, extent_w)
             col += count
             token = stop
             r += 1

@@ -301,3 +301,49 @@ def write_t_checked(out, ids, col, base, t, hw, token, scaled, sp, r):
             t_row[n] = value
             differ |= run[n] ^ token
     return differ != 0
+
+
+@inner
+def canvas_coordinate(i, size, extent):
+    """round(torch.linspace(0, extent - 1, size)[i]) (float32, half to even),
+    as torch's CPU kernel computes it: the step (extent - 1) / (size - 1) in
+    float32, from the start for the first half, back from the end for the
+    rest. Exhaustively equal to torch's for sizes 2..119 and extents 1..479
+    (tests/test_minicpmv4_7.py)."""
+    if size == 1:
+        return np.int64(0)
+    one = np.float32(1.0)
+    last = extent - one
+    step = last / (np.float32(size) - one)
+    if i < size // 2:
+        value = step * np.float32(i)
+    else:
+        value = last - step * np.float32(size - 1 - i)
+    return np.int64(np.rint(value))
+
+
+@inner
+def write_canvas(out, col, rows, r, n0, count, extent_h, extent_w):
+    """Tokens n0 .. n0+count-1 of CANVAS row r, into out[:, col:col+count]."""
+    t = rows[r, C.COL_BASE]
+    top = rows[r, C.COL_CANVAS_TOP]
+    left = rows[r, C.COL_CANVAS_LEFT]
+    h = rows[r, C.COL_H]
+    w = rows[r, C.COL_W]
+    g = rows[r, C.COL_GRID_OFFSET] + n0
+    i = g // w
+    j = g - i * w
+    hi = top + canvas_coordinate(i, h, extent_h)
+    for n in range(count):
+        out[0, col + n] = t
+        out[1, col + n] = hi
+        out[2, col + n] = left + canvas_coordinate(j, w, extent_w)
+        j += 1
+        if j == w:
+            j = 0
+            i += 1
+            if i < h:
+                hi = top + canvas_coordinate(i, h, extent_h)
+    for d in range(3, out.shape[0]):
+        for n in range(count):
+            out[d, col + n] = t
