@@ -33,6 +33,7 @@ from strategies import configs, examples, prompts  # noqa: E402
 from test_vllm_adapter import VECTORS, vector_features, vllm_config  # noqa: E402
 
 from mrope_tracker import MRopeConfig, PromptLayout  # noqa: E402
+from mrope_tracker.device_rows import NUM_DEVICE_COLS, device_rows  # noqa: E402
 from mrope_tracker.families import SEMANTICS  # noqa: E402
 from mrope_tracker.rope_state import RopeState, get_rope_state, planned_nbytes  # noqa: E402
 from mrope_tracker.vllm import layout_from_features  # noqa: E402
@@ -123,6 +124,11 @@ def scheduler_runs(draw):
     return config, requests
 
 
+def _device_rows_needed(layout) -> int:
+    rows, taus = device_rows(layout.rows, layout.scales)
+    return rows.shape[0] + -(-taus.shape[0] // NUM_DEVICE_COLS)
+
+
 @settings(max_examples=examples(25, minimum=4))
 @given(scheduler_runs(), st.data())
 def test_scheduler_runs(run, data):
@@ -133,7 +139,10 @@ def test_scheduler_runs(run, data):
     PositionTracker and the table design at every step, under every preset."""
     config, requests = run
     max_num_reqs, budget = 3, 48
-    h = Harness(config, max_num_reqs, budget, 512, DEVICE, block_size=BLOCK, max_num_rows=64)
+    # a pool of 64 rows (compaction runs often) unless one request alone needs more (an Omni
+    # audio-in-video prompt can): every slot must fit the largest one, or the pool refuses by design
+    largest = max(_device_rows_needed(layout_of(p)) for p in requests)
+    h = Harness(config, max_num_reqs, budget, 512, DEVICE, block_size=BLOCK, max_num_rows=max(64, 3 * largest))
     waiting = list(range(len(requests)))
     running: dict[int, dict] = {}  # slot -> request state
     draw = data.draw
