@@ -187,7 +187,7 @@ def emit_raw_grid(rows, scales, state, out, tok_start, t, h, w):
     return s + t - 1
 
 
-@inner
+@tiny
 def emit_xd_image(rows, scales, state, out, tok_start, h, w, ordinal):
     """A HunYuan-VL image from its first token: one extra token, the XD_GRID
     of h' rows of w' + 1 tokens (the last a newline), one extra token. Every
