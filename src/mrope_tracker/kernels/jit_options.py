@@ -17,11 +17,17 @@ The decorators, by who calls the function:
 - `inner`: helpers only other kernels call. numba skips the CPython and
   cfunc wrappers it would otherwise build for each, a part of a cold
   compile that nothing would use.
-- `tiny`: helpers of a few lines, inlined into their callers' numba IR and
-  never compiled on their own. A separately compiled function is optimised
-  and code-generated again inside every caller's module, which made a dozen
-  two-line helpers cost more than the builders; inlining the larger helpers
-  too made the cold compile several times slower for no gain.
+- `tiny`: helpers inlined into their callers' numba IR and never compiled
+  on their own: those of a few lines, and those each caller calls from one
+  place only (an emitter a builder calls once, the prompt entries' shared
+  body). A separately compiled function is a library of its own that links
+  in everything it calls, and numba optimises and code-generates that whole
+  closure again for the library and then inside every caller's module:
+  this made a dozen two-line helpers cost more than the builders, and each
+  single-call emitter cost its callee tree once more. Inlining the larger
+  helpers that are called from many places (push_row, flush_text, the
+  writers) made the cold compile slower instead, since numba types and
+  lowers an inlined body once per call site.
 - `helper_with_gil`: the short entry points of `prompt_positions`. A call is
   over in microseconds, and releasing and retaking the GIL would be a good
   part of it; the GIL they keep is also what makes sharing the caller's

@@ -19,7 +19,7 @@ a per-frame video.
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper, inner, tiny
+from .jit_options import helper, tiny
 from .layout_emit import (
     S_BASE,
     S_COUNT,
@@ -68,7 +68,7 @@ def _next_frame(state, video_grid, n):
     state[S_FRAME] = f
 
 
-@inner
+@tiny
 def _scan_interleave(rows, scales, state, out, ids, pos, emit, s, t, h, w, mode, sp, r, num_audio, video_id, audio_id):
     """Walk an interleave from token `pos`: maximal runs of video or audio
     tokens, emitted (when `emit`) by identity. Returns (video tokens, audio

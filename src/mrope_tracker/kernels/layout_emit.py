@@ -145,7 +145,7 @@ def emit_grid(rows, scales, state, out, tok_start, t, h, w, mode, sp, r, next_ru
     _close_block(state, tok_start, s, t, h, w, mode, sp, r, next_rule)
 
 
-@inner
+@tiny
 def emit_checked_grid(rows, scales, state, out, ids, tok_start, t, h, w, mode, sp, r, next_rule, token):
     """`emit_grid` for a block whose t'h'w' placeholder tokens (all within
     `ids`) are not checked yet. Returns the index of the first that is not
@@ -169,7 +169,7 @@ def emit_checked_grid(rows, scales, state, out, ids, tok_start, t, h, w, mode, s
     return np.int64(-1)
 
 
-@inner
+@tiny
 def emit_raw_grid(rows, scales, state, out, tok_start, t, h, w):
     """A whole (t', h', w') image block at the current base s whose H and W
     are the raw row and column (GRID_RAW): tokens at (s + f, i, j). The next
@@ -187,7 +187,7 @@ def emit_raw_grid(rows, scales, state, out, tok_start, t, h, w):
     return s + t - 1
 
 
-@inner
+@tiny
 def emit_xd_image(rows, scales, state, out, tok_start, h, w, ordinal):
     """A HunYuan-VL image from its first token: one extra token, the XD_GRID
     of h' rows of w' + 1 tokens (the last a newline), one extra token. Every
@@ -279,7 +279,7 @@ def av_close(rows, scales, state, out, eos_tok, e, pair, block_top):
     state[S_TEXT_START] = eos_tok + 2
 
 
-@inner
+@tiny
 def av_emit_runs(rows, scales, state, out, tok, runs, r0, r1, s, t, h, w, mode, sp, r):
     """Emit interleave runs[r0:r1] (kind, count) from token `tok`. Returns
     (largest position of the last run, next token)."""
@@ -298,7 +298,7 @@ def av_emit_runs(rows, scales, state, out, tok, runs, r0, r1, s, t, h, w, mode, 
     return last_top, tok
 
 
-@inner
+@tiny
 def av_vllm_shifted(rows, scales, state, out, bos_tok, t, h, w, mode, sp, r, num_audio, chunk):
     """vLLM 0.33's Qwen2.5-Omni audio-in-video (its D5 and D6 behaviours).
 
@@ -335,7 +335,7 @@ def av_vllm_shifted(rows, scales, state, out, bos_tok, t, h, w, mode, sp, r, num
     state[S_TEXT_START] = bos_tok + 1 + t * hw + num_audio
 
 
-@inner
+@tiny
 def av_tau_merge(rows, scales, state, out, tok, s, t, h, w, mode, sp, r, num_audio):
     """vLLM 0.33's Qwen3-Omni audio-in-video positions (its D8): a merge of the
     frames' truncated temporal indices with the audio indices (frame f goes

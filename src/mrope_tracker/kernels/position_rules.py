@@ -71,6 +71,14 @@ def grid_range_max(k0, k1, h, w, tau_last):
 @tiny
 def write_linear(out, col, first, count):
     """first, first+1, ... on every row (text, audio, decode tokens)."""
+    _write_linear_thw(out, col, first, count)
+    if out.shape[0] > 3:  # 4-axis families
+        repeat_t(out, col, count)
+
+
+@tiny
+def _write_linear_thw(out, col, first, count):
+    """first, first+1, ... on the T, H and W rows."""
     t_row = out[0, col : col + count]
     h_row = out[1, col : col + count]
     w_row = out[2, col : col + count]
@@ -78,12 +86,6 @@ def write_linear(out, col, first, count):
         t_row[n] = first + n
         h_row[n] = first + n
         w_row[n] = first + n
-    # axes past the third (4-axis families): an empty loop for the others,
-    # so the three rows above keep their one vectorised pass
-    for d in range(3, out.shape[0]):
-        row = out[d, col : col + count]
-        for n in range(count):
-            row[n] = first + n
 
 
 @tiny
@@ -99,14 +101,15 @@ _FLOAT_ROWS_EXACT = 2**50
 
 
 @inner
-def _write_hw_rows(out, col, base, offset, count, w):
-    """H and W rows of grid tokens offset .. offset+count-1 within one frame."""
+def _write_hw_rows(out, col, base, offset, count, w, h_axis, w_axis):
+    """H and W rows of grid tokens offset .. offset+count-1 within one frame,
+    into out[h_axis] and out[w_axis] (1 and 2, or an XD_GRID row's axes)."""
     if offset + count <= _FLOAT_ROWS_EXACT:
         # One vectorised pass, the row index from a float reciprocal: rows
         # a dozen or two tokens wide are too short for a loop per row, and
         # the narrower the rows, the more this gains.
-        h_row = out[1, col : col + count]
-        w_row = out[2, col : col + count]
+        h_row = out[h_axis, col : col + count]
+        w_row = out[w_axis, col : col + count]
         inv_w = 1.0 / np.float64(w)
         for n in range(count):
             m = offset + n
@@ -119,8 +122,8 @@ def _write_hw_rows(out, col, base, offset, count, w):
     done = 0
     while done < count:
         run = min(w - j, count - done)
-        h_row = out[1, col + done : col + done + run]
-        w_row = out[2, col + done : col + done + run]
+        h_row = out[h_axis, col + done : col + done + run]
+        w_row = out[w_axis, col + done : col + done + run]
         h_pos = base + i
         w_pos = base + j
         for n in range(run):
@@ -189,63 +192,78 @@ def write_grid_hw(out, col, base, g0, count, h, w):
     offset = g0 - (g0 // hw) * hw
     # the (possibly partial) first frame, then a template frame repeated
     head = min(count, hw - offset)
-    _write_hw_rows(out, col, base, offset, head, w)
+    one, two = np.int64(1), np.int64(2)
+    _write_hw_rows(out, col, base, offset, head, w, one, two)
     if head == count:
         return
     size = min(hw, count - head)
-    _write_hw_rows(out, col + head, base, np.int64(0), size, w)
+    _write_hw_rows(out, col + head, base, np.int64(0), size, w, one, two)
     _repeat_forward(out[1, col : col + count], head, head + size, count)
     _repeat_forward(out[2, col : col + count], head, head + size, count)
 
 
-@inner
+# The writers for axes past the third (4-axis families) are scalar loops
+# over (axis, token) pairs in one flat loop: LLVM neither vectorises nor
+# unrolls them. Every kernel that writes positions carries their code, and
+# numba optimises and code-generates it again in each of them (see
+# jit_options), so a vectorised loop here cost the 3-axis families' cold
+# start more than the 4-axis family gains at run time.
+
+
+@tiny
+def repeat_t(out, col, count):
+    """Axes past the third repeat T (a 3-axis kind in a wider output)."""
+    d = 3
+    n = 0
+    for _ in range(count * (out.shape[0] - 3)):
+        out[d, col + n] = out[0, col + n]
+        n += 1
+        if n == count:
+            n = 0
+            d += 1
+
+
+@tiny
 def write_xd_grid(out, col, first, g0, count, w, ordinal):
     """Tokens g0 .. g0+count-1 of an XD_GRID row whose rows are w tokens wide
     (the newline column included), the first at sequence position `first`:
     first + n on every axis but the last three, then the raw column j, the
-    raw row i and `ordinal` (HunYuan-VL; with three axes, only those three)."""
+    raw row i and `ordinal` (HunYuan-VL; with three axes, only those three).
+    The grid is a single frame: the grid writers' row helper writes (i, j)."""
     num_dims = out.shape[0]
-    for d in range(num_dims - 3):
-        row = out[d, col : col + count]
-        for n in range(count):
-            row[n] = first + n
-    w_row = out[num_dims - 3, col : col + count]
-    h_row = out[num_dims - 2, col : col + count]
-    o_row = out[num_dims - 1, col : col + count]
-    i = g0 // w
-    j = g0 - i * w
-    for n in range(count):
-        w_row[n] = j
-        h_row[n] = i
-        o_row[n] = ordinal
-        j += 1
-        if j == w:
-            j = 0
-            i += 1
+    lead = num_dims - 3
+    d = 0
+    n = 0
+    for _ in range(count * (lead + 1)):  # the leading axes, then the ordinal's
+        if d < lead:
+            out[d, col + n] = first + n
+        else:
+            out[num_dims - 1, col + n] = ordinal
+        n += 1
+        if n == count:
+            n = 0
+            d += 1
+    _write_hw_rows(out, col, np.int64(0), g0, count, w, num_dims - 2, num_dims - 3)
 
 
 @inner
 def write_segment(out, col, n0, count, kind, base, grid_offset, h, w, scaled, sp, r):
     """Tokens n0 .. n0+count-1 of one layout row, into out[:, col:col+count].
     `scaled` is a GRID row's tau mode, an XD_GRID row's ordinal."""
-    if kind == C.KIND_LINEAR:
-        write_linear(out, col, base + n0, count)
-    elif kind == C.KIND_CONST:
+    if kind == C.KIND_CONST:
         write_const(out, col, base, count)
-    elif kind == C.KIND_XD_GRID:
+        return
+    if kind == C.KIND_XD_GRID:
         write_xd_grid(out, col, base + n0, grid_offset + n0, count, w, scaled)
-    else:
-        if kind == C.KIND_GRID:
-            write_grid(out, col, base, base, grid_offset + n0, count, h, w, scaled, sp, r)
-        else:  # KIND_GRID_RAW
-            write_grid(out, col, base, np.int64(0), grid_offset + n0, count, h, w, scaled, sp, r)
-        # a 3-axis kind in a wider output: T again on the extra axes (one
-        # test per segment, never per token)
-        for d in range(3, out.shape[0]):
-            src = out[0, col : col + count]
-            dst = out[d, col : col + count]
-            for n in range(count):
-                dst[n] = src[n]
+        return
+    if kind == C.KIND_LINEAR:
+        _write_linear_thw(out, col, base + n0, count)
+    elif kind == C.KIND_GRID:
+        write_grid(out, col, base, base, grid_offset + n0, count, h, w, scaled, sp, r)
+    else:  # KIND_GRID_RAW
+        write_grid(out, col, base, np.int64(0), grid_offset + n0, count, h, w, scaled, sp, r)
+    if out.shape[0] > 3:  # a 3-axis kind in a wider output: T again (one call site)
+        repeat_t(out, col, count)
 
 
 @inner

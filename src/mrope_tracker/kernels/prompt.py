@@ -26,7 +26,7 @@ module-level scratch safe to share between threads.
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper_with_gil, inner
+from .jit_options import helper_with_gil, inner, tiny
 from .layout_build import build_from_tokens
 from .layout_emit import NUM_STATE, S_MAX
 from .records import RECORD_NONE, read_int_rows_at, read_real_records_at, sequence_header
@@ -40,7 +40,7 @@ UNREADABLE = FAILED - 1
 SCRATCH_SIZE = 4096
 
 
-@inner
+@tiny
 def _write_positions(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video, state):
     """Run the builder with a zero-row table: positions only. Returns the
     delta, or FAILED (an empty prompt among the errors)."""
@@ -107,39 +107,40 @@ def prompt_from_records(out, ids, params, records, images_only, scratch):
         image_grid = work[: 3 * num_images].reshape((num_images, 3))
         if read_int_rows_at(records, np.int64(0), image_grid) != len(records):
             return UNREADABLE
-        no_times = params.view(np.float32)[:0]
-        return _write_positions(
-            out, ids, params, image_grid, image_grid[:0], no_times, no_audio, no_audio_in_video, state
-        )
-    if sequence_header(records, np.int64(0)) != 3:
-        return UNREADABLE
-    # A grid record of n valid rows takes 5 + 20 n bytes, so the offsets of
-    # the records that follow are known before any row is read.
-    image_at = np.int64(5)
-    num_images = sequence_header(records, image_at)
-    if num_images < 0:
-        return UNREADABLE
-    video_at = image_at + (1 if records[image_at] == RECORD_NONE else 5 + 20 * num_images)
-    num_videos = sequence_header(records, video_at)
-    num_rows = num_images + num_videos
-    if num_videos < 0 or 3 * num_rows + 2 * num_videos > work.shape[0]:
-        return UNREADABLE
-    sp_at = video_at + (1 if records[video_at] == RECORD_NONE else 5 + 20 * num_videos)
-    rows = work[: 3 * num_rows].reshape((num_rows, 3))
-    image_grid = rows[:num_images]
-    video_grid = rows[num_images:]
-    if records[image_at] != RECORD_NONE and read_int_rows_at(records, image_at, image_grid) != video_at:
-        return UNREADABLE
-    if records[video_at] != RECORD_NONE and read_int_rows_at(records, video_at, video_grid) != sp_at:
-        return UNREADABLE
-    bits = work[3 * num_rows : 3 * num_rows + num_videos]
-    video_sp = work[3 * num_rows + num_videos : 3 * num_rows + 2 * num_videos].view(np.float32)[:num_videos]
-    given = not (sp_at < len(records) and records[sp_at] == RECORD_NONE)
-    end = read_real_records_at(records, sp_at, bits, video_sp) if given else sp_at + 1
-    if end != len(records):
-        return UNREADABLE
-    if not _default_times(params, video_sp, num_videos, given):
-        return FAILED
-    if params[C.P_SP_DEFAULT] < 0:
-        video_sp = video_sp[:0]
+        video_grid = image_grid[:0]
+        video_sp = params.view(np.float32)[:0]
+    else:
+        if sequence_header(records, np.int64(0)) != 3:
+            return UNREADABLE
+        # A grid record of n valid rows takes 5 + 20 n bytes, so the offsets of
+        # the records that follow are known before any row is read.
+        image_at = np.int64(5)
+        num_images = sequence_header(records, image_at)
+        if num_images < 0:
+            return UNREADABLE
+        video_at = image_at + (1 if records[image_at] == RECORD_NONE else 5 + 20 * num_images)
+        num_videos = sequence_header(records, video_at)
+        num_rows = num_images + num_videos
+        if num_videos < 0 or 3 * num_rows + 2 * num_videos > work.shape[0]:
+            return UNREADABLE
+        sp_at = video_at + (1 if records[video_at] == RECORD_NONE else 5 + 20 * num_videos)
+        rows = work[: 3 * num_rows].reshape((num_rows, 3))
+        image_grid = rows[:num_images]
+        video_grid = rows[num_images:]
+        if records[image_at] != RECORD_NONE and read_int_rows_at(records, image_at, image_grid) != video_at:
+            return UNREADABLE
+        if records[video_at] != RECORD_NONE and read_int_rows_at(records, video_at, video_grid) != sp_at:
+            return UNREADABLE
+        bits = work[3 * num_rows : 3 * num_rows + num_videos]
+        video_sp = work[3 * num_rows + num_videos : 3 * num_rows + 2 * num_videos].view(np.float32)[:num_videos]
+        given = not (sp_at < len(records) and records[sp_at] == RECORD_NONE)
+        end = read_real_records_at(records, sp_at, bits, video_sp) if given else sp_at + 1
+        if end != len(records):
+            return UNREADABLE
+        if not _default_times(params, video_sp, num_videos, given):
+            return FAILED
+        if params[C.P_SP_DEFAULT] < 0:
+            video_sp = video_sp[:0]
+    # one call site: _write_positions is inlined (tiny), and with it the
+    # builder's call, which a second site would lower twice
     return _write_positions(out, ids, params, image_grid, video_grid, video_sp, no_audio, no_audio_in_video, state)
