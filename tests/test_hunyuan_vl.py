@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
 from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
+from triton_support import require_triton
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, next_positions, prompt_positions, reference
 from mrope_tracker.vllm import get_mrope_input_positions
@@ -377,9 +378,7 @@ def test_staged_copies_move_four_rows(copy_mode):
 
 
 def _rope_state(num_dims, config=CONFIG):
-    triton = pytest.importorskip("triton", reason="RopeState's kernels need triton")
-    if int(triton.__version__.split(".")[0]) < 3:
-        pytest.skip(f"needs triton >= 3.0 for its CPU interpreter, found {triton.__version__}")
+    require_triton()
     from mrope_tracker.rope_state import RopeState
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -25,6 +25,7 @@ from test_minicpmv4_7 import (
     needs_minicpm,
     prompts,
 )
+from triton_support import require_triton
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, reference
 from mrope_tracker.canvas import canvas_layout, canvas_positions
@@ -550,7 +551,7 @@ ROPE_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _rope_state(n: int, **kwargs):
-    pytest.importorskip("triton", reason="RopeState's kernels need triton")
+    require_triton()
     from mrope_tracker.rope_state import RopeState
 
     return RopeState(3, 4, n + 8, n + 64, ROPE_DEVICE, **kwargs)

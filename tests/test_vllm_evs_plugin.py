@@ -23,6 +23,7 @@ from strategies import examples
 from test_evs import IMAGE, RECORDS, VIDEO, VS, _reference, pruned_prompts
 from test_evs_recompute import _placeholders
 from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
+from triton_support import require_triton
 
 from mrope_tracker import MRopeConfig, vllm_evs_plugin
 from mrope_tracker.evs import PendingPrune, PrunedPrompt
@@ -200,7 +201,7 @@ STORES = ["fake", "ours"]
 def test_pruner_stages_our_rule_for_any_schedule(fake, index, store, data):
     modules, masks, semantics = fake
     if store == "ours":
-        pytest.importorskip("triton", reason="RopeState's kernels need triton")
+        require_triton()
     record = RECORDS[index]
     case = _case_of_record(record)
     n = len(record["token_ids"])
