@@ -54,8 +54,13 @@ MAX_IDENTITY = DIGIT_BASE**DIGITS - 1
 TAG = 201
 
 
-def _digits(values: np.ndarray) -> np.ndarray:
-    return np.stack([(values // DIGIT_BASE**d) % DIGIT_BASE for d in range(DIGITS)], axis=1)
+def _identity_columns(identity: np.ndarray) -> torch.Tensor:
+    """(rows, DIGITS + 1) float32: the base-256 digits of each identity, then the tag."""
+    columns = np.empty((identity.shape[0], DIGITS + 1), np.float32)
+    for d in range(DIGITS):
+        columns[:, d] = (identity >> (8 * d)) & (DIGIT_BASE - 1)
+    columns[:, DIGITS] = TAG
+    return torch.from_numpy(columns)
 
 
 def write_identity_columns(embeddings: torch.Tensor, retention_mask, *, family: str) -> torch.Tensor:
@@ -71,7 +76,7 @@ def write_identity_columns(embeddings: torch.Tensor, retention_mask, *, family: 
         expected = f"a 2-D tensor with more than {extra} columns"
         raise ValueError(f"embeddings: expected {expected}, got {describe(embeddings)}")
     mask = retention_mask.detach().cpu().numpy() if hasattr(retention_mask, "detach") else np.asarray(retention_mask)
-    if mask.ndim != 1 or mask.dtype.kind not in "biu" or ((mask != 0) & (mask != 1)).any():
+    if mask.ndim != 1 or mask.dtype.kind not in "biu" or (mask.dtype != np.bool_ and ((mask != 0) & (mask != 1)).any()):
         raise ValueError(f"retention_mask: expected a 1-D bool or 0/1 array, got {describe(retention_mask)}")
     if mask.shape[0] - 1 > MAX_IDENTITY:
         raise ValueError(f"retention_mask: expected at most {MAX_IDENTITY + 1} entries, got {mask.shape[0]}")
@@ -86,12 +91,14 @@ def write_identity_columns(embeddings: torch.Tensor, retention_mask, *, family: 
             f"retention_mask: expected {int(is_video.sum())} kept tokens (the embedding's video rows), "
             f"got {kept.shape[0]}"
         )
-    identity = np.empty(rows, np.int64)
-    identity[is_video] = kept
-    identity[~is_video] = np.arange(rows - kept.shape[0])
-    columns = np.concatenate([_digits(identity), np.full((rows, 1), TAG)], axis=1)
+    if family == "qwen2_5_vl":
+        identity = kept
+    else:
+        identity = np.empty(rows, np.int64)
+        identity[is_video] = kept
+        identity[~is_video] = np.arange(rows - kept.shape[0])
     start = embeddings.shape[1] - extra
-    embeddings[:, start : start + DIGITS + 1] = torch.from_numpy(columns).to(embeddings.device, embeddings.dtype)
+    embeddings[:, start : start + DIGITS + 1] = _identity_columns(identity).to(embeddings.device)
     return embeddings
 
 
@@ -236,13 +243,13 @@ class EvsRecompute:
     def _chunk_mask(self, k: int, first: int, embedding: torch.Tensor, name: str) -> np.ndarray:
         """A mask for video k that agrees with the chunk's rows, which start at
         row `first` of its placeholder."""
-        columns = embedding[:, embedding.shape[1] - self.extra :].detach().float().cpu().numpy()
-        digits = np.rint(columns[:, :DIGITS])
-        bad = (digits != columns[:, :DIGITS]).any() or (digits < 0).any() or (digits >= DIGIT_BASE).any()
+        columns = embedding[:, embedding.shape[1] - self.extra :].to(torch.float32).cpu().numpy()
+        digits = columns[:, :DIGITS].astype(np.int64)
+        bad = (digits != columns[:, :DIGITS]).any() or digits.min() < 0 or digits.max() >= DIGIT_BASE
         if bad or (columns[:, DIGITS] != TAG).any():
             raise ValueError(f"{name}: expected identity digits written by write_identity_columns, got other values")
-        identity = (digits.astype(np.int64) * DIGIT_BASE ** np.arange(DIGITS)).sum(axis=1)
-        is_video = np.ones(identity.shape[0], np.bool_) if self.extra == 4 else columns[:, -1] != 0
+        identity = digits[:, 0] | (digits[:, 1] << 8) | (digits[:, 2] << 16)
+        is_video = columns[:, -1] != 0 if self.extra == 5 else np.ones(identity.shape[0], np.bool_)
         size, total = self.prompt.frame_sizes[k], self.prompt.num_frames[k] * self.prompt.frame_sizes[k]
         kept = identity[is_video]
         if kept.shape[0] and ((np.diff(kept) <= 0).any() or kept[0] < 0 or kept[-1] >= total):
