@@ -582,14 +582,17 @@ def get_rope_state(
     device,
     *,
     semantics: str = "vllm-0.33",
+    config: MRopeConfig | None = None,
 ) -> RopeState | None:
     """vLLM 0.33's `get_rope_state`, returning our `RopeState`: None when the
     model does not use M-RoPE, as vLLM's; the model's config read under
-    `semantics`. A model this package does not know raises ValueError (the
-    plugin then falls back to vLLM's own, see vllm_plugin.py)."""
+    `semantics` unless `config` is given (already read). A model this package
+    does not know raises ValueError (the plugin then falls back to vLLM's
+    own, see vllm_plugin.py)."""
     if not model_config.uses_mrope:
         return None
-    config = MRopeConfig.from_hf_config(model_config.hf_config, semantics=semantics)
+    if config is None:
+        config = MRopeConfig.from_hf_config(model_config.hf_config, semantics=semantics)
     return RopeState(
         model_config.mrope_num_dims,
         max_num_reqs,

@@ -33,8 +33,8 @@ import inspect
 import os
 import warnings
 
+from . import rope_state
 from .config import MRopeConfig
-from .rope_state import RopeState, video_pruning_enabled
 from .vllm_evs_plugin import check_evs_targets, install_evs
 
 __all__ = ["PATCH_TARGETS", "GET_ROPE_STATE_PARAMS", "install", "register"]
@@ -61,14 +61,8 @@ def _patched_get_rope_state(original, semantics: str):
         # the family's position rows must be the model's (3; HunYuan-VL's 4)
         if config is None or model_config.mrope_num_dims != config.num_dims:
             return original(model_config, model, max_num_reqs, max_num_tokens, max_model_len, device)
-        return RopeState(
-            model_config.mrope_num_dims,
-            max_num_reqs,
-            max_num_tokens,
-            max_model_len,
-            device,
-            config=config,
-            video_pruning=video_pruning_enabled(model_config),
+        return rope_state.get_rope_state(
+            model_config, model, max_num_reqs, max_num_tokens, max_model_len, device, config=config
         )
 
     get_rope_state.mrope_tracker_original = original
