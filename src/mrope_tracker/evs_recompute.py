@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from .evs import PrunedPrompt
-from .features import checked_features
+from .features import checked_features, time_scales
 from .inputs import as_config, as_index, describe
 
 __all__ = ["EvsRecompute", "write_identity_columns", "pruned_prompt_from_features", "NUM_EXTRA_COLUMNS"]
@@ -119,8 +119,8 @@ def pruned_prompt_from_features(config, token_ids, mm_features) -> tuple[PrunedP
     """A request's `PrunedPrompt` (None when it holds no video) and its items'
     (offset, length), from what vLLM 0.33 holds: its prompt ids and its
     multimodal features (read by duck typing, as `mrope_tracker.vllm` reads
-    them; videos need ``video_grid_thw``, Qwen2.5-VL's ``second_per_grid_ts``
-    takes the family default when absent)."""
+    them; videos need ``video_grid_thw``; a missing ``second_per_grid_ts``
+    takes the family default, as `features.time_scales` says)."""
     config = as_config(config)
     features = checked_features(mm_features)
     for f in features:
@@ -131,17 +131,12 @@ def pruned_prompt_from_features(config, token_ids, mm_features) -> tuple[PrunedP
     if not videos:
         return None, placeholders
     images = [f for f in features if f.modality == "image"]
-    sps = None
-    if config.family == "qwen2_5_vl":
-        default = config.spec.default_second_per_grid_ts
-        sps = [f.scalar("second_per_grid_ts", "fiu", required=False) for f in videos]
-        sps = [default if sp is None else float(sp) for sp in sps]
     prompt = PrunedPrompt(
         config,
         token_ids,
         video_grid_thw=[f.grid() for f in videos],
         image_grid_thw=[f.grid() for f in images] or None,
-        second_per_grid_ts=sps,
+        second_per_grid_ts=time_scales(config, [f.scalar("second_per_grid_ts", "fiu", False) for f in videos]),
     )
     return prompt, placeholders
 

@@ -67,7 +67,7 @@ from .inputs import (
 )
 from .ranges import Ranges
 
-__all__ = ["read_features", "count_prompt_tokens"]
+__all__ = ["read_features", "count_prompt_tokens", "time_scales"]
 
 _MODALITIES = ("image", "video", "audio")
 _TENSOR = torch.Tensor
@@ -327,6 +327,17 @@ def _masks(masks: list) -> list | None:
     return None
 
 
+def time_scales(config: MRopeConfig, video_sp: list) -> np.ndarray | None:
+    """The videos' ``second_per_grid_ts`` as the range builder takes them, from
+    each video feature's value (None where it carries none: the family
+    default); None for a family that never reads a time scale (vLLM's
+    Qwen2-VL, Qwen3-VL and GLM) or when no video carries one."""
+    if not video_sp or not config.spec.scaled_time or all(sp is None for sp in video_sp):
+        return None
+    default = config.spec.default_second_per_grid_ts
+    return np.array([default if sp is None else float(sp) for sp in video_sp], np.float64)
+
+
 def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
     """A prompt's multimodal features as the range builder's inputs, in O(items):
     the checked `Items` and `Ranges` that `build_rows_from_ranges` (layout.py)
@@ -374,10 +385,7 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
             audio_masks.append(f.is_embed)
             audio_lengths.append(f.mel_frames())
 
-    second_per_grid_ts = None  # vLLM's Qwen2-VL, Qwen3-VL and GLM never read a time scale
-    if video_sp and config.spec.scaled_time and any(sp is not None for sp in video_sp):
-        default = config.spec.default_second_per_grid_ts
-        second_per_grid_ts = np.array([default if sp is None else float(sp) for sp in video_sp], np.float64)
+    second_per_grid_ts = time_scales(config, video_sp)
     items = Items(
         *normalize_items(
             config,

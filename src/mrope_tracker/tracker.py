@@ -200,13 +200,7 @@ class PositionTracker:
             self.config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
         ranges = Ranges(self.config, items, image_ranges, video_ranges, audio_ranges, interleave, second_per_grid_ts)
-        return self._admit(
-            req_id,
-            num_tokens,
-            num_computed_tokens,
-            estimate_rows(self.config, items, ranges),
-            lambda rows, scales: build_rows_from_ranges(self.config, num_tokens, items, ranges, rows, scales),
-        )
+        return self._admit_ranges(req_id, num_tokens, num_computed_tokens, items, ranges)
 
     def add_request_from_features(self, req_id, prompt_token_ids, mm_features, *, num_computed_tokens=0) -> int:
         """Admit a request from what vLLM's model runners hold: its prompt ids
@@ -226,6 +220,10 @@ class PositionTracker:
             num_computed_tokens, num_tokens, "prompt_token_ids", self.max_model_len
         )
         items, ranges = read_features(self.config, mm_features)
+        return self._admit_ranges(req_id, num_tokens, num_computed_tokens, items, ranges)
+
+    def _admit_ranges(self, req_id, num_tokens: int, num_computed_tokens: int, items, ranges) -> int:
+        """Admission of a prompt in range form: its rows built straight into the pool."""
         return self._admit(
             req_id,
             num_tokens,
