@@ -20,7 +20,7 @@ things, and only for models whose pruner it saw built:
 
 An unmarked model (vLLM's V1 runner, which calls the model's own recompute;
 any other pruning model) runs vLLM's code unchanged. As with `install()`,
-every target is checked before anything changes (`EVS_TARGETS`,
+every target is checked before anything changes (`PRUNER_METHODS`, `MODEL_CLASSES`,
 tests/data/vllm-0.33.0-rope-api.json).
 """
 
@@ -34,7 +34,7 @@ from .config import MRopeConfig
 from .evs import PRUNABLE
 from .evs_recompute import NUM_EXTRA_COLUMNS, EvsRecompute, pruned_prompt_from_features, write_identity_columns
 
-__all__ = ["EVS_TARGETS", "MODEL_CLASSES", "install_evs"]
+__all__ = ["MODEL_CLASSES", "PRUNER_METHODS", "install_evs"]
 
 PRUNER_MODULE = "vllm.v1.worker.gpu.model_states.mm_pruning"
 PRUNER_METHODS = {
@@ -53,7 +53,6 @@ MODEL_CLASSES = (
 )
 POSTPROCESS = "_postprocess_video_embeds_evs"
 POSTPROCESS_PARAMS = ("video_embeds_split", "video_input")
-EVS_TARGETS = (PRUNER_MODULE, *(module for module, _, _ in MODEL_CLASSES))
 MARK = "_mrope_tracker_evs_config"  # set on a model instance whose pruner is ours
 PATCHED = "mrope_tracker_original"
 
