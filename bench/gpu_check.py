@@ -12,7 +12,7 @@
    decode step and a mixed step. Two figures each: the host's time to
    enqueue the step, and the time until the step's positions are on the
    device (a synchronize inside every call); and the bytes each step copies.
-   `--copy` picks the tracker's staging copy (staging.py): "rows" (three
+   `--copy` picks the tracker's staging copy (tracker/staging.py): "rows" (three
    copies of the step's n columns, the default), "span" (one copy of
    2 * (max_num_batched_tokens + 1) + n elements), or "both" to compare them;
 3. RopeState, Model Runner V2's state on the device (bench/rope_check.py):

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from mrope_tracker import PositionTracker, PromptLayout
-from mrope_tracker.rope_state import RopeState
+from mrope_tracker.device.rope_state import RopeState
 
 from .timing import compare
 from .workloads import PromptBuilder, qwen2_5_vl
@@ -261,7 +261,7 @@ def compile_for_gpu(capability: int = 90) -> dict[str, str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from mrope_tracker import triton_step
+    from mrope_tracker.device import triton_step
 
     target = GPUTarget("cuda", capability, 32)
     out = {}

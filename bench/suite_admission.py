@@ -188,7 +188,7 @@ def _rope_admission(config, prompt, write_positions, rounds: int, progress):
             return None  # triton came in compiled mode, with no GPU to run on (the CLI sets the interpreter first)
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported
     try:
-        from mrope_tracker.rope_state import RopeState
+        from mrope_tracker.device.rope_state import RopeState
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         state = RopeState(

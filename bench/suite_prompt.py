@@ -475,7 +475,7 @@ def _our_kernel_call(config, ids, kwargs):
     with its items as the canonical arrays; None if the package's internals
     changed."""
     try:
-        from mrope_tracker.inputs import normalize_items
+        from mrope_tracker.core.inputs import normalize_items
         from mrope_tracker.kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
 
         out = np.empty((3, ids.shape[0]), np.int64)
@@ -499,7 +499,7 @@ def _our_kernel_call(config, ids, kwargs):
 
 def breakdown_rows(config, cases, rounds: int, target_s: float, progress=lambda message: None) -> list[dict]:
     """Per case, median microseconds of the whole calls and of their parts."""
-    from mrope_tracker.inputs import as_grid, as_token_ids
+    from mrope_tracker.core.inputs import as_grid, as_token_ids
 
     rows = []
     for name, prompt in cases:

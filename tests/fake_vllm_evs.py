@@ -1,4 +1,4 @@
-"""Stand-ins for the vLLM 0.33 code the EVS hook patches (`mrope_tracker.vllm_evs_plugin`).
+"""Stand-ins for the vLLM 0.33 code the EVS hook patches (`mrope_tracker.vllm.evs_plugin`).
 
 Names and parameters are those tests/data/vllm-0.33.0-rope-api.json records
 from vLLM 0.33.0's source (test_vllm_evs_plugin.py checks them against it).

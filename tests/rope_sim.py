@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from mrope_tracker import PositionTracker, PromptLayout
-from mrope_tracker.rope_state import RopeState
+from mrope_tracker.device.rope_state import RopeState
 
 SENTINEL = -7  # what the padding columns hold before a step, and must hold after it
 

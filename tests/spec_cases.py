@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mrope_tracker.config import MRopeConfig
+from mrope_tracker.core.config import MRopeConfig
 
 # --- configs -----------------------------------------------------------------
 

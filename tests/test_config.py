@@ -14,8 +14,8 @@ import pytest
 from family_prompts import MODEL_TYPES
 
 from mrope_tracker import SUPPORTED_MODEL_TYPES, MRopeConfig
-from mrope_tracker import config as config_module
-from mrope_tracker.config import ConfigDefaultWarning
+from mrope_tracker.core import config as config_module
+from mrope_tracker.core.config import ConfigDefaultWarning
 
 # Trimmed published configs (the same values as tests/data/configs/*.json).
 QWEN2_VL = {

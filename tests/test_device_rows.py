@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import FPS_VALUES, examples
 
-from mrope_tracker.device_rows import DCOL_TAU_AT, DCOL_TAU_STEP, NUM_DEVICE_COLS, TAU_FROM_TABLE, device_rows
+from mrope_tracker.device.rows import DCOL_TAU_AT, DCOL_TAU_STEP, NUM_DEVICE_COLS, TAU_FROM_TABLE, device_rows
 from mrope_tracker.kernels import layout_codes as C
 from mrope_tracker.kernels.layout_fill import fill_positions
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from strategies import examples
 
 from mrope_tracker import MRopeConfig, PositionTracker, reference
+from mrope_tracker.core.layout import PromptLayout
 from mrope_tracker.evs import PrunedPrompt, delete_tokens
-from mrope_tracker.layout import PromptLayout
 
 VECTORS = os.path.join(os.path.dirname(__file__), "data", "vllm-0.33.0-evs.jsonl")
 with open(VECTORS) as f:

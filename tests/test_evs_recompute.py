@@ -21,9 +21,9 @@ from strategies import examples
 from test_evs import IMAGE, RECORDS, VIDEO, VS, _config, _prompt, _reference, pruned_prompts
 
 from mrope_tracker import reference
+from mrope_tracker.core.inputs import true_runs
 from mrope_tracker.evs import PendingPrune, PrunedPrompt
-from mrope_tracker.evs_recompute import NUM_EXTRA_COLUMNS, EvsRecompute, write_identity_columns
-from mrope_tracker.inputs import true_runs
+from mrope_tracker.evs.recompute import NUM_EXTRA_COLUMNS, EvsRecompute, write_identity_columns
 
 HIDDEN = 3
 

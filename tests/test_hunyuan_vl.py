@@ -379,7 +379,7 @@ def test_staged_copies_move_four_rows(copy_mode):
 
 def _rope_state(num_dims, config=CONFIG):
     require_triton()
-    from mrope_tracker.rope_state import RopeState
+    from mrope_tracker.device.rope_state import RopeState
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return RopeState(num_dims, 3, 48, 256, device, config=config, block_size=16), device

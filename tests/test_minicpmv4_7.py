@@ -408,7 +408,7 @@ def test_config_bad_fields(fields, message):
 def test_config_without_markers_or_mode():
     """No published ids: they stay None (the canvas entry points refuse them);
     a missing downsample_mode falls back to "16x", with a warning."""
-    from mrope_tracker.config import ConfigDefaultWarning
+    from mrope_tracker.core.config import ConfigDefaultWarning
 
     with pytest.warns(ConfigDefaultWarning, match="downsample_mode"):
         from mrope_tracker import MRopeConfig

@@ -1,4 +1,4 @@
-"""MiniCPM-V 4.7's canvas on the fast path (`mrope_tracker.canvas`, CANVAS
+"""MiniCPM-V 4.7's canvas on the fast path (`mrope_tracker.core.canvas`, CANVAS
 layout rows, the tracker) against the torch reference and the recorded
 vLLM 0.33 vectors; the float32 stretch against torch.linspace; bad input."""
 
@@ -28,7 +28,7 @@ from test_minicpmv4_7 import (
 from triton_support import require_triton
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, reference
-from mrope_tracker.canvas import canvas_layout, canvas_positions
+from mrope_tracker.core.canvas import canvas_layout, canvas_positions
 from mrope_tracker.kernels import layout_codes as C
 
 MODES = {"16x": 4, "4x": 2}
@@ -339,7 +339,7 @@ def test_grid_entry_points_refuse_a_canvas_config():
         lambda: tracker.add_request("r", [1, 2]),
         lambda: layout_from_features(config, 2, []),
     ):
-        with pytest.raises(ValueError, match="config: expected a family of .* use mrope_tracker.canvas"):
+        with pytest.raises(ValueError, match="config: expected a family of .* use mrope_tracker.canvas_positions"):
             call()
     assert len(tracker) == 0
     off = _config(semantics="vllm-0.33")
@@ -552,7 +552,7 @@ ROPE_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 def _rope_state(n: int, **kwargs):
     require_triton()
-    from mrope_tracker.rope_state import RopeState
+    from mrope_tracker.device.rope_state import RopeState
 
     return RopeState(3, 4, n + 8, n + 64, ROPE_DEVICE, **kwargs)
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from strategies import prompts
 
 from mrope_tracker import MRopeConfig, prompt_positions, reference
-from mrope_tracker import positions as positions_module
+from mrope_tracker.core import positions as positions_module
 from mrope_tracker.families import SEMANTICS
 from mrope_tracker.kernels.prompt import SCRATCH_SIZE, prompt_from_arrays, prompt_from_records
 

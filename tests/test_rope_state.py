@@ -33,9 +33,9 @@ from strategies import configs, examples, prompts  # noqa: E402
 from test_vllm_adapter import VECTORS, vector_features, vllm_config  # noqa: E402
 
 from mrope_tracker import MRopeConfig, PromptLayout  # noqa: E402
-from mrope_tracker.device_rows import NUM_DEVICE_COLS, device_rows  # noqa: E402
+from mrope_tracker.device.rope_state import RopeState, get_rope_state, planned_nbytes  # noqa: E402
+from mrope_tracker.device.rows import NUM_DEVICE_COLS, device_rows  # noqa: E402
 from mrope_tracker.families import SEMANTICS  # noqa: E402
-from mrope_tracker.rope_state import RopeState, get_rope_state, planned_nbytes  # noqa: E402
 from mrope_tracker.vllm import layout_from_features  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,4 +1,4 @@
-"""The plugin's EVS hook (`mrope_tracker.vllm_evs_plugin`) on stand-ins of vLLM 0.33's
+"""The plugin's EVS hook (`mrope_tracker.vllm.evs_plugin`) on stand-ins of vLLM 0.33's
 pruner and pruning models (fake_vllm_evs.py), driven chunk by chunk as Model
 Runner V2 drives them: the positions staged are our rule's (the reference's)
 whatever the schedule, and models whose pruner the hook did not see built
@@ -25,9 +25,10 @@ from test_evs_recompute import _placeholders
 from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
 from triton_support import require_triton
 
-from mrope_tracker import MRopeConfig, vllm_evs_plugin
+from mrope_tracker import MRopeConfig
+from mrope_tracker.device.rope_state import RopeState
 from mrope_tracker.evs import PendingPrune, PrunedPrompt
-from mrope_tracker.rope_state import RopeState
+from mrope_tracker.vllm import evs_plugin as vllm_evs_plugin
 
 RECORD_PATH = os.path.join(os.path.dirname(__file__), "data", "vllm-0.33.0-rope-api.json")
 with open(RECORD_PATH) as f:

@@ -32,7 +32,7 @@ from vllm_families import (
 )
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions, reference
-from mrope_tracker.config import SEMANTICS, ConfigDefaultWarning
+from mrope_tracker.core.config import SEMANTICS, ConfigDefaultWarning
 from mrope_tracker.kernels import layout_codes as C
 from mrope_tracker.vllm import get_mrope_input_positions, layout_from_features
 

@@ -144,7 +144,7 @@ MAPPED = [
 ]
 
 
-@pytest.mark.filterwarnings("ignore::mrope_tracker.config.ConfigDefaultWarning")
+@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
 @pytest.mark.parametrize("model_type, fields, family, image", MAPPED, ids=[m[0] for m in MAPPED])
 def test_mapped_model_types(model_type, fields, family, image):
     """Model types vLLM 0.33 serves with a class already covered take that class's rules and ids."""

@@ -20,8 +20,8 @@ import types
 import pytest
 from fake_vllm_evs import add_evs_fakes
 
-from mrope_tracker import vllm_plugin
-from mrope_tracker.rope_state import RopeState
+from mrope_tracker.device.rope_state import RopeState
+from mrope_tracker.vllm import plugin as vllm_plugin
 
 RECORD_PATH = os.path.join(os.path.dirname(__file__), "data", "vllm-0.33.0-rope-api.json")
 with open(RECORD_PATH) as f:
@@ -144,7 +144,7 @@ def test_register_can_be_switched_off(fake_vllm, monkeypatch):
 def test_entry_point_is_declared():
     """pyproject.toml declares the vllm.general_plugins entry point (as installed)."""
     points = importlib.metadata.entry_points(group="vllm.general_plugins")
-    assert [p.value for p in points if p.name == "mrope_tracker"] == ["mrope_tracker.vllm_plugin:register"]
+    assert [p.value for p in points if p.name == "mrope_tracker"] == ["mrope_tracker.vllm.plugin:register"]
 
 
 def test_the_package_imports_without_triton():

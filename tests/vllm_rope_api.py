@@ -6,8 +6,8 @@ PATH/TO/vllm is the `vllm` package folder of the release (its sources are read
 with `ast`, never imported). It writes the module that defines
 `get_rope_state`, its parameters, every module that imports it by name, and
 the parameters of each `RopeState` method, which tests/test_vllm_plugin.py
-compares with `mrope_tracker.vllm_plugin` and `mrope_tracker.rope_state`; and,
-for the EVS hook (`mrope_tracker.vllm_evs_plugin`), the parameters of
+compares with `mrope_tracker.vllm.plugin` and `mrope_tracker.device.rope_state`; and,
+for the EVS hook (`mrope_tracker.vllm.evs_plugin`), the parameters of
 `MultiModalPruner`'s methods, the names its module imports, and each pruning
 model class's `_postprocess_video_embeds_evs` with the names its module
 imports.

@@ -11,11 +11,11 @@ Public API:
 - `reference` holds the plain torch implementation of the same rules.
 """
 
-from .canvas import canvas_layout, canvas_positions
-from .config import SUPPORTED_MODEL_TYPES, MRopeConfig
-from .layout import PromptLayout
-from .positions import next_positions, prompt_positions
-from .tracker import PositionTracker
+from .core.canvas import canvas_layout, canvas_positions
+from .core.config import SUPPORTED_MODEL_TYPES, MRopeConfig
+from .core.layout import PromptLayout
+from .core.positions import next_positions, prompt_positions
+from .tracker.position_tracker import PositionTracker
 from .warmup import warmup
 
 __all__ = [

@@ -29,12 +29,12 @@ import warnings
 import numpy as np
 import torch
 
-from .config import MRopeConfig
-from .inputs import as_grid, as_token_ids
+from .core.config import MRopeConfig
+from .core.inputs import as_grid, as_token_ids
+from .core.layout import PromptLayout
+from .core.positions import next_positions, prompt_positions
 from .kernels import layout_codes as C
-from .layout import PromptLayout
-from .positions import next_positions, prompt_positions
-from .tracker import PositionTracker
+from .tracker.position_tracker import PositionTracker
 
 __all__ = ["warmup"]
 
@@ -137,9 +137,9 @@ def _range_layouts(config, ids, kwargs, ranges) -> None:
 
 
 def _canvas_prompt() -> None:
-    """A MiniCPM-V 4.7 picture, a thumbnail and one slice (canvas.py: the
+    """A MiniCPM-V 4.7 picture, a thumbnail and one slice (core/canvas.py: the
     layout check of hand-made rows, the CANVAS rows' fill)."""
-    from .canvas import canvas_layout
+    from .core.canvas import canvas_layout
 
     config = MRopeConfig(
         family="minicpmv4_7",

@@ -15,8 +15,8 @@ import attrs
 import numpy as np
 import torch
 
-from ..canvas import canvas_layout
-from ..config import MRopeConfig
+from ..core.canvas import canvas_layout
+from ..core.config import MRopeConfig
 from ..families.minicpmv4_7 import MERGE_OF_MODE
 
 __all__ = ["canvas_rope_index"]

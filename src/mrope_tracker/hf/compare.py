@@ -27,10 +27,10 @@ import attrs
 import numpy as np
 
 from .. import reference
-from ..canvas import canvas_positions
-from ..config import SUPPORTED_MODEL_TYPES, MRopeConfig
+from ..core.canvas import canvas_positions
+from ..core.config import SUPPORTED_MODEL_TYPES, MRopeConfig
+from ..core.positions import prompt_positions
 from ..families import FAMILIES, SEMANTICS
-from ..positions import prompt_positions
 from .sample import CanvasPrompt, Prompt, read_prompts, sample_prompts
 from .versions import default_convention
 

@@ -41,9 +41,8 @@ import attrs
 import numpy as np
 import torch
 
-from ..config import MRopeConfig
-from ..families import FAMILIES, SEMANTICS, BatchRules
-from ..inputs import (
+from ..core.config import MRopeConfig
+from ..core.inputs import (
     EMPTY_FLOAT,
     EMPTY_GRID,
     EMPTY_INT,
@@ -53,6 +52,8 @@ from ..inputs import (
     audio_token_counts,
     plain_ndarray,
 )
+from ..core.positions import prompt_positions
+from ..families import FAMILIES, SEMANTICS, BatchRules
 from ..kernels.hf_batch import (
     ERR_EMPTY_ROW,
     ERR_FLOAT_LAYOUT,
@@ -63,7 +64,6 @@ from ..kernels.hf_batch import (
     WRITE_INT,
     batch_kernel,
 )
-from ..positions import prompt_positions
 from .canvas_batch import canvas_rope_index
 from .versions import CONVENTIONS, default_convention, default_semantics
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ..config import MRopeConfig
+from ..core.config import MRopeConfig
 from ..families import FAMILIES
 
 __all__ = ["available", "config_dict", "prepare", "rope_index", "supported_model_types"]

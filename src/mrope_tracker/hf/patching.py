@@ -14,7 +14,7 @@ import inspect
 
 import torch
 
-from ..config import SUPPORTED_MODEL_TYPES, MRopeConfig
+from ..core.config import SUPPORTED_MODEL_TYPES, MRopeConfig
 from ..families import SEMANTICS
 from .drop_in import get_rope_index
 from .versions import default_semantics, installed_convention

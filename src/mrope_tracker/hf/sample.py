@@ -18,7 +18,7 @@ import os
 import attrs
 import numpy as np
 
-from ..config import MRopeConfig
+from ..core.config import MRopeConfig
 from ..families import RUN_VIDEO
 
 __all__ = ["CanvasPrompt", "Prompt", "read_prompts", "sample_canvas_prompts", "sample_prompts"]

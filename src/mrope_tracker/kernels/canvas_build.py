@@ -4,7 +4,7 @@
 their frames and groups, and writes each frame as CANVAS rows (layout_codes):
 the thumbnail a grid stretched over the canvas, each slice a grid of its
 own, every other token of the frame's span a run at one point. The rule is
-docs/semantics.md's section "MiniCPM-V 4.7"; canvas.py checks and converts
+docs/semantics.md's section "MiniCPM-V 4.7"; core/canvas.py checks and converts
 the arguments and turns the error codes into messages.
 """
 

@@ -113,7 +113,7 @@ def prompt_positions(
     returns float32 positions and a float delta equal to transformers 4.57.6's.
     """
     if getattr(config, "family", None) is None:
-        from ..config import MRopeConfig  # a dict, path or transformers config: read it first
+        from ..core.config import MRopeConfig  # a dict, path or transformers config: read it first
 
         config = MRopeConfig.from_hf_config(config)
     rules = read_config(config)
@@ -163,7 +163,7 @@ def pruned_prompt_positions(
     delta = max + 1 - L over the pruned prompt.
     """
     if getattr(config, "family", None) is None:
-        from ..config import MRopeConfig  # a dict, path or transformers config: read it first
+        from ..core.config import MRopeConfig  # a dict, path or transformers config: read it first
 
         config = MRopeConfig.from_hf_config(config)
     rules = read_config(config)

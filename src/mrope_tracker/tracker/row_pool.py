@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import layout_codes as C
-from .kernels.pool import compact_pool
+from ..kernels import layout_codes as C
+from ..kernels.pool import compact_pool
 
 __all__ = ["LayoutRowPool"]
 

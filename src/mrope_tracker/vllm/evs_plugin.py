@@ -30,9 +30,9 @@ import contextlib
 import importlib
 import inspect
 
-from .config import MRopeConfig
-from .evs import PRUNABLE
-from .evs_recompute import NUM_EXTRA_COLUMNS, EvsRecompute, pruned_prompt_from_features, write_identity_columns
+from ..core.config import MRopeConfig
+from ..evs.pruned import PRUNABLE
+from ..evs.recompute import NUM_EXTRA_COLUMNS, EvsRecompute, pruned_prompt_from_features, write_identity_columns
 
 __all__ = ["MODEL_CLASSES", "PRUNER_METHODS", "install_evs"]
 

@@ -15,14 +15,14 @@ import struct
 import attrs
 import numpy as np
 
+from ..kernels import layout_check as check
+from ..kernels import layout_codes as C
+from ..kernels.layout_build import build_from_ranges, build_from_tokens
+from ..kernels.layout_emit import NUM_STATE, S_MAX, S_NUM_ROWS
+from ..kernels.layout_fill import fill_positions
 from .config import MRopeConfig
 from .errors import layout_error
 from .inputs import EMPTY_OUT, Items, as_config, as_index, as_token_ids
-from .kernels import layout_check as check
-from .kernels import layout_codes as C
-from .kernels.layout_build import build_from_ranges, build_from_tokens
-from .kernels.layout_emit import NUM_STATE, S_MAX, S_NUM_ROWS
-from .kernels.layout_fill import fill_positions
 from .ranges import Ranges
 
 __all__ = ["PromptLayout", "build_rows_from_tokens", "build_rows_from_ranges", "estimate_rows"]

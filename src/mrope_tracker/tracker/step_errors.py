@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .kernels import tracker_step as K
+from ..kernels import tracker_step as K
 
 __all__ = ["step_error"]
 

@@ -21,8 +21,8 @@ from typing import Any
 import attrs
 import numpy as np
 
-from .families import FAMILIES, MODEL_TYPES, SEMANTICS, Family, get
-from .kernels import layout_codes as codes
+from ..families import FAMILIES, MODEL_TYPES, SEMANTICS, Family, get
+from ..kernels import layout_codes as codes
 
 __all__ = ["ConfigDefaultWarning", "MRopeConfig", "SUPPORTED_MODEL_TYPES", "SEMANTICS"]
 

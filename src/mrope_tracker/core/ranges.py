@@ -22,11 +22,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..families import RUN_AUDIO, RUN_VIDEO
+from ..kernels import layout_codes as C
+from ..kernels.frames import locate_frames
 from .config import MRopeConfig
-from .families import RUN_AUDIO, RUN_VIDEO
 from .inputs import EMPTY_RANGES, Items, as_ranges, describe, ready
-from .kernels import layout_codes as C
-from .kernels.frames import locate_frames
 
 __all__ = ["Ranges"]
 
@@ -235,7 +235,7 @@ class Ranges:
         interleave="transformers",
         second_per_grid_ts=None,
     ) -> Ranges:
-        """Ranges a caller has already split (features.py): per modality, the
+        """Ranges a caller has already split (core/features.py): per modality, the
         (n, 2) int64 (offset, length) rows, and their is_embed masks (C-contiguous
         numpy bools of each range's length, or None), or None when no range
         has one. Everything else is checked as by the constructor."""

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .inputs import as_config, as_grid, as_token_ids, describe, true_runs
-from .kernels import layout_codes as C
-from .layout import PromptLayout
+from ..core.inputs import as_config, as_grid, as_token_ids, describe, true_runs
+from ..core.layout import PromptLayout
+from ..kernels import layout_codes as C
 
 __all__ = ["PendingPrune", "PrunedPrompt", "delete_tokens"]
 

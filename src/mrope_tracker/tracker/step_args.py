@@ -18,8 +18,8 @@ import operator
 import numpy as np
 import torch
 
-from .inputs import as_int_array
-from .kernels.records import MARSHAL_INTS, read_int_records
+from ..core.inputs import as_int_array
+from ..kernels.records import MARSHAL_INTS, read_int_records
 
 __all__ = ["StepArgs", "NOT_GIVEN", "INT64"]
 

@@ -2,21 +2,21 @@
 
 vLLM hands a model's ``SupportsMRoPE.get_mrope_input_positions(input_tokens,
 mm_features)`` the prompt ids and one ``MultiModalFeatureSpec`` per item.
-features.py reads those objects by duck typing (it says which attributes and
+core/features.py reads those objects by duck typing (it says which attributes and
 fields, and how vLLM's placeholder ranges map onto the range form), so this
 works with vLLM's own classes and with any stand-in that has the same
 attributes. `PositionTracker.add_request_from_features` admits a request
 from the same features.
 
-For Model Runner V2, `RopeState` and `get_rope_state` (rope_state.py) keep
-these layouts on the device, and `install()` (vllm_plugin.py) makes MRV2
+For Model Runner V2, `RopeState` and `get_rope_state` (device/rope_state.py) keep
+these layouts on the device, and `install()` (vllm/plugin.py) makes MRV2
 use them.
 
 For EVS (vLLM's video pruning), `EvsRecompute` offers the pruning models'
 ``recompute_mrope_positions(input_ids, multimodal_embeddings,
 mrope_positions, num_computed_tokens)`` with our rule's results, reading the
-identity channels `write_identity_columns` writes (evs_recompute.py); the
-plugin routes Model Runner V2's pruner through it (vllm_evs_plugin.py).
+identity channels `write_identity_columns` writes (evs/recompute.py); the
+plugin routes Model Runner V2's pruner through it (vllm/evs_plugin.py).
 
 Each feature is read once: O(items), no token is scanned. Positions follow
 ``config.semantics``: use ``semantics="vllm-0.33"`` to reproduce vLLM 0.33
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import torch
 
-from .canvas import canvas_layout_from_features
-from .evs_recompute import EvsRecompute, write_identity_columns
-from .features import read_features
-from .inputs import as_config, as_index, describe
-from .layout import PromptLayout
-from .rope_state import RopeState, get_rope_state
-from .vllm_plugin import install
+from ..core.canvas import canvas_layout_from_features
+from ..core.features import read_features
+from ..core.inputs import as_config, as_index, describe
+from ..core.layout import PromptLayout
+from ..device.rope_state import RopeState, get_rope_state
+from ..evs.recompute import EvsRecompute, write_identity_columns
+from .plugin import install
 
 __all__ = [
     "layout_from_features",

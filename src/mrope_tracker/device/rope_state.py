@@ -4,8 +4,8 @@ A drop-in for ``vllm.v1.worker.gpu.mm.rope.RopeState``: the same
 constructor, methods and `positions` buffer, called at the same points by
 MRV2. Where vLLM keeps a pinned int32 table of every slot's prompt positions
 ([max_num_reqs * 3, max_model_len], read over UVA), this keeps each prompt's
-layout rows (device_rows.py) in a device row pool sized by a row budget, and
-one Triton kernel per step (triton_step.py) writes every scheduled token's
+layout rows (device/rows.py) in a device row pool sized by a row budget, and
+one Triton kernel per step (device/triton_step.py) writes every scheduled token's
 positions from them, with integer arithmetic and no host sync.
 
 Lifecycle (as MRV2 calls it):
@@ -16,7 +16,7 @@ Lifecycle (as MRV2 calls it):
   dropped (MRV2 never removes a request from its RopeState: a slot is
   simply admitted again).
 - `apply_staged_writes()` moves every staged row and slot record to the
-  device: one copy and one scatter launch (rope_staging.py).
+  device: one copy and one scatter launch (device/staging.py).
 - `prepare_positions(...)` launches the step kernel once; `get_positions(n)`
   is the buffer's first n columns.
 - EVS: `read_prefill_positions` materialises a slot's positions on the
@@ -37,17 +37,17 @@ import math
 import numpy as np
 import torch
 
-from . import device_rows as D
-from .admission import check_layout
-from .canvas import canvas_layout_from_features
-from .config import MRopeConfig
-from .evs import PRUNABLE, PendingPrune, PrunedPrompt
-from .evs_recompute import pruned_prompt_from_features
-from .features import read_features
-from .inputs import as_index
-from .kernels import layout_codes as C
-from .layout import PromptLayout, build_rows_from_ranges
-from .rope_staging import StagedWrites
+from ..core.admission import check_layout
+from ..core.canvas import canvas_layout_from_features
+from ..core.config import MRopeConfig
+from ..core.features import read_features
+from ..core.inputs import as_index
+from ..core.layout import PromptLayout, build_rows_from_ranges
+from ..evs.pruned import PRUNABLE, PendingPrune, PrunedPrompt
+from ..evs.recompute import pruned_prompt_from_features
+from ..kernels import layout_codes as C
+from . import rows as D
+from .staging import StagedWrites
 
 __all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes", "video_pruning_enabled"]
 
@@ -60,7 +60,7 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def load_kernels():
-    """The Triton kernels (triton_step.py), or an ImportError naming triton."""
+    """The Triton kernels (device/triton_step.py), or an ImportError naming triton."""
     try:
         from . import triton_step
     except ImportError as exc:
@@ -588,7 +588,7 @@ def get_rope_state(
     model does not use M-RoPE, as vLLM's; the model's config read under
     `semantics` unless `config` is given (already read). A model this package
     does not know raises ValueError (the plugin then falls back to vLLM's
-    own, see vllm_plugin.py)."""
+    own, see vllm/plugin.py)."""
     if not model_config.uses_mrope:
         return None
     if config is None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..kernels import layout_codes as C
 from .config import MRopeConfig
 from .inputs import MODALITY_NAMES, Items, count_items
-from .kernels import layout_codes as C
 
 _GRID_NAMES = {C.MOD_IMAGE: "image_grid_thw", C.MOD_VIDEO: "video_grid_thw", C.MOD_AUDIO: "audio_feature_lengths"}
 

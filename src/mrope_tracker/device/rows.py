@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels import layout_codes as C
-from .kernels.device_cast import CAST_PLAIN, CAST_TOO_LARGE, cast_rows
-from .kernels.layout_fill import fill_positions
+from ..kernels import layout_codes as C
+from ..kernels.device_cast import CAST_PLAIN, CAST_TOO_LARGE, cast_rows
+from ..kernels.layout_fill import fill_positions
 
 __all__ = [
     "DCOL_TAU_STEP",

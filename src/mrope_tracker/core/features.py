@@ -340,7 +340,7 @@ def time_scales(config: MRopeConfig, video_sp: list) -> np.ndarray | None:
 
 def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
     """A prompt's multimodal features as the range builder's inputs, in O(items):
-    the checked `Items` and `Ranges` that `build_rows_from_ranges` (layout.py)
+    the checked `Items` and `Ranges` that `build_rows_from_ranges` (core/layout.py)
     takes, as `PromptLayout.from_ranges` would make them from the same ranges."""
     if config.canvas:
         raise canvas_error(config)

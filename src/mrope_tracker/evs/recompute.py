@@ -38,9 +38,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .evs import PrunedPrompt
-from .features import checked_features, time_scales
-from .inputs import as_config, as_index, describe
+from ..core.features import checked_features, time_scales
+from ..core.inputs import as_config, as_index, describe
+from .pruned import PrunedPrompt
 
 __all__ = ["EvsRecompute", "write_identity_columns", "pruned_prompt_from_features", "NUM_EXTRA_COLUMNS"]
 

@@ -1,4 +1,4 @@
-"""The Triton kernels of `RopeState` (rope_state.py): positions made on the device.
+"""The Triton kernels of `RopeState` (device/rope_state.py): positions made on the device.
 
 Importing this module imports triton; `rope_state` imports it only when a
 `RopeState` is built, so the rest of the package never needs triton.
@@ -6,7 +6,7 @@ Importing this module imports triton; `rope_state` imports it only when a
 State the kernels read (all int32, on the device):
 - `records` [max_num_reqs, NUM_SLOT_COLS]: per slot, its first pool row, its
   layout rows, the tokens they cover, its delta and its EVS override;
-- `pool` [rows, NUM_DEVICE_COLS]: every request's device rows (device_rows.py),
+- `pool` [rows, NUM_DEVICE_COLS]: every request's device rows (device/rows.py),
   then its tau table, in one block per request;
 - `arena`: the dense EVS overrides, [num_dims, length] each, flattened.
 
@@ -27,8 +27,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import device_rows as D
-from .kernels import layout_codes as C
+from ..kernels import layout_codes as C
+from . import rows as D
 
 # Triton reads module-level integers only when they are constexpr.
 COL_TOK_START = tl.constexpr(C.COL_TOK_START)

@@ -1,6 +1,6 @@
 """`PositionTracker`: per-request M-RoPE positions for a model runner.
 
-A request is admitted once: its layout (O(items) rows, see layout.py) goes
+A request is admitted once: its layout (O(items) rows, see core/layout.py) goes
 into a shared row pool and its counters into a slot of `slot_state`. Every
 scheduler step is then one numba call (kernels/tracker_step.py) that writes
 the positions of all scheduled tokens into a preallocated buffer and
@@ -10,10 +10,10 @@ Index spaces: `req_id` (the engine's, any hashable) maps to a `slot` (row of
 `slot_state`, stable for the request's lifetime); `batch_idx` is a position
 in one step's argument arrays.
 
-This module orchestrates; each job has a module of its own: admission.py
-(slots and the checks before admission), row_pool.py (the layout-row pool),
-step_args.py (a step's arguments in the kernel's form), step_errors.py (a
-refused step's exception) and staging.py (where positions go).
+This module orchestrates; each job has a module of its own: core/admission.py
+(slots and the checks before admission), tracker/row_pool.py (the layout-row pool),
+tracker/step_args.py (a step's arguments in the kernel's form), tracker/step_errors.py (a
+refused step's exception) and tracker/staging.py (where positions go).
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .admission import RequestSlots, check_layout, check_num_computed
-from .canvas import canvas_layout, canvas_layout_from_features
-from .evs import PendingPrune, PrunedPrompt
-from .features import count_prompt_tokens, read_features
-from .inputs import Items, as_config, as_index, as_token_ids
-from .kernels import layout_codes as C
-from .kernels import tracker_step as K
-from .layout import PromptLayout, build_rows_from_ranges, build_rows_from_tokens, estimate_rows
-from .ranges import Ranges
+from ..core.admission import RequestSlots, check_layout, check_num_computed
+from ..core.canvas import canvas_layout, canvas_layout_from_features
+from ..core.features import count_prompt_tokens, read_features
+from ..core.inputs import Items, as_config, as_index, as_token_ids
+from ..core.layout import PromptLayout, build_rows_from_ranges, build_rows_from_tokens, estimate_rows
+from ..core.ranges import Ranges
+from ..evs.pruned import PendingPrune, PrunedPrompt
+from ..kernels import layout_codes as C
+from ..kernels import tracker_step as K
 from .row_pool import LayoutRowPool
 from .staging import PositionBuffers
 from .step_args import INT64, NOT_GIVEN, StepArgs
@@ -206,7 +206,7 @@ class PositionTracker:
         """Admit a request from what vLLM's model runners hold: its prompt ids
         (only counted; their number may be given instead) and its multimodal
         features (vLLM 0.33's ``MultiModalFeatureSpec`` objects, read by duck
-        typing: features.py). O(items): no token is read, no position
+        typing: core/features.py). O(items): no token is read, no position
         written; each `is_embed` mask of a per-frame video is walked once
         (MiniCPM-V 4.7 reads its ids: `canvas.canvas_layout_from_features`).
         Positions follow this tracker's ``config.semantics`` (``"vllm-0.33"``

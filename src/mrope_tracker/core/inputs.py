@@ -4,7 +4,7 @@ Every array handed to a kernel leaves here C-contiguous, writable, aligned
 and of the exact dtype its kernel was compiled for (int64, or float32 for
 `second_per_grid_ts`), so numba never compiles a second specialisation at run
 time. A bad input raises TypeError or ValueError with a message naming the
-argument, what was expected and what came (errors.py turns the kernels'
+argument, what was expected and what came (core/errors.py turns the kernels'
 error codes into such messages).
 """
 
@@ -16,9 +16,9 @@ import operator
 import numpy as np
 import torch
 
+from ..kernels import layout_codes as C
+from ..kernels.records import MARSHAL_INTS, read_int_records, read_int_rows
 from .config import MRopeConfig
-from .kernels import layout_codes as C
-from .kernels.records import MARSHAL_INTS, read_int_records, read_int_rows
 
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
@@ -332,7 +332,7 @@ def canvas_error(config) -> ValueError:
     """The grid entry points' refusal of a config whose prompts lie on a canvas."""
     return ValueError(
         f"config: expected a family of (t, h, w) grids; {config.model_type} places its prompts on a canvas "
-        "from per-crop sizes: use mrope_tracker.canvas (canvas_positions, canvas_layout) or "
+        "from per-crop sizes: use mrope_tracker.canvas_positions or mrope_tracker.canvas_layout, or "
         "PositionTracker.add_request_canvas"
     )
 

@@ -14,6 +14,12 @@ import marshal
 import numpy as np
 import torch
 
+from ..kernels import layout_codes as C
+from ..kernels.layout_build import build_from_tokens
+from ..kernels.layout_emit import NUM_STATE, S_MAX
+from ..kernels.next_positions import next_positions_kernel
+from ..kernels.prompt import FAILED, SCRATCH_SIZE, UNREADABLE, prompt_from_arrays, prompt_from_records
+from ..kernels.records import MARSHAL_INTS
 from .config import MRopeConfig
 from .errors import layout_error
 from .inputs import (
@@ -26,12 +32,6 @@ from .inputs import (
     canvas_error,
     normalize_items,
 )
-from .kernels import layout_codes as C
-from .kernels.layout_build import build_from_tokens
-from .kernels.layout_emit import NUM_STATE, S_MAX
-from .kernels.next_positions import next_positions_kernel
-from .kernels.prompt import FAILED, SCRATCH_SIZE, UNREADABLE, prompt_from_arrays, prompt_from_records
-from .kernels.records import MARSHAL_INTS
 
 __all__ = ["prompt_positions", "next_positions"]
 
