@@ -787,3 +787,15 @@ def test_masked_arrays_are_refused_and_other_subclasses_read_as_plain_arrays():
     positions, delta = prompt_positions(config, ids.view(Tagged), image_grid_thw=np.array([[1, 2, 4]]).view(Tagged))
     assert type(positions) is np.ndarray
     assert positions.tolist() == expected[0].tolist() and delta == expected[1]
+
+
+def test_every_layout_error_code_has_a_message():
+    """A builder code without a message would surface as a RuntimeError naming no argument."""
+    from mrope_tracker.core.errors import _MESSAGES
+    from mrope_tracker.kernels import layout_codes as C
+
+    codes = {name: value for name, value in vars(C).items() if name.startswith("ERR_")}
+    assert codes, "layout_codes defines no ERR_* codes"
+    assert len(set(codes.values())) == len(codes), "two ERR_* codes share a value"
+    missing = sorted(name for name, value in codes.items() if value not in _MESSAGES)
+    assert not missing, f"codes without a message in core/errors.py: {missing}"
