@@ -155,6 +155,57 @@ def _audio_in_video(rules: Rules, ids: torch.Tensor, o: int, k: int, grid, sp, n
     return AudioInVideo(start=o, t=t, h=h, w=w, sp=sp, num_audio=n_a, is_video=is_video)
 
 
+class _Frames:
+    """Per-frame families (GLM-4.xV, Keye-VL-1.5): the video whose frames are being read, and (GLM) its bracket."""
+
+    def __init__(self, videos: list, supply: _Supply):
+        self.videos, self.supply = videos, supply
+        self.video, self.read, self.bracket = None, 0, -1
+
+    def take(self, ids: torch.Tensor, o: int, token: int, in_bracket: int, bracketed: bool) -> Vision:
+        if self.video is not None and self.read < self.videos[self.video][0]:
+            if bracketed and in_bracket != self.bracket:
+                raise ValueError(
+                    f"video_grid_thw[{self.video}]: expected {self.videos[self.video][0]} frames inside one "
+                    f"<|begin_of_video|> ... <|end_of_video|>, got {self.read} before the bracket closed"
+                )
+        else:
+            if self.video is not None and bracketed and in_bracket == self.bracket:
+                raise ValueError(
+                    f"video_grid_thw[{self.video}]: expected {self.videos[self.video][0]} frames inside one "
+                    f"<|begin_of_video|> ... <|end_of_video|>, got another frame at index {o}"
+                )
+            self.video, _ = self.supply.take(o)
+            self.read, self.bracket = 0, in_bracket
+        _, h, w = self.videos[self.video]
+        check_run(ids, o, h * w, token, f"video_grid_thw[{self.video}] frame {self.read}")
+        self.read += 1
+        return Vision(start=o, t=1, h=h, w=w, sp=None)
+
+    def check_done(self) -> None:
+        if self.video is not None and self.read < self.videos[self.video][0]:
+            raise ValueError(
+                f"video_grid_thw[{self.video}]: expected {self.videos[self.video][0]} frames in the prompt, "
+                f"got {self.read}"
+            )
+
+
+def _take_audio_in_video(rules, ids, o, after_brackets, video_supply, audio_supply, sps, num_audios) -> AudioInVideo:
+    k, grid = video_supply.take(o)
+    if not after_brackets:
+        raise ValueError(
+            f"video_grid_thw[{k}] (audio in video): expected vision_start, audio_start before "
+            f"the first video token at index {o}, got token ids {ids[max(o - 2, 0) : o].tolist()}"
+        )
+    if audio_supply.used == num_audios:
+        raise ValueError(
+            f"audio_feature_lengths: expected an audio track for video {k} (block at index "
+            f"{o}), got only {num_audios} lengths"
+        )
+    _, n_a = audio_supply.take(o)
+    return _audio_in_video(rules, ids, o, k, grid, sps[k], n_a)
+
+
 def scan(
     rules: Rules, ids: torch.Tensor, images: list, videos: list, sps: list, audios: list, use_audio_in_video: bool
 ) -> list[Item]:
@@ -165,10 +216,9 @@ def scan(
     placeholder_ids = [x for x in (rules.image, rules.video, rules.audio) if x is not None]
     placeholder_at = torch.isin(ids, torch.tensor(placeholder_ids, dtype=torch.int64)).nonzero().flatten()  # sorted
     bracket = _inside_brackets(ids, rules.video_start, rules.video_end) if rules.bracketed else None
+    frames = _Frames(videos, video_supply)
 
     items: list[Item] = []
-    # Per-frame families: the video whose frames are being read, and (GLM) its bracket.
-    frame_video, frames_read, frame_bracket = None, 0, -1
     st = 0
     while True:
         k_at = int(torch.searchsorted(placeholder_at, st))
@@ -180,46 +230,16 @@ def scan(
             rules.omni and o - 2 >= st and ids[o - 2 : o].tolist() == [rules.vision_start, rules.audio_start]
         )
         if use_audio_in_video and token in (rules.video, rules.audio) and (token == rules.video or after_brackets):
-            k, grid = video_supply.take(o)
-            if not after_brackets:
-                raise ValueError(
-                    f"video_grid_thw[{k}] (audio in video): expected vision_start, audio_start before "
-                    f"the first video token at index {o}, got token ids {ids[max(o - 2, 0) : o].tolist()}"
-                )
-            if audio_supply.used == len(audios):
-                raise ValueError(
-                    f"audio_feature_lengths: expected an audio track for video {k} (block at index "
-                    f"{o}), got only {len(audios)} lengths"
-                )
-            _, n_a = audio_supply.take(o)
-            item = _audio_in_video(rules, ids, o, k, grid, sps[k], n_a)
+            item = _take_audio_in_video(rules, ids, o, after_brackets, video_supply, audio_supply, sps, len(audios))
             st = item.end + 2  # audio_end, vision_end
-        elif token == rules.audio:
+            items.append(item)
+            continue
+        if token == rules.audio:
             k, n_a = audio_supply.take(o)
             check_run(ids, o, n_a, token, f"audio_feature_lengths[{k}]")
             item = Audio(start=o, length=n_a)
-            st = item.end
         elif rules.per_frame and (token == rules.video or (bracket is not None and int(bracket[o]) >= 0)):
-            in_bracket = -1 if bracket is None else int(bracket[o])
-            if frame_video is not None and frames_read < videos[frame_video][0]:
-                if bracket is not None and in_bracket != frame_bracket:
-                    raise ValueError(
-                        f"video_grid_thw[{frame_video}]: expected {videos[frame_video][0]} frames inside one "
-                        f"<|begin_of_video|> ... <|end_of_video|>, got {frames_read} before the bracket closed"
-                    )
-            else:
-                if frame_video is not None and bracket is not None and in_bracket == frame_bracket:
-                    raise ValueError(
-                        f"video_grid_thw[{frame_video}]: expected {videos[frame_video][0]} frames inside one "
-                        f"<|begin_of_video|> ... <|end_of_video|>, got another frame at index {o}"
-                    )
-                frame_video, _ = video_supply.take(o)
-                frames_read, frame_bracket = 0, in_bracket
-            _, h, w = videos[frame_video]
-            check_run(ids, o, h * w, token, f"video_grid_thw[{frame_video}] frame {frames_read}")
-            frames_read += 1
-            item = Vision(start=o, t=1, h=h, w=w, sp=None)
-            st = item.end
+            item = frames.take(ids, o, token, -1 if bracket is None else int(bracket[o]), bracket is not None)
         else:
             # ERNIE: an image token between the video brackets is the video's
             is_image = token == rules.image and (bracket is None or int(bracket[o]) < 0)
@@ -227,13 +247,10 @@ def scan(
             k, (t, h, w) = supply.take(o)
             check_run(ids, o, t * h * w, token, f"{supply.arg}[{k}]")
             item = Vision(start=o, t=t, h=h, w=w, sp=None if is_image else sps[k])
-            st = item.end
+        st = item.end
         items.append(item)
 
-    if frame_video is not None and frames_read < videos[frame_video][0]:
-        raise ValueError(
-            f"video_grid_thw[{frame_video}]: expected {videos[frame_video][0]} frames in the prompt, got {frames_read}"
-        )
+    frames.check_done()
     for supply in (image_supply, video_supply, audio_supply):
         supply.check_used_up()
     return items
