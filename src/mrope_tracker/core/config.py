@@ -367,14 +367,14 @@ class MRopeConfig:
                 else attrs.evolve(source, semantics=semantics)
             )
         semantics = "reference" if semantics is None else semantics
-        if semantics not in SEMANTICS:
+        if not isinstance(semantics, str) or semantics not in SEMANTICS:
             raise ValueError(f"semantics: expected one of {', '.join(SEMANTICS)}, got {semantics!r}")
         if isinstance(source, (str, os.PathLike)):
             source = _read_json(source)
         if source is None or isinstance(source, (int, float, bool, bytes, list, tuple)):
             raise TypeError(f"config: expected a path, a dict or a config object, got {type(source).__name__}")
         model_type = get(source, "model_type")
-        if model_type not in MODEL_TYPES:
+        if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
             raise ValueError(f"config.model_type: expected one of {', '.join(MODEL_TYPES)}, got {model_type!r}")
         family_name, nested = MODEL_TYPES[model_type]
         scopes = (source,)
