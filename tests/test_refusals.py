@@ -101,6 +101,27 @@ def test_family_and_model_type_must_agree():
         attrs.evolve(QWEN3, family="glm4v")  # a swap of the family alone
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("tokens_per_second", 10**400, ValueError),
+        ("tokens_per_second", "2", TypeError),
+        ("spatial_merge_size", 2.0, ValueError),
+        ("image_token_id", 2**64, ValueError),
+        ("family", ["qwen2_vl"], ValueError),
+        ("semantics", ["reference"], ValueError),
+        ("uses_mrope_canvas", 1, ValueError),
+    ],
+)
+def test_config_fields_are_refused_by_name(field, value, error):
+    """The validators refuse a field of the wrong type or range by its name (an int past float's range too)."""
+    kwargs = {"family": "qwen2_5_vl", field: value}
+    if field == "uses_mrope_canvas":
+        kwargs["family"] = "minicpmv4_7"
+    with pytest.raises(error, match=field):
+        MRopeConfig(**kwargs)
+
+
 def _resealed(data: bytes) -> bytes:
     return data[:-4] + zlib.crc32(data[:-4]).to_bytes(4, "little")
 

@@ -80,7 +80,10 @@ def _positive_number(name: str, value) -> float:
     """A positive real number up to 1e6 (ints and floats; not bools or strings)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a positive number, got {type(value).__name__} {value!r}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        value = math.inf
     if not math.isfinite(value) or not 0 < value <= _MAX_SCALE:
         raise ValueError(f"{name}: expected a number in (0, {_MAX_SCALE:g}], got {value!r}")
     return value
@@ -113,7 +116,10 @@ def _as_int_field(value, self: MRopeConfig, field: attrs.Attribute):
 def _as_float_field(value, self: MRopeConfig, field: attrs.Attribute):
     value = _family_default(value, self, field)
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int past float's range: the validator refuses it
+            return value
     return value
 
 
