@@ -199,6 +199,12 @@ _CHECK_MESSAGES = {
 
 
 def _checked_table(value, name: str, dtype, width: int) -> np.ndarray:
+    if type(value) is np.ndarray and value.dtype is dtype and value.ndim == 2 and value.shape[1] == width:
+        # the builders' tables (every layout they make comes here): a plain array's copy is a plain array
+        table = value.copy()
+        view = table.view()
+        view.flags.writeable = False
+        return view
     if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != 2 or value.shape[1] != width:
         what = (
             f"array of dtype {value.dtype} and shape {value.shape}"
@@ -224,12 +230,27 @@ def _read_only_view(table: np.ndarray) -> np.ndarray:
     return view
 
 
+_ROWS_DTYPE, _SCALES_DTYPE = np.dtype(np.int64), np.dtype(np.float32)
+
+
 def _rows_table(value) -> np.ndarray:
-    return _checked_table(value, "rows", np.int64, C.NUM_COLS)
+    return _checked_table(value, "rows", _ROWS_DTYPE, C.NUM_COLS)
 
 
 def _scales_table(value) -> np.ndarray:
-    return _checked_table(value, "scales", np.float32, C.NUM_SCALE_COLS)
+    return _checked_table(value, "scales", _SCALES_DTYPE, C.NUM_SCALE_COLS)
+
+
+def _num_tokens(value) -> int:
+    if type(value) is int and 1 <= value <= 2**62:  # the builders' counts: no call
+        return value
+    return as_index(value, "num_tokens", minimum=1)
+
+
+def _delta(value) -> int:
+    if type(value) is int and -(2**62) <= value <= 2**62:
+        return value
+    return as_index(value, "delta", minimum=-(2**62))
 
 
 def _check_config(layout, field, value) -> None:
@@ -273,8 +294,8 @@ class PromptLayout:
 
     rows: np.ndarray = attrs.field(converter=_rows_table)
     scales: np.ndarray = attrs.field(converter=_scales_table)
-    num_tokens: int = attrs.field(converter=lambda v: as_index(v, "num_tokens", minimum=1))
-    delta: int = attrs.field(converter=lambda v: as_index(v, "delta", minimum=-(2**62)), validator=_check_rows)
+    num_tokens: int = attrs.field(converter=_num_tokens)
+    delta: int = attrs.field(converter=_delta, validator=_check_rows)
     config: MRopeConfig | None = attrs.field(default=None, kw_only=True, validator=_check_config)
 
     @property
