@@ -339,3 +339,17 @@ def test_vllm_entry_points_refuse_ids_that_only_have_a_length(ids, error):
     with pytest.raises(error, match="prompt_token_ids"):
         tracker.add_request_from_features("r", ids, [])
     assert len(tracker) == 0
+
+
+@pytest.mark.parametrize("name", ["out_offset", "delta", "context_len", "num_new_tokens"])
+@pytest.mark.parametrize("value", [2**62 + 1, 2**63, 2**64, 2**100, -(2**100)])
+def test_next_positions_refuses_ints_past_int64_by_name(name, value):
+    """A Python int too large for the kernel (numba cannot even type one past 2**64) is a ValueError naming it,
+    and `out` is left as it was (found by tests/test_bad_input_fuzz.py)."""
+    from mrope_tracker import next_positions
+
+    out = np.zeros((3, 8), np.int64)
+    args = dict(out_offset=0, delta=5, context_len=3, num_new_tokens=4)
+    with pytest.raises(ValueError, match=name):
+        next_positions(out, **{**args, name: value})
+    assert not out.any()
