@@ -163,16 +163,16 @@ def test_bytes_and_pickle_round_trip(prompt):
 
     layout = PromptLayout.from_tokens(prompt.config, prompt.token_ids, **prompt.kwargs())
     data = layout.to_bytes()
-    tables = 32 + layout.num_rows * (8 * C.NUM_COLS + 4 * C.NUM_SCALE_COLS)
-    assert tables < len(data) < tables + 1024  # then the config, in a size of its own
+    tables = 36 + layout.num_rows * (8 * C.NUM_COLS + 4 * C.NUM_SCALE_COLS) + 4  # header, tables, checksum
+    assert tables < len(data) < tables + 1024  # and the config, in a size of its own
     for back in (PromptLayout.from_bytes(data), pickle.loads(pickle.dumps(layout))):
         np.testing.assert_array_equal(back.rows, layout.rows)
         np.testing.assert_array_equal(back.scales, layout.scales)
         assert (back.num_tokens, back.delta) == (layout.num_tokens, layout.delta)
         assert back.config == layout.config is not None
         np.testing.assert_array_equal(back.positions(), layout.positions())
-    # a layout of unknown origin writes the tables alone (version 1), and reads back without a config
-    direct = PromptLayout(*attrs.astuple(layout))
+    # a layout of unknown origin writes no config, and reads back without one
+    direct = PromptLayout(layout.rows, layout.scales, layout.num_tokens, layout.delta)
     assert direct.config is None and len(direct.to_bytes()) == tables
     assert PromptLayout.from_bytes(direct.to_bytes()).config is None
 
@@ -184,15 +184,36 @@ def test_bytes_and_pickle_round_trip(prompt):
         (lambda b: b[:10], "at least"),
         (lambda b: b"XXXX" + b[4:], "magic"),
         (lambda b: b + b"\0" * 80, "bytes"),
-        (lambda b: b[:32] + (7).to_bytes(8, "little") + b[40:], "rows"),  # first row starts at token 7
-        (lambda b: b[:-4] + b"}}}}", "config"),  # the recorded config is not JSON
+        (lambda b: b[:36] + (7).to_bytes(8, "little") + b[44:], "checksum"),  # first row starts at token 7
+        (lambda b: b[:-8] + b"}}}}" + b[-4:], "checksum"),  # the recorded config is not JSON
+        (lambda b: b[:4] + b"\x02" + b[5:], "version"),  # a version 2 buffer (no checksum) is not read
+        (lambda b: _resealed(b[:36] + (7).to_bytes(8, "little") + b[44:]), "rows"),  # a foreign writer's checksum
+        (lambda b: _resealed(b[:-8] + b"}}}}" + b[-4:]), "config"),
     ],
-    ids=["truncated", "short_header", "foreign", "extra_row_bytes", "bad_row", "bad_config"],
+    ids=[
+        "truncated",
+        "short_header",
+        "foreign",
+        "extra_row_bytes",
+        "bad_row",
+        "bad_config",
+        "old_version",
+        "bad_row_resealed",
+        "bad_config_resealed",
+    ],
 )
 def test_bad_bytes_are_refused(mangle, match):
-    """A truncated, foreign or inconsistent buffer is a ValueError, never a layout."""
-    with pytest.raises(ValueError, match=match):
+    """A truncated, foreign, damaged or inconsistent buffer is a ValueError naming data, never a layout; one
+    whose checksum a foreign writer made right is still checked (rows, config)."""
+    with pytest.raises(ValueError, match=f"data: .*{match}"):
         PromptLayout.from_bytes(mangle(good_layout().to_bytes()))
+
+
+def _resealed(data: bytes) -> bytes:
+    """`data` with its checksum recomputed, as a writer other than to_bytes would make it."""
+    import zlib
+
+    return data[:-4] + zlib.crc32(data[:-4]).to_bytes(4, "little")
 
 
 def test_from_bytes_wants_bytes():
@@ -330,19 +351,21 @@ def test_layout_tables_stay_read_only_and_fill_from_one_signature():
     assert tables and all(rows.mutable and scales.mutable for rows, scales in tables)
 
 
-def test_layout_attrs_fields_are_its_four_public_ones():
-    """asdict, astuple and evolve see rows, scales, num_tokens and delta only
+def test_layout_attrs_fields_are_its_public_ones():
+    """asdict, astuple and evolve see rows, scales, num_tokens, delta and config
     (the writable tables behind the read-only views stay private), and a
-    layout rebuilt from its own dict is the same layout, checked."""
+    layout rebuilt from its own fields is the same layout, checked, under the same config."""
     config = MRopeConfig(family="qwen2_5_vl")
     ids = [1, config.vision_start_token_id, config.image_token_id, config.image_token_id, config.vision_end_token_id, 2]
     layout = PromptLayout.from_tokens(config, ids, image_grid_thw=[[1, 2, 4]])
-    fields = attrs.asdict(layout)
-    assert list(fields) == ["rows", "scales", "num_tokens", "delta"]
+    fields = attrs.asdict(layout, recurse=False)
+    assert list(fields) == ["rows", "scales", "num_tokens", "delta", "config"]
     assert not any(value.flags.writeable for value in (fields["rows"], fields["scales"]))
+    *tables, config = attrs.astuple(layout, recurse=False)
     for rebuilt in (
         PromptLayout(**fields),
-        PromptLayout(*attrs.astuple(layout)),
+        PromptLayout(*tables, config=config),
         attrs.evolve(layout, delta=layout.delta),
     ):
         assert rebuilt.positions().tolist() == layout.positions().tolist()
+        assert rebuilt.config is config

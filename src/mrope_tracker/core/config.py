@@ -12,6 +12,7 @@ attributes.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -42,15 +43,6 @@ _ID_FIELDS = (
     "slice_start_token_id",
     "slice_end_token_id",
     "newline_token_id",
-)
-_OPTIONAL_FIELDS = (
-    *_ID_FIELDS,
-    "uses_mrope_canvas",
-    "spatial_merge_size",
-    "temporal_merge_size",
-    "tokens_per_second",
-    "seconds_per_chunk",
-    "n_window",
 )
 _MAX_SCALE = 1e6  # time scales and chunk lengths far past any checkpoint's, still exact in float32 products
 
@@ -88,7 +80,10 @@ def _positive_number(name: str, value) -> float:
     """A positive real number up to 1e6 (ints and floats; not bools or strings)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a positive number, got {type(value).__name__} {value!r}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        value = math.inf
     if not math.isfinite(value) or not 0 < value <= _MAX_SCALE:
         raise ValueError(f"{name}: expected a number in (0, {_MAX_SCALE:g}], got {value!r}")
     return value
@@ -100,6 +95,117 @@ def _positive_int(name: str, value) -> int:
     return int(value)
 
 
+# ------------------------------------------------------------------ attrs converters and validators
+# Converters only fill in and normalise (a family default for None, numpy scalars as Python
+# ones) and never raise; the validators, run once every field is set, refuse.
+
+
+def _family_default(value, self: MRopeConfig, field: attrs.Attribute):
+    """None: the family's default for the field (None where the family does not use it)."""
+    if value is None:
+        spec = FAMILIES.get(self.family) if isinstance(self.family, str) else None
+        return None if spec is None else spec.defaults.get(field.name)
+    return value
+
+
+def _as_int_field(value, self: MRopeConfig, field: attrs.Attribute):
+    value = _family_default(value, self, field)
+    return int(value) if isinstance(value, np.integer) else value
+
+
+def _as_float_field(value, self: MRopeConfig, field: attrs.Attribute):
+    value = _family_default(value, self, field)
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+        try:
+            return float(value)
+        except OverflowError:  # an int past float's range: the validator refuses it
+            return value
+    return value
+
+
+def _as_flag_field(value, self: MRopeConfig, field: attrs.Attribute):
+    value = _family_default(value, self, field)
+    return bool(value) if isinstance(value, np.bool_) else value
+
+
+_INT = attrs.Converter(_as_int_field, takes_self=True, takes_field=True)
+_FLOAT = attrs.Converter(_as_float_field, takes_self=True, takes_field=True)
+_FLAG = attrs.Converter(_as_flag_field, takes_self=True, takes_field=True)
+
+
+def _check_family(self: MRopeConfig, field: attrs.Attribute, value) -> None:
+    if not isinstance(value, str) or value not in FAMILIES:
+        raise ValueError(f"family: expected one of {', '.join(FAMILIES)}, got {value!r}")
+
+
+def _check_model_type(self: MRopeConfig, field: attrs.Attribute, value) -> None:
+    """The model type must be one the family reads (`SUPPORTED_MODEL_TYPES`), or the family's own name."""
+    if isinstance(value, str) and (value == self.family or SUPPORTED_MODEL_TYPES.get(value) == self.family):
+        return
+    known = [self.family, *(m for m, family in SUPPORTED_MODEL_TYPES.items() if family == self.family)]
+    raise ValueError(
+        f"model_type: expected a model type of the {self.family} family ({', '.join(dict.fromkeys(known))}), "
+        f"got {value!r}"
+        + (
+            f" (a {SUPPORTED_MODEL_TYPES[value]} model type)"
+            if isinstance(value, str) and value in SUPPORTED_MODEL_TYPES
+            else ""
+        )
+    )
+
+
+def _check_semantics(self: MRopeConfig, field: attrs.Attribute, value) -> None:
+    if not isinstance(value, str) or value not in SEMANTICS:
+        raise ValueError(f"semantics: expected one of {', '.join(SEMANTICS)}, got {value!r}")
+
+
+def _check_used(self: MRopeConfig, field: attrs.Attribute, value) -> bool:
+    """Whether the family uses the field; a value for one it does not use is refused."""
+    if field.name in FAMILIES[self.family].defaults:
+        return True
+    if value is not None:
+        raise ValueError(f"{field.name}: {self.family} does not use it; expected None, got {value!r}")
+    return False
+
+
+def _check_id(self: MRopeConfig, field: attrs.Attribute, value) -> None:
+    if _check_used(self, field, value) and value is not None:
+        _check_token_id(field.name, value)
+
+
+def _check_count(self: MRopeConfig, field: attrs.Attribute, value) -> None:
+    if _check_used(self, field, value) and (value is not None or field.name == "spatial_merge_size"):
+        _positive_int(field.name, value)
+
+
+def _check_scale(self: MRopeConfig, field: attrs.Attribute, value) -> None:
+    if not _check_used(self, field, value) or value is None:
+        return
+    _positive_number(field.name, value)
+    if field.name == "seconds_per_chunk" and int(self.tokens_per_second * value) < 1:
+        raise ValueError(
+            "seconds_per_chunk: expected a positive number whose product with the temporal scale "
+            f"({self.tokens_per_second}) is at least 1, got {value!r}"
+        )
+
+
+def _check_flag(self: MRopeConfig, field: attrs.Attribute, value) -> None:
+    if _check_used(self, field, value) and value is not None and not isinstance(value, bool):
+        raise ValueError(f"{field.name}: expected a bool, got {value!r}")
+
+
+def _id_field():
+    return attrs.field(default=None, converter=_INT, validator=_check_id)
+
+
+def _count_field():
+    return attrs.field(default=None, converter=_INT, validator=_check_count)
+
+
+def _scale_field():
+    return attrs.field(default=None, converter=_FLOAT, validator=_check_scale)
+
+
 @attrs.frozen(kw_only=True)
 class MRopeConfig:
     """What decides a model's M-RoPE positions.
@@ -109,97 +215,72 @@ class MRopeConfig:
     default), "vllm-0.33", "transformers-4.57" or "transformers-5", each
     reproducing that stack's known divergences (docs/semantics.md). Fields a
     family does not use stay None; those it uses default to its published
-    values. `tokens_per_second` is the temporal scale r of video positions
+    values. `model_type` is one of the family's model types (default: the
+    family's name). `tokens_per_second` is the temporal scale r of video positions
     (Qwen2.5-VL's ``vision_config.tokens_per_second``, an Omni thinker's
     ``position_id_per_seconds``). `temporal_merge_size` divides a video's
     frame count t (ERNIE-4.5-VL's ``temporal_conv_size``); families that
     leave it None take t as it comes.
+
+    An attrs record: converters fill in the family's defaults, validators
+    refuse (ValueError or TypeError naming the field), and what the kernels
+    read is derived once, on first use.
     """
 
-    family: str = attrs.field()
-    model_type: str | None = attrs.field(default=None)
-    semantics: str = attrs.field(default="reference")
-    spatial_merge_size: int | None = attrs.field(default=None)
-    temporal_merge_size: int | None = attrs.field(default=None)
-    image_token_id: int | None = attrs.field(default=None)
-    video_token_id: int | None = attrs.field(default=None)
-    vision_start_token_id: int | None = attrs.field(default=None)
-    vision_end_token_id: int | None = attrs.field(default=None)
-    audio_token_id: int | None = attrs.field(default=None)
-    audio_start_token_id: int | None = attrs.field(default=None)
-    audio_end_token_id: int | None = attrs.field(default=None)
-    video_start_token_id: int | None = attrs.field(default=None)
-    video_end_token_id: int | None = attrs.field(default=None)
-    tokens_per_second: float | None = attrs.field(default=None)
-    seconds_per_chunk: float | None = attrs.field(default=None)
-    n_window: int | None = attrs.field(default=None)
+    family: str = attrs.field(validator=_check_family)
+    model_type: str | None = attrs.field(
+        default=None,
+        converter=attrs.Converter(lambda value, self: self.family if value is None else value, takes_self=True),
+        validator=_check_model_type,
+    )
+    semantics: str = attrs.field(default="reference", validator=_check_semantics)
+    spatial_merge_size: int | None = _count_field()
+    temporal_merge_size: int | None = _count_field()
+    image_token_id: int | None = _id_field()
+    video_token_id: int | None = _id_field()
+    vision_start_token_id: int | None = _id_field()
+    vision_end_token_id: int | None = _id_field()
+    audio_token_id: int | None = _id_field()
+    audio_start_token_id: int | None = _id_field()
+    audio_end_token_id: int | None = _id_field()
+    video_start_token_id: int | None = _id_field()
+    video_end_token_id: int | None = _id_field()
+    tokens_per_second: float | None = _scale_field()
+    seconds_per_chunk: float | None = _scale_field()
+    n_window: int | None = _count_field()
     # MiniCPM-V 4.7: <slice>, </slice> and newline (<image>, </image> are the
     # vision start and end), and the config's canvas flag (uses_mrope_canvas,
     # or an mrope_mode naming "canvas"), which vLLM 0.33 reads
-    slice_start_token_id: int | None = attrs.field(default=None)
-    slice_end_token_id: int | None = attrs.field(default=None)
-    newline_token_id: int | None = attrs.field(default=None)
-    uses_mrope_canvas: bool | None = attrs.field(default=None)
-    # Packed copies for the kernels, derived in __attrs_post_init__.
-    kernel_params: np.ndarray = attrs.field(init=False, repr=False, eq=False)
-    # The family's position axes (rows of every output): 3, or 4 for HunYuan-VL.
-    num_dims: int = attrs.field(init=False, repr=False, eq=False)
-    # Whether MiniCPM-V 4.7's canvas rule places this config's prompts
-    # (`mrope_tracker.canvas`): always for its family, except under a preset
-    # with `canvas_flag` (vLLM 0.33) when the config's flag is off; then every
-    # token sits at its index, as for text. The grid entry points
-    # (prompt_positions, PromptLayout.from_tokens, ...) refuse such a config.
-    canvas: bool = attrs.field(init=False, repr=False, eq=False)
+    slice_start_token_id: int | None = _id_field()
+    slice_end_token_id: int | None = _id_field()
+    newline_token_id: int | None = _id_field()
+    uses_mrope_canvas: bool | None = attrs.field(default=None, converter=_FLAG, validator=_check_flag)
 
     def __attrs_post_init__(self) -> None:
-        spec = FAMILIES.get(self.family)
-        if spec is None:
-            raise ValueError(f"family: expected one of {', '.join(FAMILIES)}, got {self.family!r}")
-        if self.semantics not in SEMANTICS:
-            raise ValueError(f"semantics: expected one of {', '.join(SEMANTICS)}, got {self.semantics!r}")
-        if self.model_type is None:
-            object.__setattr__(self, "model_type", self.family)
-        for name in _OPTIONAL_FIELDS:
-            value = getattr(self, name)
-            if name not in spec.defaults:
-                if value is not None:
-                    raise ValueError(f"{name}: {self.family} does not use it; expected None, got {value!r}")
-            elif value is None:
-                object.__setattr__(self, name, spec.defaults[name])
-        object.__setattr__(self, "spatial_merge_size", _positive_int("spatial_merge_size", self.spatial_merge_size))
-        if self.temporal_merge_size is not None:
-            object.__setattr__(
-                self, "temporal_merge_size", _positive_int("temporal_merge_size", self.temporal_merge_size)
-            )
-        ids = {}
-        for name in _ID_FIELDS:
-            value = getattr(self, name)
-            if value is not None:
-                _check_token_id(name, value)
-                ids[name] = int(value)
-                object.__setattr__(self, name, int(value))
+        # the one check across fields (each field's own ran as its validator)
+        ids = {name: getattr(self, name) for name in _ID_FIELDS if getattr(self, name) is not None}
         if len(set(ids.values())) != len(ids):
             raise ValueError(f"token ids: expected distinct special token ids, got {ids}")
-        if self.tokens_per_second is not None:
-            object.__setattr__(self, "tokens_per_second", _positive_number("tokens_per_second", self.tokens_per_second))
-        if self.seconds_per_chunk is not None:
-            spc = _positive_number("seconds_per_chunk", self.seconds_per_chunk)
-            if int(self.tokens_per_second * spc) < 1:
-                raise ValueError(
-                    "seconds_per_chunk: expected a positive number whose product with the temporal scale "
-                    f"({self.tokens_per_second}) is at least 1, got {self.seconds_per_chunk!r}"
-                )
-            object.__setattr__(self, "seconds_per_chunk", spc)
-        if self.n_window is not None:
-            object.__setattr__(self, "n_window", _positive_int("n_window", self.n_window))
-        if self.uses_mrope_canvas is not None and not isinstance(self.uses_mrope_canvas, (bool, np.bool_)):
-            raise ValueError(f"uses_mrope_canvas: expected a bool, got {self.uses_mrope_canvas!r}")
-        if self.uses_mrope_canvas is not None:
-            object.__setattr__(self, "uses_mrope_canvas", bool(self.uses_mrope_canvas))
-        object.__setattr__(self, "kernel_params", self._pack(spec))
-        object.__setattr__(self, "num_dims", spec.num_dims)
-        canvas = spec.canvas and ("canvas_flag" not in self.switches or bool(self.uses_mrope_canvas))
-        object.__setattr__(self, "canvas", canvas)
+
+    @functools.cached_property
+    def kernel_params(self) -> np.ndarray:
+        """The packed scalars the numba kernels read (kernels/layout_codes.py, P_*)."""
+        return self._pack(FAMILIES[self.family])
+
+    @functools.cached_property
+    def num_dims(self) -> int:
+        """The family's position axes (rows of every output): 3, or 4 for HunYuan-VL."""
+        return FAMILIES[self.family].num_dims
+
+    @functools.cached_property
+    def canvas(self) -> bool:
+        """Whether MiniCPM-V 4.7's canvas rule places this config's prompts
+        (`mrope_tracker.canvas`): always for its family, except under a preset
+        with `canvas_flag` (vLLM 0.33) when the config's flag is off; then every
+        token sits at its index, as for text. The grid entry points
+        (prompt_positions, PromptLayout.from_tokens, ...) refuse such a config."""
+        spec = FAMILIES[self.family]
+        return spec.canvas and ("canvas_flag" not in self.switches or bool(self.uses_mrope_canvas))
 
     def _pack(self, spec: Family) -> np.ndarray:
         switches = self.switches
@@ -292,14 +373,14 @@ class MRopeConfig:
                 else attrs.evolve(source, semantics=semantics)
             )
         semantics = "reference" if semantics is None else semantics
-        if semantics not in SEMANTICS:
+        if not isinstance(semantics, str) or semantics not in SEMANTICS:
             raise ValueError(f"semantics: expected one of {', '.join(SEMANTICS)}, got {semantics!r}")
         if isinstance(source, (str, os.PathLike)):
             source = _read_json(source)
         if source is None or isinstance(source, (int, float, bool, bytes, list, tuple)):
             raise TypeError(f"config: expected a path, a dict or a config object, got {type(source).__name__}")
         model_type = get(source, "model_type")
-        if model_type not in MODEL_TYPES:
+        if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
             raise ValueError(f"config.model_type: expected one of {', '.join(MODEL_TYPES)}, got {model_type!r}")
         family_name, nested = MODEL_TYPES[model_type]
         scopes = (source,)

@@ -67,7 +67,7 @@ from .inputs import (
 )
 from .ranges import Ranges
 
-__all__ = ["read_features", "count_prompt_tokens", "time_scales"]
+__all__ = ["read_features", "count_prompt_tokens", "sequence_length", "time_scales"]
 
 _MODALITIES = ("image", "video", "audio")
 _TENSOR = torch.Tensor
@@ -356,6 +356,7 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
     image_ranges, image_masks, image_grids = [], [], []
     video_ranges, video_masks, video_grids, video_sp = [], [], [], []
     audio_ranges, audio_masks, audio_lengths = [], [], []
+    whole_videos = []  # Keye-VL-1.5's video ranges, whose frames become videos of their own
     for f in features:
         modality = f.modality
         if modality == "image":
@@ -364,6 +365,7 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
             image_grids.append(f.grid())
         elif modality == "video" and config.spec.per_frame_grids:
             # Keye-VL-1.5: one grid row per frame group; each frame becomes a video of its own
+            whole_videos.append((f.offset, f.length))
             for offset, length, grid in f.frame_groups(config.spatial_merge_size):
                 video_ranges.append((offset, length))
                 video_masks.append(None)
@@ -407,6 +409,7 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
         _masks(audio_masks),
         interleave="vllm" if tracks else "transformers",
         second_per_grid_ts=second_per_grid_ts,
+        video_given=np.array(whole_videos, np.int64) if whole_videos else None,
     )
     return items, ranges
 
@@ -415,18 +418,36 @@ def read_features(config: MRopeConfig, mm_features) -> tuple[Items, Ranges]:
 MAX_PROMPT_TOKENS = 2**40
 
 
+def sequence_length(prompt, name: str) -> int:
+    """The length of a prompt's ids, only counted: a list, tuple or other
+    sequence, or a 1-D array or tensor. A dict, a set, a string or a 2-D
+    array has a length too, but is no prompt: refused."""
+    if type(prompt) is list:
+        return len(prompt)
+    if isinstance(prompt, (np.ndarray, torch.Tensor)):
+        if prompt.ndim != 1:
+            raise ValueError(f"{name}: expected a 1-D sequence of token ids, got {describe(prompt)}")
+        return prompt.shape[0]
+    if not isinstance(prompt, Sequence) or isinstance(prompt, (str, bytes, bytearray)):
+        raise TypeError(
+            f"{name}: expected a sequence of token ids (a list, tuple, 1-D array or tensor), got {describe(prompt)}"
+        )
+    return len(prompt)
+
+
 def count_prompt_tokens(prompt, name: str) -> int:
     """A prompt's token count from its ids (a sequence, only counted) or from the count itself."""
     if type(prompt) is list:
         num = len(prompt)
     elif isinstance(prompt, (int, np.integer)) and not isinstance(prompt, (bool, np.bool_)):
         return as_index(prompt, name, minimum=1, maximum=MAX_PROMPT_TOKENS)
-    elif isinstance(prompt, (str, bytes)) or not hasattr(prompt, "__len__"):
-        raise TypeError(f"{name}: expected a sequence of token ids or their number, got {describe(prompt)}")
-    elif isinstance(prompt, (np.ndarray, torch.Tensor)) and prompt.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D sequence of token ids, got {describe(prompt)}")
     else:
-        num = len(prompt)
+        try:
+            num = sequence_length(prompt, name)
+        except TypeError:
+            raise TypeError(
+                f"{name}: expected a sequence of token ids or their number, got {describe(prompt)}"
+            ) from None
     if num > MAX_PROMPT_TOKENS:
         raise ValueError(f"{name}: expected at most {MAX_PROMPT_TOKENS} tokens, got {num}")
     if num == 0:

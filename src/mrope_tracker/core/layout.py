@@ -9,9 +9,6 @@ rows in its pool.
 
 from __future__ import annotations
 
-import json
-import struct
-
 import attrs
 import numpy as np
 
@@ -20,9 +17,10 @@ from ..kernels import layout_codes as C
 from ..kernels.layout_build import build_from_ranges, build_from_tokens
 from ..kernels.layout_emit import NUM_STATE, S_MAX, S_NUM_ROWS
 from ..kernels.layout_fill import fill_positions
+from . import layout_bytes
 from .config import MRopeConfig
 from .errors import layout_error
-from .inputs import EMPTY_OUT, Items, as_config, as_index, as_token_ids
+from .inputs import EMPTY_OUT, Items, as_config, as_index, as_token_ids, describe
 from .ranges import Ranges
 
 __all__ = ["PromptLayout", "build_rows_from_tokens", "build_rows_from_ranges", "estimate_rows"]
@@ -32,7 +30,17 @@ def _new_table(capacity: int) -> tuple[np.ndarray, np.ndarray]:
     return np.empty((capacity, C.NUM_COLS), np.int64), np.empty((capacity, C.NUM_SCALE_COLS), np.float32)
 
 
+# the most rows an estimate asks for: a larger prompt (tens of thousands of frames) is counted by a first build,
+# and a wild estimate (a request about to be refused) allocates nothing large
+_MAX_ESTIMATE = 1 << 16
+
+
 def estimate_rows(config: MRopeConfig, items: Items, ranges: Ranges | None = None) -> int:
+    """Layout rows a prompt needs (`_row_estimate`), at most `_MAX_ESTIMATE`."""
+    return min(_row_estimate(config, items, ranges), _MAX_ESTIMATE)
+
+
+def _row_estimate(config: MRopeConfig, items: Items, ranges: Ranges | None) -> int:
     """Layout rows a prompt needs: exact without audio-in-video (a row per
     grid or frame, text runs between and after; audio clips need none), an
     estimate with it (per block the two bos/eos rows and a row per run, or a
@@ -99,6 +107,7 @@ def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, r
         if code:
             raise layout_error(code, a, b, c, d, config, items, ranges=ranges.by_modality(), num_tokens=num_tokens)
         if state[S_NUM_ROWS] <= rows.shape[0]:
+            ranges.check_inside(num_tokens)  # the builder saw the embedding runs alone, not a range's tail
             return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])
         rows, scales = _new_table(int(state[S_NUM_ROWS]))
 
@@ -190,6 +199,12 @@ _CHECK_MESSAGES = {
 
 
 def _checked_table(value, name: str, dtype, width: int) -> np.ndarray:
+    if type(value) is np.ndarray and value.dtype is dtype and value.ndim == 2 and value.shape[1] == width:
+        # the builders' tables (every layout they make comes here): a plain array's copy is a plain array
+        table = value.copy()
+        view = table.view()
+        view.flags.writeable = False
+        return view
     if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != 2 or value.shape[1] != width:
         what = (
             f"array of dtype {value.dtype} and shape {value.shape}"
@@ -202,7 +217,7 @@ def _checked_table(value, name: str, dtype, width: int) -> np.ndarray:
 
 
 def _read_only_view(table: np.ndarray) -> np.ndarray:
-    """A read-only view of `table`, whose own `base` stays writable.
+    """A read-only view of `table`, whose own `base` (the table) stays writable.
 
     The layout hands `fill_positions` the writable table: numba compiles a
     kernel once per argument type, read-only arrays being a type of their
@@ -215,147 +230,109 @@ def _read_only_view(table: np.ndarray) -> np.ndarray:
     return view
 
 
-def _read_config(data: bytes) -> MRopeConfig:
-    """The config a version-2 buffer records (see `PromptLayout.to_bytes`)."""
-    try:
-        fields = json.loads(data.decode())
-        if not isinstance(fields, dict):
-            raise TypeError(f"a JSON object, got {type(fields).__name__}")
-        return MRopeConfig(**fields)
-    except (ValueError, TypeError) as exc:  # JSON and UTF-8 errors are ValueErrors
+_ROWS_DTYPE, _SCALES_DTYPE = np.dtype(np.int64), np.dtype(np.float32)
+
+
+def _rows_table(value) -> np.ndarray:
+    return _checked_table(value, "rows", _ROWS_DTYPE, C.NUM_COLS)
+
+
+def _scales_table(value) -> np.ndarray:
+    return _checked_table(value, "scales", _SCALES_DTYPE, C.NUM_SCALE_COLS)
+
+
+def _num_tokens(value) -> int:
+    if type(value) is int and 1 <= value <= 2**62:  # the builders' counts: no call
+        return value
+    return as_index(value, "num_tokens", minimum=1)
+
+
+def _delta(value) -> int:
+    if type(value) is int and -(2**62) <= value <= 2**62:
+        return value
+    return as_index(value, "delta", minimum=-(2**62))
+
+
+def _check_config(layout, field, value) -> None:
+    if value is not None and type(value) is not MRopeConfig:
+        raise TypeError(f"config: expected the MRopeConfig the layout was built under, or None, got {describe(value)}")
+
+
+def _check_rows(layout: PromptLayout, field, value) -> None:
+    """The O(rows) check of the tables (the kernels that read them run
+    without bounds checks), run once all fields are set; `delta` must be
+    the one the rows reach."""
+    if layout.scales.shape[0] != layout.rows.shape[0]:
         raise ValueError(
-            f"data: expected the config the layout was built under, got one that cannot be read ({exc})"
-        ) from None
+            f"scales: expected one row per layout row ({layout.rows.shape[0]}), got {layout.scales.shape[0]}"
+        )
+    code, row, top = check.check_layout(layout.rows, layout.scales, layout.num_tokens)
+    if code:
+        raise ValueError(f"rows[{row}]: {_CHECK_MESSAGES[code]}")
+    if value != top + 1 - layout.num_tokens:
+        raise ValueError(
+            f"delta: expected max position + 1 - num_tokens = {top + 1 - layout.num_tokens} for these rows, got {value}"
+        )
 
 
-@attrs.frozen(eq=False, slots=False)
+@attrs.frozen(eq=False)
 class PromptLayout:
     """A prompt's positions as segments: ``rows`` [num_rows, NUM_COLS] int64 and
     ``scales`` [num_rows, 2] float32 (see kernels/layout_codes.py).
 
-    Built by `from_tokens` or `from_ranges`; a layout constructed directly
-    (e.g. deserialised in another process) is checked in O(rows) before use,
-    since the kernels that read it run without bounds checks. The tables are
-    private read-only copies.
+    Built by a classmethod per source (`from_tokens`, `from_ranges`,
+    `from_rows`, `from_bytes`), each ending in the one constructor: it takes
+    private read-only copies of the tables and checks them in O(rows), since
+    the kernels that read them run without bounds checks. A layout
+    constructed directly (e.g. from tables another process sent) is checked
+    the same way.
 
     ``config`` is the `MRopeConfig` the layout was built under (kept through
     `to_bytes` and pickling), so that a tracker can refuse a layout built for
-    another model or semantics preset; it is None for a layout constructed
-    directly from its tables, whose origin is unknown. It is not an attrs
-    field: `asdict`, `astuple` and `evolve` see the four tables and counts
-    only (and `evolve` gives a layout of unknown origin)."""
+    another model or semantics preset; None for a layout of unknown origin
+    (constructed from its tables without one)."""
 
-    rows: np.ndarray = attrs.field(converter=lambda v: _checked_table(v, "rows", np.int64, C.NUM_COLS))
-    scales: np.ndarray = attrs.field(converter=lambda v: _checked_table(v, "scales", np.float32, C.NUM_SCALE_COLS))
-    num_tokens: int = attrs.field(converter=lambda v: as_index(v, "num_tokens", minimum=1))
-    delta: int = attrs.field(converter=lambda v: as_index(v, "delta", minimum=-(2**62)))
-    # Not slotted: the writable tables behind `rows` and `scales`, for the
-    # fill kernel only, and `config`, live in the instance dict, outside the
-    # attrs fields (so that asdict, astuple and evolve see only the four
-    # fields above).
+    rows: np.ndarray = attrs.field(converter=_rows_table)
+    scales: np.ndarray = attrs.field(converter=_scales_table)
+    num_tokens: int = attrs.field(converter=_num_tokens)
+    delta: int = attrs.field(converter=_delta, validator=_check_rows)
+    config: MRopeConfig | None = attrs.field(default=None, kw_only=True, validator=_check_config)
 
-    def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "config", None)
-        object.__setattr__(self, "_fill_rows", self.rows.base)
-        object.__setattr__(self, "_fill_scales", self.scales.base)
-        if self.scales.shape[0] != self.rows.shape[0]:
-            raise ValueError(
-                f"scales: expected one row per layout row ({self.rows.shape[0]}), got {self.scales.shape[0]}"
-            )
-        code, row, top = check.check_layout(self.rows, self.scales, self.num_tokens)
-        if code:
-            raise ValueError(f"rows[{row}]: {_CHECK_MESSAGES[code]}")
-        if self.delta != top + 1 - self.num_tokens:
-            raise ValueError(
-                f"delta: expected max position + 1 - num_tokens = {top + 1 - self.num_tokens} for these rows, got "
-                f"{self.delta}"
-            )
+    @property
+    def _fill_rows(self) -> np.ndarray:
+        return self.rows.base  # the private writable table behind the read-only view (see _read_only_view)
 
-    # to_bytes: magic, version, then num_tokens, delta, num_rows (int64), then
-    # the rows (int64) and scales (float32), all little-endian. Version 2
-    # (a layout that records its config) follows them with the config: its
-    # length (uint32) and its fields that are not None, as UTF-8 JSON.
-    _MAGIC = b"MRLY"
-    _HEADER = struct.Struct("<4sBxxxqqq")
-    _CONFIG_LENGTH = struct.Struct("<I")
+    @property
+    def _fill_scales(self) -> np.ndarray:
+        return self.scales.base
 
     def to_bytes(self) -> bytes:
         """A compact, O(rows) serialisation (for sending a layout built in a
-        front-end process to a worker); `from_bytes` reads it back, checked."""
-        config = b""
-        if self.config is not None:
-            # None fields are left out: the constructor's default for each is None
-            fields = attrs.asdict(self.config, filter=lambda field, value: field.init and value is not None)
-            config = json.dumps(fields, separators=(",", ":")).encode()
-            config = self._CONFIG_LENGTH.pack(len(config)) + config
-        header = self._HEADER.pack(self._MAGIC, 2 if config else 1, self.num_tokens, self.delta, self.num_rows)
-        return header + self.rows.astype("<i8").tobytes() + self.scales.astype("<f4").tobytes() + config
+        front-end process to a worker), with a format version and a checksum;
+        `from_bytes` reads it back, checked (docs/design.md, "Layouts as bytes")."""
+        return layout_bytes.write(self.rows, self.scales, self.num_tokens, self.delta, self.config)
 
     @classmethod
     def from_bytes(cls, data) -> PromptLayout:
-        """The layout `to_bytes` wrote. A truncated or foreign buffer is a
-        ValueError; the rows are checked like any directly built layout."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"data: expected bytes, got {type(data).__name__}")
-        data = bytes(data)
-        size = cls._HEADER.size
-        if len(data) < size:
-            raise ValueError(f"data: expected a serialised PromptLayout of at least {size} bytes, got {len(data)}")
-        magic, version, num_tokens, delta, num_rows = cls._HEADER.unpack_from(data)
-        if magic != cls._MAGIC or version not in (1, 2):
-            raise ValueError(
-                f"data: expected a PromptLayout buffer (magic {cls._MAGIC!r}, version 1 or 2), got {magic!r}, {version}"
-            )
-        row_bytes = 8 * C.NUM_COLS + 4 * C.NUM_SCALE_COLS
-        end = size + num_rows * row_bytes
-        config_size = 0
-        if version == 2 and 0 < num_rows and len(data) >= end + cls._CONFIG_LENGTH.size:
-            config_size = cls._CONFIG_LENGTH.size + cls._CONFIG_LENGTH.unpack_from(data, end)[0]
-        if not 0 < num_rows <= (len(data) - size) // row_bytes or len(data) != end + config_size:
-            what = " and its config" if version == 2 else ""
-            raise ValueError(
-                f"data: expected {size} + num_rows x {row_bytes} bytes{what} for the {num_rows} rows it announces, "
-                f"got {len(data)}"
-            )
-        split = size + num_rows * 8 * C.NUM_COLS
-        rows = np.frombuffer(data, "<i8", num_rows * C.NUM_COLS, size).reshape(num_rows, C.NUM_COLS).astype(np.int64)
-        scales = np.frombuffer(data, "<f4", num_rows * C.NUM_SCALE_COLS, split).reshape(num_rows, C.NUM_SCALE_COLS)
-        layout = cls(rows, scales.astype(np.float32), num_tokens, delta)
-        if version == 2:
-            object.__setattr__(layout, "config", _read_config(data[end + cls._CONFIG_LENGTH.size :]))
-        return layout
+        """The layout `to_bytes` wrote. A buffer it did not write (truncated,
+        changed in any bit, of another format version, foreign) is a
+        ValueError naming `data`; the rows are checked like any layout's."""
+        rows, scales, num_tokens, delta, config = layout_bytes.read(data)
+        try:
+            return cls(rows, scales, num_tokens, delta, config=config)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"data: expected a consistent layout, got {exc}") from None
 
     def __reduce__(self):
         # through from_bytes, so an unpickled layout is checked like any other
         return (PromptLayout.from_bytes, (self.to_bytes(),))
 
     @classmethod
-    def _built(
-        cls, config: MRopeConfig, rows: np.ndarray, scales: np.ndarray, num_tokens: int, delta: int
-    ) -> PromptLayout:
-        """A layout the builders just produced into fresh tables under
-        `config`: it needs neither the O(rows) check nor a private copy (both
-        cost more than a small build)."""
-        layout = object.__new__(cls)
-        for name, value in (
-            ("config", config),
-            ("rows", _read_only_view(rows)),
-            ("scales", _read_only_view(scales)),
-            ("num_tokens", num_tokens),
-            ("delta", delta),
-            ("_fill_rows", rows),
-            ("_fill_scales", scales),
-        ):
-            object.__setattr__(layout, name, value)
-        return layout
-
-    @classmethod
     def from_rows(cls, config, rows: np.ndarray, scales: np.ndarray, num_tokens: int) -> PromptLayout:
         """A layout from rows made by hand (e.g. split around deleted tokens,
         `mrope_tracker.evs`), under `config` (None: of unknown origin, as a
-        layout constructed directly): checked once in O(rows), its delta
-        taken from the rows. `rows` and `scales` must be fresh int64 / float32
-        tables the caller hands over (they are not copied)."""
+        layout constructed directly), its delta taken from the rows.
+        `rows` and `scales` are C-contiguous int64 / float32 tables."""
         config = None if config is None else as_config(config)
         num_tokens = as_index(num_tokens, "num_tokens", minimum=1)
         if (
@@ -376,7 +353,7 @@ class PromptLayout:
         code, row, top = check.check_layout(rows, scales, num_tokens)
         if code:
             raise ValueError(f"rows[{row}]: {_CHECK_MESSAGES[code]}")
-        return cls._built(config, rows, scales, num_tokens, top + 1 - num_tokens)
+        return cls(rows, scales, num_tokens, top + 1 - num_tokens, config=config)
 
     @property
     def num_rows(self) -> int:
@@ -405,7 +382,7 @@ class PromptLayout:
             config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
         rows, scales, n, top = build_rows_from_tokens(config, ids, items)
-        return cls._built(config, rows[:n], scales[:n], ids.shape[0], top + 1 - ids.shape[0])
+        return cls(rows[:n], scales[:n], ids.shape[0], top + 1 - ids.shape[0], config=config)
 
     @classmethod
     def from_ranges(
@@ -449,7 +426,7 @@ class PromptLayout:
         rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
         if token_ids is not None:
             check_ranges_against_tokens(config, items, ranges, token_ids)
-        return cls._built(config, rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
+        return cls(rows[:n], scales[:n], num_tokens, top + 1 - num_tokens, config=config)
 
     @classmethod
     def from_normalized(cls, config: MRopeConfig, num_tokens: int, items: Items, ranges: Ranges) -> PromptLayout:
@@ -457,7 +434,7 @@ class PromptLayout:
         a prompt length >= 1, and the `Items` and `Ranges` made for them under
         that config (as `features.read_features` makes them from vLLM's features)."""
         rows, scales, n, top = build_rows_from_ranges(config, num_tokens, items, ranges)
-        return cls._built(config, rows[:n], scales[:n], num_tokens, top + 1 - num_tokens)
+        return cls(rows[:n], scales[:n], num_tokens, top + 1 - num_tokens, config=config)
 
     @property
     def num_dims(self) -> int:

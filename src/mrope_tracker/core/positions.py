@@ -272,10 +272,14 @@ def next_positions(out, out_offset: int, delta: int, context_len: int, num_new_t
         or not out.flags.writeable
     ):
         out = _as_out(out)  # (any layout is fine: a column slice of a buffer is written through)
-    if not (
-        type(out_offset) is int and type(delta) is int and type(context_len) is int and type(num_new_tokens) is int
+    if (
+        not (
+            type(out_offset) is int and type(delta) is int and type(context_len) is int and type(num_new_tokens) is int
+        )
+        or (out_offset | context_len | num_new_tokens) >> 62  # negative, or past 2**62 (numba cannot type 2**64)
+        or not -(2**62) <= delta <= 2**62
     ):
-        # numpy integers and the like: checked, then as plain ints
+        # numpy integers and the like, and plain ints out of range: checked, then as plain ints
         out_offset = as_index(out_offset, "out_offset")
         num_new_tokens = as_index(num_new_tokens, "num_new_tokens")
         context_len = as_index(context_len, "context_len")

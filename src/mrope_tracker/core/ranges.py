@@ -34,6 +34,19 @@ _INT64 = np.dtype(np.int64)
 _NO_RUNS = np.zeros((0, 2), np.int64)
 _NO_BOUNDS = np.zeros(1, np.int64)
 _RUN_KINDS = {"video": RUN_VIDEO, "audio": RUN_AUDIO, RUN_VIDEO: RUN_VIDEO, RUN_AUDIO: RUN_AUDIO}
+# The most video frames one prompt may hold in the range form where tables or runs are made per frame (per-frame
+# video blocks, audio-in-video interleaves): a range is only two ints, so without a bound a wild frame count
+# would allocate without limit (MemoryError) before anything refused it. A 24-hour video at 2 fps has 172,800.
+MAX_FRAMES = 1 << 20
+
+
+def check_frame_count(video_grid: np.ndarray, name: str = "video_grid_thw") -> None:
+    """Refuse videos of more than MAX_FRAMES frames in all, before anything is made per frame."""
+    frames = sum(video_grid[:, 0].tolist())  # Python ints: no int64 overflow
+    if frames > MAX_FRAMES:
+        raise ValueError(
+            f"{name}: expected at most {MAX_FRAMES} video frames in all (the range form's bound), got {frames}"
+        )
 
 
 def _as_mask(value, name: str, length: int) -> np.ndarray | None:
@@ -111,6 +124,7 @@ def _embedded_run(rows: np.ndarray, masks: list | None, name: str) -> np.ndarray
 def _frame_ranges(config: MRopeConfig, video_grid: np.ndarray, rows: np.ndarray, masks: list) -> np.ndarray:
     """One (offset, length) per frame of every video, located from the masks."""
     m = config.spatial_merge_size
+    check_frame_count(video_grid)
     grids, spans = video_grid.tolist(), rows.tolist()  # Python ints: numpy scalars cost more per read
     # every video's frames must fit its range before the table of frames is sized from the grids
     for n, (t, h, w) in enumerate(grids):
@@ -202,7 +216,7 @@ def _explicit_runs(value, n: int, num_video: int, num_audio: int) -> list[tuple[
 class Ranges:
     """Normalised placeholder ranges of one prompt, ready for the range builder."""
 
-    __slots__ = ("image", "video", "audio", "video_items", "av_runs", "av_bounds")
+    __slots__ = ("image", "video", "audio", "video_items", "av_runs", "av_bounds", "given")
 
     def __init__(
         self,
@@ -234,15 +248,20 @@ class Ranges:
         audio_masks: list | None,
         interleave="transformers",
         second_per_grid_ts=None,
+        video_given: np.ndarray | None = None,
     ) -> Ranges:
         """Ranges a caller has already split (core/features.py): per modality, the
         (n, 2) int64 (offset, length) rows, and their is_embed masks (C-contiguous
         numpy bools of each range's length, or None), or None when no range
-        has one. Everything else is checked as by the constructor."""
+        has one. `video_given`: the videos' ranges as the caller got them, where
+        `video` holds pieces of them (Keye-VL-1.5's frames), for `check_inside`.
+        Everything else is checked as by the constructor."""
         self = cls.__new__(cls)
         self._set(
             config, items, image, image_masks, video, video_masks, audio, audio_masks, interleave, second_per_grid_ts
         )
+        if video_given is not None:
+            self.given = (self.given[0], video_given, self.given[2])
         return self
 
     def _set(
@@ -265,6 +284,7 @@ class Ranges:
             raise ValueError(
                 f"audio_feature_lengths: expected {tracks} lengths ({what}), got {items.audio_tokens.shape[0]}"
             )
+        self.given = (image, video, audio)  # as given, before masks narrow them (check_inside)
         self.image = _embedded_run(image, image_masks, "image_ranges")
         self.audio = _embedded_run(audio, audio_masks, "audio_ranges")
         self.video_items = video  # one row per video, as given
@@ -313,11 +333,19 @@ class Ranges:
             used += 1
         sp64 = _sp_float64(second_per_grid_ts, items)
         m = config.spatial_merge_size
+        check_frame_count(items.video_grid)
         runs, bounds = [], [0]
         for n in range(num_videos):
             t, h, w = (int(v) for v in items.video_grid[n])
             h, w = h // m, w // m
             num_audio = int(items.audio_tokens[track_of[n]])
+            # checked before the runs are made: they grow with the audio tokens, which a wild length makes huge
+            if t * h * w + num_audio != int(self.video[n, 1]):
+                raise ValueError(
+                    f"video_ranges[{n}]: expected an audio-in-video interleave of {t * h * w} video and {num_audio} "
+                    f"audio tokens (audio_feature_lengths[{track_of[n]}]), length {t * h * w + num_audio}, got length "
+                    f"{int(self.video[n, 1])}"
+                )
             if isinstance(interleave, str):
                 block = conventions[interleave](t, h, w, float(sp64[n]), num_audio, config)
             else:
@@ -326,6 +354,19 @@ class Ranges:
             bounds.append(len(runs))
         self.av_runs = np.array(runs, np.int64).reshape(-1, 2)
         self.av_bounds = np.array(bounds, np.int64)
+
+    def check_inside(self, num_tokens: int) -> None:
+        """Refuse a range that runs past the prompt's end, even where only its
+        non-embedding tail does (the builder sees the embedding runs alone)."""
+        for name, rows in zip(("image_ranges", "video_ranges", "audio_ranges"), self.given):
+            if rows.shape[0] == 0:
+                continue
+            for k, (offset, length) in enumerate(rows.tolist()):  # Python ints: no int64 overflow
+                if offset + length > num_tokens:
+                    raise ValueError(
+                        f"{name}[{k}]: expected a range inside the prompt of {num_tokens} tokens, got offset {offset} "
+                        f"and length {length}, which end at {offset + length}"
+                    )
 
     def by_modality(self) -> dict:
         return {C.MOD_IMAGE: self.image, C.MOD_VIDEO: self.video, C.MOD_AUDIO: self.audio}

@@ -40,7 +40,7 @@ import torch
 from ..core.admission import check_layout
 from ..core.canvas import canvas_layout_from_features
 from ..core.config import MRopeConfig
-from ..core.features import read_features
+from ..core.features import read_features, sequence_length
 from ..core.inputs import as_index
 from ..core.layout import PromptLayout, build_rows_from_ranges
 from ..evs.pruned import PRUNABLE, PendingPrune, PrunedPrompt
@@ -180,9 +180,7 @@ class RopeState:
         `apply_staged_writes`. `model` is the vLLM model (its `.config` read
         once per model object) or an `MRopeConfig`."""
         slot = self._slot(req_idx)
-        if isinstance(prefill_token_ids, (str, bytes)) or not hasattr(prefill_token_ids, "__len__"):
-            raise TypeError(f"prefill_token_ids: expected a list of token ids, got {type(prefill_token_ids).__name__}")
-        num_tokens = len(prefill_token_ids)
+        num_tokens = sequence_length(prefill_token_ids, "prefill_token_ids")  # a dict or a 2-D array: refused
         if not 1 <= num_tokens <= self.max_model_len:
             raise ValueError(
                 f"prefill_token_ids: expected 1 to max_model_len={self.max_model_len} tokens, got {num_tokens}"

@@ -39,6 +39,10 @@ from ..kernels import layout_codes as C
 __all__ = ["PendingPrune", "PrunedPrompt", "delete_tokens"]
 
 PRUNABLE = ("qwen2_5_vl", "qwen3_vl")
+# The most tokens the videos' unpruned grids may hold in all: the unpruned prompt is rebuilt as ids (8 bytes a
+# token), so a wild grid would allocate without limit (MemoryError) before anything refused it. A million-token
+# context pruned at rate 0.9 unprunes to 10M tokens.
+MAX_UNPRUNED_TOKENS = 1 << 24
 
 
 def delete_tokens(layout: PromptLayout, keep) -> PromptLayout:
@@ -168,6 +172,12 @@ class PrunedPrompt:
         if (grid <= 0).any() or (grid[:, 1:] % m).any():
             raise ValueError(
                 f"video_grid_thw: expected positive t, h, w with h, w divisible by {m}, got {grid.tolist()}"
+            )
+        unpruned = sum(t * (h // m) * (w // m) for t, h, w in grid.tolist())  # Python ints: no overflow
+        if unpruned > MAX_UNPRUNED_TOKENS:
+            raise ValueError(
+                f"video_grid_thw: expected grids of at most {MAX_UNPRUNED_TOKENS} tokens in all (unpruned), got "
+                f"{unpruned}"
             )
         self.config = config
         self.num_tokens = int(ids.shape[0])

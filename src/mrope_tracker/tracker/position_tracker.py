@@ -321,12 +321,14 @@ class PositionTracker:
     def _admit(self, req_id, num_tokens: int, num_computed: int, estimate: int, build) -> int:
         # Build straight into the free top of the pool. Nothing is committed
         # until the build succeeds, so a rejected request leaves no trace.
-        top, n, max_position = self._pool.build_at_top(estimate, build, self.slot_state)
-        if max_position > self._max_position:
-            raise ValueError(
-                f"dtype: this tracker's {self.dtype} positions stop at {self._max_position}, but the prompt of "
-                f"{req_id!r} reaches {max_position} (use dtype=torch.int64)"
-            )
+        def accept(max_position: int) -> None:  # before the pool makes room: a refusal leaves it as it was
+            if max_position > self._max_position:
+                raise ValueError(
+                    f"dtype: this tracker's {self.dtype} positions stop at {self._max_position}, but the prompt of "
+                    f"{req_id!r} reaches {max_position} (use dtype=torch.int64)"
+                )
+
+        top, n, max_position = self._pool.build_at_top(estimate, build, self.slot_state, accept)
         slot = self._slots.take(req_id)
         state = self.slot_state[slot]
         state[K.F_ACTIVE] = 1

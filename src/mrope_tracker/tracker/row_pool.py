@@ -47,18 +47,28 @@ class LayoutRowPool:
             self.rows, self.scales = rows, scales
         return self.top
 
-    def build_at_top(self, estimate: int, build, slot_state: np.ndarray) -> tuple[int, int, int]:
-        """Run `build(rows, scales)` into the free top, room made for `estimate`
-        rows; returns (start, num_rows, max_position) of the rows it placed.
+    def build_at_top(self, estimate: int, build, slot_state: np.ndarray, accept=None) -> tuple[int, int, int]:
+        """Run `build(rows, scales)` into the free top, or aside when the free
+        top holds fewer than `estimate` rows; returns (start, num_rows,
+        max_position) of the rows it placed.
 
-        `build` returns (rows, scales, num_rows, max_position); when it needed
-        more rows than estimated it built into a table of its own, copied up
-        here. Nothing is committed: the caller calls `commit` once the request
-        is accepted, so a refused one leaves the pool as it was (bar a
-        compaction, which changes no position)."""
-        top = self.make_room(estimate, slot_state)
-        rows, scales, n, max_position = build(self.rows[top:], self.scales[top:])
-        if rows.base is not self.rows:  # more rows than estimated: built in a table of its own
+        `build` returns (rows, scales, num_rows, max_position), built into the
+        table it was given or, when that held too few rows, into one of its
+        own; `accept(max_position)` may still refuse the result. Only then is
+        the pool compacted or grown to take rows built aside, and nothing is
+        committed: the caller calls `commit` once the request is accepted. So
+        a refused request leaves the pool exactly as it was (its memory, its
+        rows, every row start), whatever its `estimate` claimed."""
+        top = self.top
+        if top + estimate <= self.rows.shape[0]:
+            rows, scales = self.rows[top:], self.scales[top:]
+        else:  # no room without compacting or growing the pool: build aside first
+            rows = np.empty((estimate, C.NUM_COLS), np.int64)
+            scales = np.empty((estimate, C.NUM_SCALE_COLS), np.float32)
+        rows, scales, n, max_position = build(rows, scales)
+        if accept is not None:
+            accept(max_position)
+        if rows.base is not self.rows:  # built aside: make room, then copy the rows up
             top = self.make_room(n, slot_state)
             self.rows[top : top + n] = rows[:n]
             self.scales[top : top + n] = scales[:n]

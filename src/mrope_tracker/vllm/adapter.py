@@ -28,8 +28,8 @@ from __future__ import annotations
 import torch
 
 from ..core.canvas import canvas_layout_from_features
-from ..core.features import read_features
-from ..core.inputs import as_config, as_index, describe
+from ..core.features import read_features, sequence_length
+from ..core.inputs import as_config, as_index
 from ..core.layout import PromptLayout
 from ..device.rope_state import RopeState, get_rope_state
 from ..evs.recompute import EvsRecompute, write_identity_columns
@@ -68,9 +68,7 @@ def get_mrope_input_positions(config, input_tokens, mm_features) -> tuple[torch.
 
 
 def _num_tokens(input_tokens) -> int:
-    if isinstance(input_tokens, (str, bytes)) or not hasattr(input_tokens, "__len__"):
-        raise TypeError(f"input_tokens: expected a sequence of token ids, got {describe(input_tokens)}")
-    num = len(input_tokens)
+    num = sequence_length(input_tokens, "input_tokens")  # a dict, a set or a 2-D array: refused
     if num == 0:
         raise ValueError("input_tokens: expected at least one token, got an empty sequence")
     return num
