@@ -23,8 +23,10 @@ SGLANG = "sglang-0.5"
 
 
 def _omni(**fields) -> MRopeConfig:
-    return MRopeConfig.from_hf_config(OMNI, semantics=SGLANG) if not fields else MRopeConfig(
-        family="qwen3_omni", semantics=SGLANG, **fields
+    return (
+        MRopeConfig.from_hf_config(OMNI, semantics=SGLANG)
+        if not fields
+        else MRopeConfig(family="qwen3_omni", semantics=SGLANG, **fields)
     )
 
 
