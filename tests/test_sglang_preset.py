@@ -195,3 +195,16 @@ def test_bracketless_items_are_refused_as_by_the_reference():
     for call in (reference.prompt_positions, prompt_positions):
         with pytest.raises(ValueError, match="vision_start"):
             call(config, ids, image_grid_thw=[[1, 4, 4]])
+
+
+def test_s1_example_of_the_docs():
+    """docs/semantics.md 4.4, S1: two videos (2, 2, 2) at fps 3, r = 13. The second
+    starts at 13.67, so its second frame is at 22.33 (22), where the integer rule
+    gives 21; the delta is 15 against the reference's 14."""
+    ids = [100, 151652, 151656, 151656, 151653, 151652, 151656, 151656, 151653, 101]
+    kwargs = {"video_grid_thw": [[2, 2, 2], [2, 2, 2]], "second_per_grid_ts": [2 / 3, 2 / 3]}
+    expected, delta = _same_everywhere(_omni(), ids, kwargs)
+    assert expected[0].tolist() == [0, 1, 2, 10, 11, 12, 13, 22, 23, 24] and delta == 15
+    assert expected[1, 6:8].tolist() == expected[2, 6:8].tolist() == [13, 13]
+    integer, integer_delta = prompt_positions(MRopeConfig.from_hf_config(OMNI), ids, **kwargs)
+    assert integer[0].tolist() == [0, 1, 2, 10, 11, 12, 13, 21, 22, 23] and integer_delta == 14
