@@ -8,6 +8,8 @@ and through the recorded vectors in tests/test_sglang_vectors.py.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from family_prompts import ALL_FAMILIES, family_prompts, load_config
@@ -208,3 +210,37 @@ def test_s1_example_of_the_docs():
     assert expected[1, 6:8].tolist() == expected[2, 6:8].tolist() == [13, 13]
     integer, integer_delta = prompt_positions(MRopeConfig.from_hf_config(OMNI), ids, **kwargs)
     assert integer[0].tolist() == [0, 1, 2, 10, 11, 12, 13, 21, 22, 23] and integer_delta == 14
+
+
+def test_float_carry_rows_on_the_device():
+    """RopeState (vLLM MRV2's device state) serves the preset's rows, CANVAS frames
+    split by grid row included: the reference's positions, then index + delta.
+    The Triton kernels run in triton's CPU interpreter without a GPU."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    triton = pytest.importorskip("triton")
+    if int(triton.__version__.split(".")[0]) < 3:
+        pytest.skip(f"needs triton >= 3.0 for its CPU interpreter, found {triton.__version__}")
+    from mrope_tracker.device.rope_state import RopeState
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    config = _omni()
+    sp = 2.692307472229004  # the prompt of test_rounding_skips_an_integer_and_splits_frame_rows
+    v, vs, ve = config.video_token_id, config.vision_start_token_id, config.vision_end_token_id
+    ids = [100] * 7 + [vs] + [v] * 16 + [ve] + [100] * 122 + [vs] + [v] * 64 + [ve] + [100] * 3
+    kwargs = {"video_grid_thw": [[4, 4, 4], [1, 16, 16]], "second_per_grid_ts": [sp, sp]}
+    layout = PromptLayout.from_tokens(config, ids, **kwargs)
+    expected, delta = reference.prompt_positions(config, ids, **kwargs)
+    n = len(ids)
+    state = RopeState(3, 2, n + 8, n + 64, device, config=config, block_size=64)
+    state.init_prefill_layout(1, layout)
+    state.apply_staged_writes()
+    tensors = [
+        torch.tensor(x, dtype=d, device=device)
+        for x, d in zip(([1], [0, n + 2], [0, n], [0, 0]), (torch.int64, torch.int32, torch.int32, torch.int32))
+    ]
+    state.prepare_positions(*tensors)
+    got = state.get_positions(n + 2).cpu().numpy()
+    np.testing.assert_array_equal(got[:, :n], expected.numpy())
+    assert got[0, n:].tolist() == [n + delta, n + delta + 1]
