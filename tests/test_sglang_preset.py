@@ -244,3 +244,29 @@ def test_float_carry_rows_on_the_device():
     got = state.get_positions(n + 2).cpu().numpy()
     np.testing.assert_array_equal(got[:, :n], expected.numpy())
     assert got[0, n:].tolist() == [n + delta, n + delta + 1]
+
+
+@settings(max_examples=examples(60, minimum=15))
+@given(data=st.data())
+def test_hf_drop_in_under_the_preset(data):
+    """`hf.get_rope_index` with semantics="sglang-0.5": each row of a left-padded
+    Qwen3-Omni batch gets the preset's positions (as float32, the dtype the
+    model code expects) and its delta."""
+    from mrope_tracker import hf
+
+    # (one video at least: a batch without grids takes transformers' text-only convention, D10)
+    prompts = [data.draw(family_prompts("qwen3_omni", use_audio_in_video=False, min_videos=k)) for k in (1, 0)]
+    width = max(p.num_tokens for p in prompts)
+    ids = [[0] * (width - p.num_tokens) + list(p.token_ids) for p in prompts]
+    mask = [[0] * (width - p.num_tokens) + [1] * p.num_tokens for p in prompts]
+    items = {"image_grid_thw": [], "video_grid_thw": [], "second_per_grid_ts": [], "audio_feature_lengths": []}
+    for p in prompts:
+        for name, value in p.kwargs().items():
+            items[name] += [list(v) if isinstance(v, np.ndarray) else v for v in value.tolist()]
+    items = {name: value for name, value in items.items() if value}
+    config = MRopeConfig.from_hf_config(prompts[0].config, semantics=SGLANG)
+    positions, deltas = hf.get_rope_index(config, ids, attention_mask=mask, **items)
+    for row, p in enumerate(prompts):
+        expected, delta = prompt_positions(config, list(p.token_ids), **p.kwargs())
+        np.testing.assert_array_equal(positions[:, row, width - p.num_tokens :].numpy(), expected)
+        assert deltas[row, 0].item() == delta
