@@ -60,9 +60,10 @@ def _ours(prompt, model_type: str):
 
 def _known_defect(model_type: str, prompt, error: Exception) -> bool:
     """SGLang 0.5.23 raising where it is known to: intern_s2_preview on a video of
-    two or more frames (defect 2)."""
+    two or more frames (defect 2: an IndexError at the video's second frame, or a
+    ValueError when the skipped frames hide a later image's tokens)."""
     multi_frame = any(t > 1 for t, _, _ in prompt.video_grid_thw)
-    return model_type == "intern_s2_preview" and multi_frame and isinstance(error, IndexError)
+    return model_type == "intern_s2_preview" and multi_frame and isinstance(error, (IndexError, ValueError))
 
 
 def _check(prompt, model_type: str) -> None:
