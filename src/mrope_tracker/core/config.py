@@ -212,8 +212,9 @@ class MRopeConfig:
 
     `family` names the rules (see `mrope_tracker.families`) and `semantics`
     the preset: "reference" (transformers 4.x / vLLM mid-2025 rules, the
-    default), "vllm-0.33", "transformers-4.57" or "transformers-5", each
-    reproducing that stack's known divergences (docs/semantics.md). Fields a
+    default), "vllm-0.33", "transformers-4.57", "transformers-5" or
+    "sglang-0.5", each reproducing that stack's known divergences
+    (docs/semantics.md). Fields a
     family does not use stay None; those it uses default to its published
     values. `model_type` is one of the family's model types (default: the
     family's name). `tokens_per_second` is the temporal scale r of video positions
@@ -281,6 +282,12 @@ class MRopeConfig:
         (prompt_positions, PromptLayout.from_tokens, ...) refuse such a config."""
         spec = FAMILIES[self.family]
         return spec.canvas and ("canvas_flag" not in self.switches or bool(self.uses_mrope_canvas))
+
+    @functools.cached_property
+    def float_carry(self) -> bool:
+        """Whether positions follow SGLang 0.5's float32 rule (switch `float_carry`, Qwen3-Omni under
+        "sglang-0.5"): the layout builders hand such prompts to core/float_carry.py (docs/semantics.md, S1)."""
+        return "float_carry" in self.switches
 
     def _pack(self, spec: Family) -> np.ndarray:
         switches = self.switches
@@ -356,8 +363,8 @@ class MRopeConfig:
     def from_hf_config(cls, source: Any, *, semantics: str | None = None) -> MRopeConfig:
         """Build from a ``config.json`` path, a model folder, a dict, or a transformers config object.
 
-        `semantics`: "reference" (default), "vllm-0.33", "transformers-4.57" or
-        "transformers-5". An `MRopeConfig` passes through, switched to
+        `semantics`: "reference" (default), "vllm-0.33", "transformers-4.57",
+        "transformers-5" or "sglang-0.5". An `MRopeConfig` passes through, switched to
         `semantics` when one is given. Ids may sit at the top level or in
         ``text_config``; Omni configs are read through ``thinker_config``.
 

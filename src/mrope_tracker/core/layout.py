@@ -17,7 +17,7 @@ from ..kernels import layout_codes as C
 from ..kernels.layout_build import build_from_ranges, build_from_tokens
 from ..kernels.layout_emit import NUM_STATE, S_MAX, S_NUM_ROWS
 from ..kernels.layout_fill import fill_positions
-from . import layout_bytes
+from . import float_carry, layout_bytes
 from .config import MRopeConfig
 from .errors import layout_error
 from .inputs import EMPTY_OUT, Items, as_config, as_index, as_token_ids, describe
@@ -61,6 +61,12 @@ def _row_estimate(config: MRopeConfig, items: Items, ranges: Ranges | None) -> i
     return rows
 
 
+def _float_rows(config: MRopeConfig, items: Items, state: np.ndarray) -> bool:
+    """Under SGLang 0.5's float32 rule (`float_carry`), whether a checked prompt
+    needs rows of its own (core/float_carry.py) rather than the integer ones."""
+    return state[S_MAX] >= float_carry.INTEGER_LIMIT or float_carry.needs_rows(items, config.tokens_per_second)
+
+
 def build_rows_from_tokens(config: MRopeConfig, ids: np.ndarray, items: Items, rows=None, scales=None):
     """Run the token-scan builder into `rows`, or into a table of its own when
     `rows` is too small (or not given).
@@ -75,6 +81,10 @@ def build_rows_from_tokens(config: MRopeConfig, ids: np.ndarray, items: Items, r
         )
         if code:
             raise layout_error(code, a, b, c, d, config, items, ids=ids)
+        if config.float_carry and _float_rows(config, items, state):  # placed by SGLang 0.5's float32 rule
+            return float_carry.rows_from_tokens(config, ids, items)
+        if config.float_carry:  # the integer rows are the rule's; it still reads every item's brackets
+            float_carry.check_brackets(config, ids, items)
         if state[S_NUM_ROWS] <= rows.shape[0]:
             return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])
         rows, scales = _new_table(int(state[S_NUM_ROWS]))
@@ -106,6 +116,8 @@ def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, r
         )
         if code:
             raise layout_error(code, a, b, c, d, config, items, ranges=ranges.by_modality(), num_tokens=num_tokens)
+        if config.float_carry and _float_rows(config, items, state):  # placed by SGLang 0.5's float32 rule
+            return float_carry.rows_from_ranges(config, num_tokens, items, ranges)
         if state[S_NUM_ROWS] <= rows.shape[0]:
             ranges.check_inside(num_tokens)  # the builder saw the embedding runs alone, not a range's tail
             return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])

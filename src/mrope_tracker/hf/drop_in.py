@@ -309,8 +309,9 @@ def get_rope_index(
     lengths = EMPTY_INT if audio_feature_lengths is None else as_audio_lengths(audio_feature_lengths, cfg)
     audio = audio_token_counts(cfg, lengths)
     num_rows, width = ids.shape
-    # times transformers keeps unrounded under this preset (Qwen3-Omni; the others truncate them, D8)
-    floats = cfg.semantics in cfg.spec.float_times
+    # times transformers keeps unrounded under this preset (Qwen3-Omni; the others truncate them, D8),
+    # or SGLang 0.5 computes unrounded and then truncates every position (`float_carry`, S1)
+    floats = cfg.semantics in cfg.spec.float_times or cfg.float_carry
     out = _NO_OUT if floats else np.empty((cfg.num_dims, num_rows, width), np.int64)
     float_out = np.empty((3, num_rows, width), np.float32) if floats else _NO_FLOAT_OUT
     deltas = np.empty(num_rows, np.int64)
@@ -344,11 +345,22 @@ def get_rope_index(
             _float_error(cfg, row, ids, keep, images, videos, sp, lengths, starts, use_av)
         _row_error(cfg, row, code, ids, keep, images, videos, sp, lengths, starts, use_av)
     _check_all_used(starts[num_rows], images, videos, audio)
-    if floats:
+    if cfg.float_carry:
+        out, deltas = _truncated(float_out, _keep(mask, rule), kept, rules)
+    elif floats:
         return _result(float_out, float_deltas, device)
     if cfg.spec.float_positions:  # truncated times, as float32 (the dtype transformers' model code expects)
         return _result(out.astype(np.float32), deltas.astype(np.float32), device)
     return _result(out, deltas, device, dtype)
+
+
+def _truncated(float_out: np.ndarray, keep: np.ndarray, kept: np.ndarray, rules: BatchRules):
+    """SGLang 0.5's Qwen3-Omni positions from the float32 ones: truncated, and
+    each row's delta from its largest kept position (docs/semantics.md, S1)."""
+    out = float_out.astype(np.int64)
+    top = np.where(keep[None], out, -1).max(axis=(0, 2))
+    length = keep.shape[1] if rules.padded_delta else kept
+    return out, top + 1 - length
 
 
 def _result(positions: np.ndarray, deltas: np.ndarray, device, dtype=None):
