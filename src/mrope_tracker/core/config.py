@@ -106,8 +106,9 @@ class MRopeConfig:
 
     `family` names the rules (see `mrope_tracker.families`) and `semantics`
     the preset: "reference" (transformers 4.x / vLLM mid-2025 rules, the
-    default), "vllm-0.33", "transformers-4.57" or "transformers-5", each
-    reproducing that stack's known divergences (docs/semantics.md). Fields a
+    default), "vllm-0.33", "transformers-4.57", "transformers-5" or
+    "sglang-0.5", each reproducing that stack's known divergences
+    (docs/semantics.md). Fields a
     family does not use stay None; those it uses default to its published
     values. `tokens_per_second` is the temporal scale r of video positions
     (Qwen2.5-VL's ``vision_config.tokens_per_second``, an Omni thinker's
@@ -150,6 +151,10 @@ class MRopeConfig:
     # token sits at its index, as for text. The grid entry points
     # (prompt_positions, PromptLayout.from_tokens, ...) refuse such a config.
     canvas: bool = attrs.field(init=False, repr=False, eq=False)
+    # Whether positions follow SGLang 0.5's float32 rule (switch `float_carry`,
+    # Qwen3-Omni under "sglang-0.5"): the layout builders hand such prompts to
+    # core/float_carry.py, which re-derives every segment (docs/semantics.md, S1).
+    float_carry: bool = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         spec = FAMILIES.get(self.family)
@@ -200,6 +205,7 @@ class MRopeConfig:
         object.__setattr__(self, "num_dims", spec.num_dims)
         canvas = spec.canvas and ("canvas_flag" not in self.switches or bool(self.uses_mrope_canvas))
         object.__setattr__(self, "canvas", canvas)
+        object.__setattr__(self, "float_carry", "float_carry" in self.switches)
 
     def _pack(self, spec: Family) -> np.ndarray:
         switches = self.switches
@@ -275,8 +281,8 @@ class MRopeConfig:
     def from_hf_config(cls, source: Any, *, semantics: str | None = None) -> MRopeConfig:
         """Build from a ``config.json`` path, a model folder, a dict, or a transformers config object.
 
-        `semantics`: "reference" (default), "vllm-0.33", "transformers-4.57" or
-        "transformers-5". An `MRopeConfig` passes through, switched to
+        `semantics`: "reference" (default), "vllm-0.33", "transformers-4.57",
+        "transformers-5" or "sglang-0.5". An `MRopeConfig` passes through, switched to
         `semantics` when one is given. Ids may sit at the top level or in
         ``text_config``; Omni configs are read through ``thinker_config``.
 

@@ -20,6 +20,7 @@ from ..kernels import layout_codes as C
 from ..kernels.layout_build import build_from_ranges, build_from_tokens
 from ..kernels.layout_emit import NUM_STATE, S_MAX, S_NUM_ROWS
 from ..kernels.layout_fill import fill_positions
+from . import float_carry
 from .config import MRopeConfig
 from .errors import layout_error
 from .inputs import EMPTY_OUT, Items, as_config, as_index, as_token_ids
@@ -67,6 +68,8 @@ def build_rows_from_tokens(config: MRopeConfig, ids: np.ndarray, items: Items, r
         )
         if code:
             raise layout_error(code, a, b, c, d, config, items, ids=ids)
+        if config.float_carry:  # checked above; placed by SGLang 0.5's float32 rule
+            return float_carry.rows_from_tokens(config, ids, items)
         if state[S_NUM_ROWS] <= rows.shape[0]:
             return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])
         rows, scales = _new_table(int(state[S_NUM_ROWS]))
@@ -98,6 +101,8 @@ def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, r
         )
         if code:
             raise layout_error(code, a, b, c, d, config, items, ranges=ranges.by_modality(), num_tokens=num_tokens)
+        if config.float_carry:  # checked above; placed by SGLang 0.5's float32 rule
+            return float_carry.rows_from_ranges(config, num_tokens, items, ranges)
         if state[S_NUM_ROWS] <= rows.shape[0]:
             return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])
         rows, scales = _new_table(int(state[S_NUM_ROWS]))

@@ -17,6 +17,7 @@ import torch
 from ..kernels import layout_codes as C
 from ..kernels.layout_build import build_from_tokens
 from ..kernels.layout_emit import NUM_STATE, S_MAX
+from ..kernels.layout_fill import fill_positions
 from ..kernels.next_positions import next_positions_kernel
 from ..kernels.prompt import FAILED, SCRATCH_SIZE, UNREADABLE, prompt_from_arrays, prompt_from_records
 from ..kernels.records import MARSHAL_INTS
@@ -32,6 +33,7 @@ from .inputs import (
     canvas_error,
     normalize_items,
 )
+from .layout import build_rows_from_tokens
 
 __all__ = ["prompt_positions", "next_positions"]
 
@@ -89,6 +91,16 @@ def prompt_positions(
         config = as_config(config)
     if config.canvas:
         raise canvas_error(config)
+    if config.float_carry:  # SGLang 0.5's Qwen3-Omni rule: through its layout rows (core/float_carry.py)
+        return _float_carry_positions(
+            config,
+            token_ids,
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
+            audio_feature_lengths,
+            use_audio_in_video,
+        )
     ids = token_ids
     if (
         type(ids) is not _NDARRAY
@@ -135,6 +147,16 @@ def prompt_positions(
             config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
     return out, delta
+
+
+def _float_carry_positions(config, token_ids, images, videos, times, audio_lengths, use_audio_in_video):
+    """prompt_positions under the `float_carry` switch: the layout's rows, filled."""
+    ids = as_token_ids(token_ids)
+    items = Items.normalize(config, images, videos, times, audio_lengths, use_audio_in_video)
+    rows, scales, n, top = build_rows_from_tokens(config, ids, items)
+    out = _empty((config.num_dims, len(ids)), _INT64)
+    fill_positions(out, 0, rows, scales, 0, n, 0, len(ids))
+    return out, top + 1 - len(ids)
 
 
 def _usable(array) -> bool:

@@ -44,6 +44,8 @@ PRESET_SWITCHES = frozenset(
         "av_merge_tau",
         # MiniCPM-V 4.7's canvas only where the config sets uses_mrope_canvas (else sequential; vLLM 0.33)
         "canvas_flag",
+        # Qwen3-Omni positions computed in float32 with unrounded times, each then truncated (SGLang 0.5, S1)
+        "float_carry",
     }
 )
 
@@ -52,7 +54,7 @@ RUN_VIDEO = 0
 RUN_AUDIO = 1
 
 # The semantics presets (docs/semantics.md); "reference" is the default.
-SEMANTICS = ("reference", "vllm-0.33", "transformers-4.57", "transformers-5")
+SEMANTICS = ("reference", "vllm-0.33", "transformers-4.57", "transformers-5", "sglang-0.5")
 
 # How transformers packs a padded batch: one convention per transformers line (mrope_tracker.hf).
 CONVENTIONS = ("transformers-4", "transformers-5")

@@ -13,7 +13,8 @@ encoder length, consecutive bos/eos pairs, and a time-ordered interleave.
   time is <= the next audio index.
 - Positions are integers, tau(f) = trunc(f * sp * r) as for Qwen2.5-Omni, the
   way engines look them up in an integer rotary cache; transformers keeps
-  them as float32 (see docs/semantics.md).
+  them as float32 (see docs/semantics.md), and SGLang 0.5 truncates those
+  float32 positions at the end (the `sglang-0.5` preset, core/float_carry.py).
 """
 
 import attrs
@@ -73,7 +74,11 @@ FAMILY = Family(
     av_pair="consecutive",
     interleaves={"transformers": _merge_as_given, "vllm": _merge_float32_sp},
     default_second_per_grid_ts=2.0,
-    presets={"vllm-0.33": frozenset({"tau_f64", "av_eos_block", "av_merge_tau"})},
+    presets={
+        "vllm-0.33": frozenset({"tau_f64", "av_eos_block", "av_merge_tau"}),
+        # SGLang 0.5.23 keeps transformers' float32 positions and truncates them (docs/semantics.md, S1)
+        "sglang-0.5": frozenset({"float_carry"}),
+    },
     # the Qwen2.5-Omni thinker's batch, padded with 0
     transformers_batch={
         convention: attrs.evolve(rules, pad=0) for convention, rules in TRANSFORMERS_THINKER_BATCH.items()

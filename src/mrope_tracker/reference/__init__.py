@@ -10,7 +10,8 @@ written out in `docs/semantics.md`; the modules here say which part they own:
 * `_inputs`: the config's raw fields and the item arguments, checked;
 * `_scan`: where the items sit in the token ids (no positions);
 * `_integer`: integer positions by the reference rules, every family;
-* `_float`: Qwen3-Omni float32 positions as transformers 4.57.6 computes them;
+* `_float`: Qwen3-Omni float32 positions as transformers 4.57.6 computes them,
+  and SGLang 0.5.23's truncation of them (the ``sglang-0.5`` preset);
 * `_xd`: HunYuan-VL's four XD-RoPE axes, as transformers 5.24 states them;
 * `_canvas`: MiniCPM-V 4.7's canvas positions, as transformers 5.24 states them;
 * `_evs`: a pruned video prompt's unpruned prompt and the tokens that survive.
@@ -18,8 +19,9 @@ written out in `docs/semantics.md`; the modules here say which part they own:
 It was written from the rules alone and shares no code with the fast path
 (`mrope_tracker.kernels`, `inputs`, `layout`), so that the fast path can be
 tested against it; it is also the benchmark baseline. From a config it reads
-only ``family``, ``spatial_merge_size``, the token ids, ``tokens_per_second``
-and ``n_window``, from any object with those attributes (an `MRopeConfig`, or a
+only ``family``, ``spatial_merge_size``, the token ids, ``tokens_per_second``,
+``n_window`` and, for Qwen3-Omni, whether ``semantics`` is "sglang-0.5",
+from any object with those attributes (an `MRopeConfig`, or a
 `types.SimpleNamespace`); a dict, a ``config.json`` path or a transformers
 config is first read by `MRopeConfig.from_hf_config`.
 
@@ -148,6 +150,8 @@ def prompt_positions(
     items = scan(rules, ids, images, videos, sps, audios, use_audio_in_video)
     if float_positions:
         return _float.positions(rules, ids, items)
+    if rules.float_carry:  # SGLang 0.5 on Qwen3-Omni: the float32 positions, truncated
+        return _float.truncated(rules, ids, items)
     return _integer.positions(rules, length, items)
 
 

@@ -1,4 +1,5 @@
-"""Qwen3-Omni float32 positions, as transformers 4.57.6's Qwen3-Omni ``get_rope_index`` computes them.
+"""Qwen3-Omni float32 positions, as transformers 4.57.6's Qwen3-Omni ``get_rope_index`` computes them,
+and SGLang 0.5.23's integer positions made from them (`truncated`).
 
 That function (``Qwen3OmniMoePreTrainedModelForConditionalGeneration``) keeps the
 temporal values f * sp * r of video frames untruncated, so positions and delta
@@ -109,3 +110,18 @@ def positions(rules: Rules, ids: torch.Tensor, items: list[Item]) -> tuple[torch
         pieces.append(_run(base, length - st))
     out = torch.cat(pieces, dim=1)
     return out, float(out.max() + 1 - length)
+
+
+def truncated(rules: Rules, ids: torch.Tensor, items: list[Item]) -> tuple[torch.Tensor, int]:
+    """(3, L) int64 positions and int delta by SGLang 0.5.23's Qwen3-Omni rule.
+
+    SGLang's ``get_rope_index_qwen3_omni`` (sglang/srt/layers/rotary_embedding/
+    mrope_rope_index.py) computes the float32 positions above, and prefill casts
+    them to int64: truncation, the positions being >= 0. Its delta is the float
+    delta truncated toward zero, which puts the first decode token one past
+    where prefill ended whenever that delta is negative and fractional (SGLang
+    defect 1 in docs/semantics.md). Here the delta is taken from the integer
+    positions, so decoding continues at the last prefill position + 1."""
+    floats, _ = positions(rules, ids, items)
+    out = floats.to(torch.int64)
+    return out, int(out.max()) + 1 - ids.numel()

@@ -99,6 +99,8 @@ class Rules:
     r: float | None  # tokens_per_second (Omni: position_id_per_seconds)
     n_window: int | None  # Qwen3-Omni audio encoder window (half of it, as in audio_config)
     tmerge: int = 1  # frames merged into one temporal patch of a video (ERNIE's temporal_conv_size)
+    # SGLang 0.5's Qwen3-Omni rule: transformers' float32 positions, each truncated to an int (`_float.truncated`)
+    float_carry: bool = False
 
     @property
     def image_only(self) -> bool:
@@ -195,7 +197,9 @@ def read_config(config) -> Rules:
     special = {f"{name}_token_id": value for name, value in ids.items() if value is not None}
     if len(set(special.values())) != len(special):
         raise ValueError(f"config token ids: expected distinct ids, got {special}")
-    return Rules(family=family, merge=int(merge), r=r, n_window=n_window, tmerge=tmerge, **ids)
+    # the one preset whose rule the reference states itself: SGLang 0.5 on Qwen3-Omni (docs/semantics.md, S1)
+    float_carry = family == "qwen3_omni" and getattr(config, "semantics", None) == "sglang-0.5"
+    return Rules(family=family, merge=int(merge), r=r, n_window=n_window, tmerge=tmerge, float_carry=float_carry, **ids)
 
 
 # --------------------------------------------------------------------------
