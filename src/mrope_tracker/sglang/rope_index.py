@@ -49,7 +49,7 @@ _MODEL_TYPE_ALIASES = {"qwen4_exp": "qwen3_vl"}
 
 
 def default_semantics() -> str:
-    """"sglang-0.5" where this package has that preset, else "reference"."""
+    """ "sglang-0.5" where this package has that preset, else "reference"."""
     return "sglang-0.5" if "sglang-0.5" in SEMANTICS else "reference"
 
 
@@ -70,7 +70,7 @@ def _cached_config(key, build) -> MRopeConfig:
     if config is None:
         with warnings.catch_warnings():
             # SGLang passes no vision_end id; the family default stands in (it places no token)
-            warnings.filterwarnings("ignore", message=r"config \(.*\): no vision_end_token_id")
+            warnings.filterwarnings("ignore", message=r"config \(.*\): no (vision_end|audio_end)_token_id")
             config = build()
         if len(_CONFIGS) > 256:
             _CONFIGS.clear()
@@ -79,7 +79,14 @@ def _cached_config(key, build) -> MRopeConfig:
 
 
 def qwen_config(
-    spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second, kwargs, semantics
+    spatial_merge_size,
+    image_token_id,
+    video_token_id,
+    vision_start_token_id,
+    model_type,
+    tokens_per_second,
+    kwargs,
+    semantics,
 ) -> MRopeConfig:
     """The `MRopeConfig` of `get_rope_index`'s arguments."""
     if not isinstance(model_type, str):
