@@ -154,8 +154,9 @@ def _floats(value) -> np.ndarray | None:
     if value is None:
         return None
     if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().float().numpy()
-    return np.asarray(value, dtype=np.float64).reshape(-1)
+        value = value.detach().cpu().numpy()
+    # float32, as the rules hold them (docs/semantics.md): the kernels take that form without a conversion
+    return np.ascontiguousarray(value, dtype=np.float32).reshape(-1)
 
 
 def _index_result(input_ids: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -187,6 +188,12 @@ def _batch(config, input_ids, images, videos, times, audio=None, use_av=False, m
     rows, length = ids.shape
     if not config.spec.scaled_time:
         times = None  # SGLang reads no time scale for these families either
+    if rows == 1 and mask is None:  # SGLang's call: one prompt, its positions used as they come
+        positions, delta = prompt_positions(
+            config, ids[0], image_grid_thw=images, video_grid_thw=videos, second_per_grid_ts=times,
+            audio_feature_lengths=audio, use_audio_in_video=use_av,
+        )  # fmt: skip
+        return positions.reshape(3, 1, length), np.array([delta], np.int64)
     out = np.ones((3, rows, length), np.int64)
     deltas = np.zeros(rows, np.int64)
     image_at = video_at = 0
