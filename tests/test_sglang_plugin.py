@@ -231,3 +231,18 @@ def test_requests_it_cannot_serve_go_to_sglang(fake_sglang):
                                   prefix_lens=[0], extend_lens=[3])  # fmt: skip
     forward = _forward(fake_sglang, "extend")
     assert forward._compute_mrope_positions(runner, batch) == SGLANG
+
+
+def test_engine_guide_sglang_examples_run():
+    """docs/engine.md's SGLang examples run as written, in order (their asserts are the check)."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "engine.md").read_text(encoding="utf-8")
+    section = text[text.index("## 11. SGLang 0.5") :]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 3
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/engine.md", "exec"), namespace)  # noqa: S102
+    assert not plugin.installed()
