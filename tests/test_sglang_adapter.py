@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import types
 
 import numpy as np
 import pytest
@@ -27,7 +28,14 @@ from hypothesis import strategies as st
 from strategies import examples
 
 from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions
-from mrope_tracker.sglang import BatchPositions, extend_session, get_rope_index, get_rope_index_glm4v, text_layout
+from mrope_tracker.sglang import (
+    BatchPositions,
+    extend_session,
+    get_rope_index,
+    get_rope_index_ernie45,
+    get_rope_index_glm4v,
+    text_layout,
+)
 
 SEMANTICS = "sglang-0.5"
 # the families SGLang's get_rope_index serves with its argument list (not GLM or ERNIE: those read a config)
@@ -126,6 +134,33 @@ def test_get_rope_index_equals_sglangs_own(prompt):
     assert torch.equal(theirs[0], ours[0]) and torch.equal(theirs[1], ours[1])
 
 
+def _namespace(value):
+    """A config dict as an object with attributes, as SGLang's functions read a model config."""
+    if isinstance(value, dict):
+        return types.SimpleNamespace(**{key: _namespace(item) for key, item in value.items()})
+    return value
+
+
+@pytest.mark.skipif(not ORACLE, reason="MROPE_SGLANG_ROPE_INDEX names no SGLang mrope_rope_index.py")
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(("glm4v", "ernie4_5_moe_vl")).flatmap(lambda family: family_prompts(family, config_name=family)))
+def test_config_reading_drop_ins_equal_sglangs_own(prompt):
+    kw = prompt.kwargs()
+    images, videos = kw.get("image_grid_thw"), kw.get("video_grid_thw")
+    args = [
+        torch.tensor([prompt.token_ids]),
+        _namespace(prompt.config),
+        None if images is None else torch.from_numpy(images),
+        None if videos is None else torch.from_numpy(videos),
+    ]
+    if prompt.family == "glm4v":
+        args.append(torch.ones((1, prompt.num_tokens), dtype=torch.int64))
+        theirs, ours = _oracle().get_rope_index_glm4v(*args), get_rope_index_glm4v(*args, semantics=SEMANTICS)
+    else:
+        theirs, ours = _oracle().get_rope_index_ernie45(*args), get_rope_index_ernie45(*args, semantics=SEMANTICS)
+    assert torch.equal(theirs[0], ours[0]) and torch.equal(theirs[1], ours[1])
+
+
 # ---------------------------------------------------------------------------------------------- request state
 def _sglang_session(saved: torch.Tensor | None, prompt_len: int, turn: torch.Tensor) -> torch.Tensor:
     """SGLang 0.5's session rule on (3, L) positions, re-stated."""
@@ -191,10 +226,20 @@ def _full(layout: PromptLayout, end: int) -> np.ndarray:
 
 
 @st.composite
+def requests(draw):
+    """A request's layout: a prompt's, or a session's (a saved prompt, generated text, a new turn)."""
+    layout = draw(layouts(QWEN25))
+    if not draw(st.booleans()):
+        return layout
+    turn = draw(layouts(QWEN25))
+    return extend_session(layout, layout.num_tokens + draw(st.integers(0, 12)) + turn.num_tokens, turn)
+
+
+@st.composite
 def batches(draw):
     num = draw(st.integers(1, 6))
     rows = draw(st.lists(st.integers(0, 15), min_size=num, max_size=num, unique=True))
-    reqs = [draw(layouts(QWEN25)) for _ in rows]
+    reqs = [draw(requests()) for _ in rows]
     mode = draw(st.sampled_from(("extend", "decode", "spec")))
     if mode == "extend":
         prefix = [draw(st.integers(0, r.num_tokens + 8)) for r in reqs]

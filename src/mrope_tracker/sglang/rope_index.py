@@ -89,6 +89,16 @@ def qwen_config(
     semantics,
 ) -> MRopeConfig:
     """The `MRopeConfig` of `get_rope_index`'s arguments."""
+    # the arguments as they come are the cache key of the common call (a few hundred ns)
+    fast = (spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second)
+    fast += (semantics, kwargs.get("audio_token_id"), kwargs.get("audio_start_token_id"))
+    fast += (kwargs.get("position_id_per_seconds"),)
+    try:
+        config = _CONFIGS.get(fast)
+    except TypeError:  # an unhashable argument: the checked way below says what is wrong
+        fast, config = None, None
+    if config is not None:
+        return config
     if not isinstance(model_type, str):
         raise TypeError(f"model_type: expected a str, got {type(model_type).__name__}")
     model_type = _MODEL_TYPE_ALIASES.get(model_type, model_type)
@@ -111,7 +121,10 @@ def qwen_config(
         source = {"model_type": model_type, "thinker_config": fields} if omni else {"model_type": model_type, **fields}
         return MRopeConfig.from_hf_config(source, semantics=semantics)
 
-    return _cached_config(key, build)
+    config = _cached_config(key, build)
+    if fast is not None:
+        _CONFIGS[fast] = config
+    return config
 
 
 def hf_config_of(hf_config, semantics: str) -> MRopeConfig:
@@ -227,6 +240,18 @@ def _batch(config, input_ids, images, videos, times, audio=None, use_av=False, m
     return out, deltas
 
 
+def _result(positions: np.ndarray, deltas: np.ndarray, input_ids: torch.Tensor, dtype, delta_dtype=torch.int64):
+    """Tensors in SGLang's dtypes on `input_ids`' device, converted only where they differ."""
+    out, delta = torch.from_numpy(positions), torch.from_numpy(deltas).view(-1, 1)
+    if out.dtype != dtype:
+        out = out.to(dtype)
+    if delta.dtype != delta_dtype:
+        delta = delta.to(delta_dtype)
+    if input_ids.device.type != "cpu":
+        out, delta = out.to(input_ids.device), delta.to(input_ids.device)
+    return out, delta
+
+
 def get_rope_index(
     spatial_merge_size,
     image_token_id,
@@ -270,10 +295,7 @@ def get_rope_index(
     if images is None and videos is None:
         return _index_result(input_ids, torch.int64)
     positions, deltas = _batch(config, input_ids, images, videos, _floats(second_per_grid_ts))
-    device = input_ids.device
-    return torch.from_numpy(positions).to(device=device, dtype=input_ids.dtype), torch.from_numpy(deltas)[:, None].to(
-        device
-    )
+    return _result(positions, deltas, input_ids, input_ids.dtype)
 
 
 def get_rope_index_qwen3_omni(
@@ -309,11 +331,7 @@ def get_rope_index_qwen3_omni(
     if input_ids.shape[0] != 1:
         raise ValueError(f"input_ids: expected one row for qwen3_omni_moe, got {input_ids.shape[0]}")
     positions, deltas = _batch(config, input_ids, images, videos, _floats(second_per_grid_ts), audio, use_av)
-    device = input_ids.device
-    return (
-        torch.from_numpy(positions).to(device=device, dtype=torch.float32),
-        torch.from_numpy(deltas)[:, None].to(device=device, dtype=torch.float32),
-    )
+    return _result(positions, deltas, input_ids, torch.float32, torch.float32)
 
 
 def get_rope_index_glm4v(
@@ -344,10 +362,7 @@ def get_rope_index_glm4v(
         if mask.all():
             mask = None
     positions, deltas = _batch(config, input_ids, images, videos, None, mask=mask)
-    device = input_ids.device
-    return torch.from_numpy(positions).to(device=device, dtype=input_ids.dtype), torch.from_numpy(deltas)[:, None].to(
-        device
-    )
+    return _result(positions, deltas, input_ids, input_ids.dtype)
 
 
 def get_rope_index_ernie45(
@@ -362,7 +377,4 @@ def get_rope_index_ernie45(
     if images is None and videos is None:
         return _index_result(input_ids, torch.int64)
     positions, deltas = _batch(config, input_ids, images, videos, None)
-    device = input_ids.device
-    return torch.from_numpy(positions).to(device=device, dtype=input_ids.dtype), torch.from_numpy(deltas)[:, None].to(
-        device
-    )
+    return _result(positions, deltas, input_ids, input_ids.dtype)
