@@ -246,3 +246,21 @@ def test_engine_guide_sglang_examples_run():
     for block in blocks:
         exec(compile(block, "docs/engine.md", "exec"), namespace)  # noqa: S102
     assert not plugin.installed()
+
+
+def test_a_text_request_before_any_layout_is_served_once_a_layout_comes(fake_sglang):
+    plugin.install(semantics="sglang-0.5")
+    runner = Runner(size=4)
+    runner.allocate(2)
+    text = _req(fake_sglang, None, 6)
+    batch = types.SimpleNamespace(reqs=[text], req_pool_indices_cpu=torch.tensor([2]), prefix_lens=[0], extend_lens=[6])
+    assert _forward(fake_sglang, "extend")._compute_mrope_positions(runner, batch) == SGLANG  # no engine yet
+    ids = [1, VS] + [IMG] * 4 + [VE]
+    output, expected = _process(fake_sglang, ids, [[1, 4, 4]])
+    runner.allocate(1)
+    batch = types.SimpleNamespace(reqs=[text, _req(fake_sglang, output, len(ids))],
+                                  req_pool_indices_cpu=torch.tensor([2, 1]), prefix_lens=[6, 0],
+                                  extend_lens=[1, len(ids)])  # fmt: skip
+    forward = _forward(fake_sglang, "extend")
+    forward._compute_mrope_positions(runner, batch)
+    assert forward.mrope_positions[0, 0] == 6 and (forward.mrope_positions[:, 1:].numpy() == expected).all()

@@ -155,26 +155,31 @@ class RunnerState:
 
     def admit_new(self, rows: np.ndarray, generations: np.ndarray, reqs) -> bool:
         """Admit the batch's new requests (rows whose generation changed);
-        True when the adapter serves every request of the batch."""
-        new = np.flatnonzero(generations != self.generation[rows])
-        for k in new.tolist():
-            self._admit(int(rows[k]), reqs[k])
-            self.generation[rows[k]] = generations[k]
+        True when the adapter serves every request of the batch. Layouts go
+        first: the first one makes the engine that text requests need."""
+        new = np.flatnonzero(generations != self.generation[rows]).tolist()
+        new.sort(key=lambda k: reqs[k].multimodal_inputs is None)
+        for k in new:
+            if self._admit(int(rows[k]), reqs[k]):  # undecided rows are tried again at the next batch
+                self.generation[rows[k]] = generations[k]
         return self.engine is not None and not self.foreign[rows].any()
 
-    def _admit(self, row: int, req) -> None:
+    def _admit(self, row: int, req) -> bool:
+        """Admit one request; False when it cannot be decided yet (text before any layout)."""
         mm = req.multimodal_inputs
         positions = None if mm is None else mm.mrope_positions
         self.foreign[row] = True
         if positions is None:
-            if mm is not None or self.engine is None:
-                return  # an engine is made by the first layout; SGLang serves text until then
+            if mm is None and self.engine is None:
+                return False  # the engine is made by the first layout; SGLang serves text until then
+            if mm is not None:
+                return True  # multimodal inputs without positions: SGLang's own business
             self.engine.admit(row, num_tokens=max(1, len(req.origin_input_ids)))
         elif is_layout_tensor(positions):
             layout = layout_of_tensor(positions)
             if self.engine is None:
                 if layout.config is None or layout.config.family not in FAMILIES:
-                    return
+                    return True
                 self.engine = BatchPositions(
                     layout.config,
                     max_num_reqs=self.max_num_reqs,
@@ -183,8 +188,9 @@ class RunnerState:
                 )
             self.engine.admit(row, read_layout(layout, self.engine.config))
         else:
-            return  # (3, L) positions SGLang made itself
+            return True  # (3, L) positions SGLang made itself
         self.foreign[row] = False
+        return True
 
 
 def session_layout(req, turn_positions) -> PromptLayout | None:
