@@ -38,7 +38,11 @@ import numpy as np
 from ..kernels import layout_codes as C
 from .inputs import Items
 
-__all__ = ["rows_from_ranges", "rows_from_tokens"]
+__all__ = ["check_brackets", "needs_rows", "rows_from_ranges", "rows_from_tokens", "INTEGER_LIMIT"]
+
+# Below this, a prompt without fractions in float32 gives the integer rule's
+# positions exactly (every float32 sum of integers is exact there).
+INTEGER_LIMIT = 2**23
 
 _F32 = np.float32
 _ONE = np.float32(1)
@@ -59,6 +63,22 @@ class _Item:
     def brackets(self) -> int:
         """bos (and eos) tokens around the content: two for audio in video."""
         return 2 if self.kind == AUDIO_IN_VIDEO else 1
+
+
+def needs_rows(items: Items, rate: float) -> bool:
+    """Whether the float32 rule can differ from the integer one on these items:
+    some video frame time (f * sp) * r is fractional in float32, or a video
+    carries its audio (the rule merges the block by value, whatever its
+    layout). Otherwise every value is a whole number, and below INTEGER_LIMIT
+    the kernels' integer positions are the rule's."""
+    if items.use_audio_in_video and items.video_grid.shape[0]:
+        return True
+    r = _F32(rate)
+    for (t, _, _), sp in zip(items.video_grid.tolist(), items.video_sp.tolist()):
+        times = (np.arange(t, dtype=_F32) * _F32(sp)) * r
+        if (times != np.floor(times)).any():
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------
@@ -104,7 +124,7 @@ def _items_from_tokens(config, ids: np.ndarray, items: Items) -> list[_Item]:
     supply = _Supply(config, items)
     image, video, audio = config.image_token_id, config.video_token_id, config.audio_token_id
     opening = [config.vision_start_token_id, config.audio_start_token_id]
-    at = np.flatnonzero(np.isin(ids, (image, video, audio)))
+    at = np.flatnonzero((ids == image) | (ids == video) | (ids == audio))
     found, k = [], 0
     while k < at.shape[0]:
         o = int(at[k])
@@ -122,6 +142,12 @@ def _items_from_tokens(config, ids: np.ndarray, items: Items) -> list[_Item]:
         k = int(np.searchsorted(at, item.start + item.length))
     _check_brackets(config, ids, found)
     return found
+
+
+def check_brackets(config, ids: np.ndarray, items: Items) -> None:
+    """For a token-form prompt the builder accepted: ValueError naming the first
+    item without its bos or eos token (the float32 rule reads them unlooked)."""
+    _items_from_tokens(config, ids, items)
 
 
 def _check_brackets(config, ids: np.ndarray, found: list[_Item]) -> None:
@@ -167,6 +193,23 @@ def _items_from_ranges(config, items: Items, ranges) -> list[_Item]:
 # --------------------------------------------------------------------------
 
 
+# Below this, consecutive float32 sums base + k (k an int) truncate to integers
+# that rise by 1 or 2 (2 once, where rounding carries the fraction into the
+# next integer): a run whose first and last values are n - 1 apart is one row.
+_EXACT_STEPS = 2**23
+
+
+def _at(base, k):
+    """base + k rounded to float32, as torch adds an int64 arange to a float32 scalar."""
+    return _F32(base + _F32(k))
+
+
+def _is_one_row(base, k0: int, n: int) -> bool:
+    """Whether trunc(base + k), k0 <= k < k0 + n, rises by exactly 1 a token."""
+    last = int(_at(base, k0 + n - 1))
+    return last - int(_at(base, k0)) == n - 1 and last < _EXACT_STEPS
+
+
 class _Rows:
     """Rows and scales collected in token order."""
 
@@ -175,17 +218,21 @@ class _Rows:
         self.scales: list[tuple[float, float]] = []
         self.top = -1
 
-    def linear(self, start: int, values: np.ndarray) -> None:
-        """Tokens start, start+1, ... at `values` (int64) on every axis: one
-        LINEAR row per stretch that rises by one a token."""
-        if values.shape[0] == 0:
+    def linear(self, start: int, base, k0: int, n: int) -> None:
+        """Tokens start .. start+n-1 at trunc(base + k), k0 <= k < k0 + n, on every
+        axis: one LINEAR row per stretch that rises by one a token."""
+        if n <= 0:
             return
-        steps = values - np.arange(values.shape[0])
-        cuts = [0, *(np.flatnonzero(np.diff(steps)) + 1).tolist(), values.shape[0]]
-        for a, b in zip(cuts, cuts[1:]):
-            self.rows.append([start + a, b - a, C.KIND_LINEAR, int(values[a]), 0, 0, 0, 0, 0])
+        if _is_one_row(base, k0, n):
+            cuts, firsts = [0, n], [int(_at(base, k0))]
+        else:  # rounding skips an integer (or positions past 2**23): find where
+            values = (np.arange(k0, k0 + n, dtype=_F32) + _F32(base)).astype(np.int64)
+            breaks = (np.flatnonzero(np.diff(values - np.arange(n))) + 1).tolist()
+            cuts, firsts = [0, *breaks, n], values[[0, *breaks]].tolist()
+        for a, b, first in zip(cuts, cuts[1:], firsts):
+            self.rows.append([start + a, b - a, C.KIND_LINEAR, first, 0, 0, 0, 0, 0])
             self.scales.append((0.0, 0.0))
-        self.top = max(self.top, int(values[-1]))
+        self.top = max(self.top, int(_at(base, k0 + n - 1)))
 
     def canvas(self, start, count, t_value, offset, top, left, h, w) -> None:
         row = [0] * C.NUM_COLS
@@ -197,19 +244,19 @@ class _Rows:
 
     def frame_part(self, start, g0, g1, t_value, hs: np.ndarray, ws: np.ndarray) -> None:
         """Grid tokens g0 .. g1-1 of one frame (h' = len(hs), w' = len(ws)) from
-        token `start`, at T = t_value, H = hs[i], W = ws[j]."""
+        token `start`, at T = t_value, H = hs[i], W = ws[j] (int64 arrays)."""
         h, w = hs.shape[0], ws.shape[0]
         tops, lefts = hs - np.arange(h), ws - np.arange(w)
         i0, i1 = g0 // w, (g1 - 1) // w
-        self.top = max(self.top, int(t_value), int(hs[i1]), int(ws[-1] if i1 > i0 else ws[(g1 - 1) % w]))
+        self.top = max(self.top, t_value, int(hs[i1]), int(ws[-1] if i1 > i0 else ws[(g1 - 1) % w]))
         if lefts[0] == lefts[-1] and tops[i0] == tops[i1]:  # (each is non-decreasing)
-            self.canvas(start, g1 - g0, int(t_value), g0, int(tops[i0]), int(lefts[0]), h, w)
+            self.canvas(start, g1 - g0, t_value, g0, int(tops[i0]), int(lefts[0]), h, w)
             return
         for i in range(i0, i1 + 1):  # rounding moved H or W inside this frame: row by row
             a, b = max(g0, i * w), min(g1, (i + 1) * w)
             cuts = [a, *(a + 1 + np.flatnonzero(np.diff(lefts[a - i * w : b - i * w]))).tolist(), b]
             for x, y in zip(cuts, cuts[1:]):
-                self.canvas(start + x - g0, y - x, int(t_value), x, int(tops[i]), int(lefts[x - i * w]), h, w)
+                self.canvas(start + x - g0, y - x, t_value, x, int(tops[i]), int(lefts[x - i * w]), h, w)
 
     def table(self) -> tuple[np.ndarray, np.ndarray]:
         return np.array(self.rows, np.int64).reshape(-1, C.NUM_COLS), np.array(self.scales, np.float32).reshape(
@@ -217,56 +264,64 @@ class _Rows:
         )
 
 
-def _run(base, n: int) -> np.ndarray:
-    """base + 0, ..., base + n-1, each rounded to float32 (as torch adds an int64 arange to a float32 scalar)."""
-    return np.arange(n, dtype=_F32) + _F32(base)
+class _Block:
+    """A vision block at float32 base s: T of each frame, and H and W (exact
+    rows when rounding moves them inside a frame)."""
 
+    def __init__(self, item: _Item, s, r):
+        self.item, self.s = item, s
+        times = np.zeros(1, _F32) if item.sp is None else (np.arange(item.t, dtype=_F32) * item.sp) * r
+        ts = times + _F32(s)
+        self.t_values = ts.astype(np.int64).tolist()
+        self.plain = _is_one_row(s, 0, item.h) and _is_one_row(s, 0, item.w)
+        self.corner = int(s)  # H of row 0 and W of column 0, where plain
+        if not self.plain:
+            self.hs = (np.arange(item.h, dtype=_F32) + _F32(s)).astype(np.int64)
+            self.ws = (np.arange(item.w, dtype=_F32) + _F32(s)).astype(np.int64)
+        self.maximum = max(ts[-1], _at(s, item.h - 1), _at(s, item.w - 1))
 
-def _trunc(values: np.ndarray) -> np.ndarray:
-    return values.astype(np.int64)
-
-
-def _vision(item: _Item, s, r) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Float32 T of each frame, H of each grid row and W of each column at base s."""
-    times = np.zeros(1, _F32) if item.sp is None else (np.arange(item.t, dtype=_F32) * item.sp) * r
-    return times + _F32(s), _run(s, item.h), _run(s, item.w)
-
-
-def _frames(out: _Rows, start: int, g0: int, g1: int, item: _Item, ts, hs, ws) -> None:
-    """Vision tokens g0 .. g1-1 of a block (frame-major) from token `start`."""
-    hw = item.h * item.w
-    hs, ws = _trunc(hs), _trunc(ws)
-    g = g0
-    while g < g1:
-        f = g // hw
-        end = min(g1, (f + 1) * hw)
-        out.frame_part(start + g - g0, g - f * hw, end - f * hw, int(ts[f]), hs, ws)
-        g = end
+    def rows(self, out: _Rows, start: int, g0: int, g1: int) -> None:
+        """Rows of grid tokens g0 .. g1-1 (frame-major) from token `start`."""
+        item = self.item
+        hw = item.h * item.w
+        g = g0
+        while g < g1:
+            f = g // hw
+            end = min(g1, (f + 1) * hw)
+            t_value = self.t_values[f]
+            if self.plain:
+                out.canvas(start + g - g0, end - g, t_value, g - f * hw, self.corner, self.corner, item.h, item.w)
+            else:
+                out.frame_part(start + g - g0, g - f * hw, end - f * hw, t_value, self.hs, self.ws)
+            g = end
+        if self.plain:
+            last = g1 - 1 - ((g1 - 1) // hw) * hw  # the last token's place in its frame
+            i, j = last // item.w, (item.w - 1 if g1 - g0 > last % item.w + 1 else last % item.w)
+            out.top = max(out.top, self.t_values[(g1 - 1) // hw], self.corner + i, self.corner + j)
 
 
 def _content(out: _Rows, item: _Item, s, r):
     """Rows of an item's content at float32 base s; returns the maximum of its last piece."""
     if item.kind == AUDIO:
-        values = _run(s, item.length)
-        out.linear(item.start, _trunc(values))
-        return values[-1]
-    ts, hs, ws = _vision(item, s, r)
-    block_max = max(ts[-1], hs[-1], ws[-1])
+        out.linear(item.start, s, 0, item.length)
+        return _at(s, item.length - 1)
+    block = _Block(item, s, r)
     if item.kind == VISION:
-        _frames(out, item.start, 0, item.length, item, ts, hs, ws)
-        return block_max
-    audio = _run(s, item.num_audio)
-    # audio tokens before each frame: those with a T value below the frame's
-    before = np.searchsorted(audio, ts, side="left").tolist()
+        block.rows(out, item.start, 0, item.length)
+        return block.maximum
+    # audio in video: audio token a at s + a; audio tokens before each frame: those below its T
+    audio = np.arange(item.num_audio, dtype=_F32) + _F32(s)
+    times = (np.arange(item.t, dtype=_F32) * item.sp) * r + _F32(s)
+    before = np.searchsorted(audio, times, side="left").tolist()
     hw, tok, a = item.h * item.w, item.start, 0
     for f, upto in enumerate([*before, item.num_audio]):
         if upto > a:
-            out.linear(tok, _trunc(audio[a:upto]))
+            out.linear(tok, s, a, upto - a)
             tok, a = tok + upto - a, upto
         if f < item.t:
-            _frames(out, tok, f * hw, (f + 1) * hw, item, ts, hs, ws)
+            block.rows(out, tok, f * hw, (f + 1) * hw)
             tok += hw
-    return audio[-1] if before[-1] < item.num_audio else block_max
+    return _at(s, item.num_audio - 1) if before[-1] < item.num_audio else block.maximum
 
 
 def _carry_rows(config, num_tokens: int, found: list[_Item]) -> tuple[np.ndarray, np.ndarray, int, int]:
@@ -284,16 +339,14 @@ def _carry_rows(config, num_tokens: int, found: list[_Item]) -> tuple[np.ndarray
                 f"{item.start} and {bos} eos token(s) after the one before it, got {item.start - st} token(s) between"
             )
         if text:
-            out.linear(st, _trunc(_run(base, text)))
-            base = _F32(base + _F32(text))
-        out.linear(item.start - bos, _trunc(_run(base, bos)))
-        s = _F32(base + _F32(bos))
-        eos_base = _F32(_content(out, item, s, r) + _ONE)
-        eos = _run(eos_base, bos)
-        out.linear(item.start + item.length, _trunc(eos))
-        st, last = item.start + item.length + bos, eos[-1]
+            out.linear(st, base, 0, text)
+            base = _at(base, text)
+        out.linear(item.start - bos, base, 0, bos)
+        eos_base = _F32(_content(out, item, _at(base, bos), r) + _ONE)
+        out.linear(item.start + item.length, eos_base, 0, bos)
+        st, last = item.start + item.length + bos, _at(eos_base, bos - 1)
     if st < num_tokens:
-        out.linear(st, _trunc(_run(_F32(0) if last is None else _F32(last + _ONE), num_tokens - st)))
+        out.linear(st, _F32(0) if last is None else _F32(last + _ONE), 0, num_tokens - st)
     rows, scales = out.table()
     return rows, scales, rows.shape[0], out.top
 

@@ -54,6 +54,12 @@ def estimate_rows(config: MRopeConfig, items: Items, ranges: Ranges | None = Non
     return rows
 
 
+def _float_rows(config: MRopeConfig, items: Items, state: np.ndarray) -> bool:
+    """Under SGLang 0.5's float32 rule (`float_carry`), whether a checked prompt
+    needs rows of its own (core/float_carry.py) rather than the integer ones."""
+    return state[S_MAX] >= float_carry.INTEGER_LIMIT or float_carry.needs_rows(items, config.tokens_per_second)
+
+
 def build_rows_from_tokens(config: MRopeConfig, ids: np.ndarray, items: Items, rows=None, scales=None):
     """Run the token-scan builder into `rows`, or into a table of its own when
     `rows` is too small (or not given).
@@ -68,8 +74,10 @@ def build_rows_from_tokens(config: MRopeConfig, ids: np.ndarray, items: Items, r
         )
         if code:
             raise layout_error(code, a, b, c, d, config, items, ids=ids)
-        if config.float_carry:  # checked above; placed by SGLang 0.5's float32 rule
+        if config.float_carry and _float_rows(config, items, state):  # placed by SGLang 0.5's float32 rule
             return float_carry.rows_from_tokens(config, ids, items)
+        if config.float_carry:  # the integer rows are the rule's; it still reads every item's brackets
+            float_carry.check_brackets(config, ids, items)
         if state[S_NUM_ROWS] <= rows.shape[0]:
             return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])
         rows, scales = _new_table(int(state[S_NUM_ROWS]))
@@ -101,7 +109,7 @@ def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, r
         )
         if code:
             raise layout_error(code, a, b, c, d, config, items, ranges=ranges.by_modality(), num_tokens=num_tokens)
-        if config.float_carry:  # checked above; placed by SGLang 0.5's float32 rule
+        if config.float_carry and _float_rows(config, items, state):  # placed by SGLang 0.5's float32 rule
             return float_carry.rows_from_ranges(config, num_tokens, items, ranges)
         if state[S_NUM_ROWS] <= rows.shape[0]:
             return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])

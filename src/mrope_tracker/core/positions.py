@@ -21,6 +21,7 @@ from ..kernels.layout_fill import fill_positions
 from ..kernels.next_positions import next_positions_kernel
 from ..kernels.prompt import FAILED, SCRATCH_SIZE, UNREADABLE, prompt_from_arrays, prompt_from_records
 from ..kernels.records import MARSHAL_INTS
+from . import float_carry
 from .config import MRopeConfig
 from .errors import layout_error
 from .inputs import (
@@ -150,11 +151,20 @@ def prompt_positions(
 
 
 def _float_carry_positions(config, token_ids, images, videos, times, audio_lengths, use_audio_in_video):
-    """prompt_positions under the `float_carry` switch: the layout's rows, filled."""
+    """prompt_positions under the `float_carry` switch (SGLang 0.5's Qwen3-Omni
+    rule): the kernels' integer positions where they are the rule's (no
+    fractional time, no audio in video), else the layout's rows, filled."""
     ids = as_token_ids(token_ids)
     items = Items.normalize(config, images, videos, times, audio_lengths, use_audio_in_video)
-    rows, scales, n, top = build_rows_from_tokens(config, ids, items)
     out = _empty((config.num_dims, len(ids)), _INT64)
+    if not float_carry.needs_rows(items, config.tokens_per_second):
+        delta = prompt_from_arrays(out, ids, config.kernel_params, *items.kernel_args, _SCRATCH)
+        if delta == FAILED:  # the long way raises the error
+            checked_prompt_positions(config, ids, images, videos, times, audio_lengths, use_audio_in_video)
+        if delta + len(ids) <= float_carry.INTEGER_LIMIT:
+            float_carry.check_brackets(config, ids, items)
+            return out, delta
+    rows, scales, n, top = build_rows_from_tokens(config, ids, items)
     fill_positions(out, 0, rows, scales, 0, n, 0, len(ids))
     return out, top + 1 - len(ids)
 

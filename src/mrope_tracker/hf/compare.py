@@ -2,7 +2,7 @@
 prompts, and which divergence explains each difference.
 
 Every prompt is positioned under each preset ("reference", "vllm-0.33",
-"transformers-4.57", "transformers-5"; docs/semantics.md). For each pair of
+"transformers-4.57", "transformers-5", "sglang-0.5"; docs/semantics.md). For each pair of
 presets we report the share of prompts whose positions (or delta) differ, an
 example with its first differing token, and the divergences behind the
 differences. A difference is explained by the smallest set of the pair's
@@ -49,6 +49,7 @@ DIVERGENCES = {
     "n_window": "D8",  # transformers 5 reads Qwen3-Omni's audio window from the config
     "tau_rate_first": "transformers 5 product order",  # Qwen2.5-VL frame f times float32(sp * r)
     "canvas_flag": "D12",  # vLLM 0.33: MiniCPM-V 4.7's canvas only with the config's flag
+    "float_carry": "S1",  # SGLang 0.5: Qwen3-Omni float32 positions truncated (times carried across items)
 }
 # Marker ids for a canvas family's bare model type (none published): only which token is which matters
 _CANVAS_STANDINS = {
