@@ -18,8 +18,13 @@ import types
 import numpy as np
 import pytest
 import torch
+from family_prompts import family_prompts
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import examples
 
 from mrope_tracker import MRopeConfig, prompt_positions
+from mrope_tracker import sglang as sglang_api
 from mrope_tracker.sglang import hooks, plugin
 
 RECORD_PATH = os.path.join(os.path.dirname(__file__), "data", "sglang-0.5.23-api.json")
@@ -264,3 +269,45 @@ def test_a_text_request_before_any_layout_is_served_once_a_layout_comes(fake_sgl
     forward = _forward(fake_sglang, "extend")
     forward._compute_mrope_positions(runner, batch)
     assert forward.mrope_positions[0, 0] == 6 and (forward.mrope_positions[:, 1:].numpy() == expected).all()
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "ernie4_5_moe_vl", "qwen3_omni")).flatmap(
+        lambda family: family_prompts(family, config_name=None)
+    )
+)
+def test_installed_drop_ins_return_the_plain_drop_ins_results(prompt):
+    """Installed, a drop-in builds the layout first and returns its positions: the plain drop-in's, exactly."""
+    config = MRopeConfig.from_hf_config(prompt.config, semantics="sglang-0.5")
+    kw = prompt.kwargs()
+    ids = torch.tensor([prompt.token_ids])
+    images = None if "image_grid_thw" not in kw else torch.from_numpy(kw["image_grid_thw"])
+    videos = None if "video_grid_thw" not in kw else torch.from_numpy(kw["video_grid_thw"])
+    if prompt.family in ("glm4v", "ernie4_5_moe_vl"):
+        name, args, kwargs = ("get_rope_index_glm4v" if prompt.family == "glm4v" else "get_rope_index_ernie45",
+                              [ids, _namespace(prompt.config), images, videos], {})  # fmt: skip
+        if prompt.family == "glm4v":
+            args.append(None)
+    else:
+        times = kw.get("second_per_grid_ts")
+        args = [config.spatial_merge_size, config.image_token_id, config.video_token_id, config.vision_start_token_id]
+        args += [config.model_type, config.tokens_per_second, ids, images, videos]
+        args += [None if times is None else torch.from_numpy(np.asarray(times))]
+        name, kwargs = "get_rope_index", {}
+        if prompt.family == "qwen3_omni":
+            kwargs = {"audio_token_id": config.audio_token_id, "audio_start_token_id": config.audio_start_token_id}
+            kwargs["position_id_per_seconds"] = config.tokens_per_second
+            kwargs["audio_seqlens"] = kw.get("audio_feature_lengths")
+            kwargs["use_audio_in_video"] = prompt.use_audio_in_video
+    plain = getattr(sglang_api, name)(*args, semantics="sglang-0.5", **kwargs)
+    installed = hooks.DROP_INS[name](*args, semantics="sglang-0.5", **kwargs)
+    assert all(a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b) for a, b in zip(plain, installed))
+    layout = hooks.take_layout(installed[0].squeeze(1))
+    assert (layout is None) == (images is None and videos is None)
+
+
+def _namespace(value):
+    if isinstance(value, dict):
+        return types.SimpleNamespace(**{key: _namespace(item) for key, item in value.items()})
+    return value

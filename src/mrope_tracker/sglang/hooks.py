@@ -47,28 +47,42 @@ def layout_of_tensor(value) -> PromptLayout:
     return PromptLayout.from_bytes(value.numpy().tobytes())
 
 
-def _remember(layout: PromptLayout | None, positions: torch.Tensor) -> None:
+def _remember(layout: PromptLayout | None, positions: torch.Tensor | None) -> None:
     _last.layout = layout
     _last.key = (positions.data_ptr(), positions.shape[-1]) if layout is not None else None
 
 
-def _with_layout(function, config_of):
-    """A drop-in that also remembers the one-row prompt's layout (for `from_dict`)."""
+def _with_layout(function, layout_of):
+    """A drop-in that builds the one-row prompt's layout first, returns its
+    positions in SGLang's shapes and remembers it (for `from_dict`); any other
+    call (a padded batch, text alone, bad input) takes the plain drop-in."""
 
     def drop_in(*args, semantics=None, **kwargs):
-        positions, deltas = function(*args, semantics=semantics, **kwargs)
-        _remember(None, positions)
+        _remember(None, None)
         try:
-            built = config_of(*args, semantics=semantics, **kwargs)
-        except (TypeError, ValueError, KeyError):
-            return positions, deltas
-        if built is not None:
-            _remember(built, positions)
-        return positions, deltas
+            layout = layout_of(*args, semantics=semantics, **kwargs)
+        except (TypeError, ValueError, KeyError):  # the plain drop-in names what is wrong
+            layout = None
+        if layout is None:
+            return function(*args, semantics=semantics, **kwargs)
+        input_ids = _input_ids_of(function, args, kwargs)
+        floats = layout.config.family == "qwen3_omni"  # SGLang's Omni positions and delta are float32
+        dtype, delta_dtype = (torch.float32, torch.float32) if floats else (input_ids.dtype, torch.int64)
+        positions = layout.positions().reshape(layout.num_dims, 1, layout.num_tokens)
+        result = rope_index._result(positions, np.array([layout.delta], np.int64), input_ids, dtype, delta_dtype)
+        _remember(layout, result[0])
+        return result
 
     drop_in.__name__ = function.__name__
     drop_in.__doc__ = function.__doc__
     return drop_in
+
+
+def _input_ids_of(function, args, kwargs) -> torch.Tensor:
+    if "input_ids" in kwargs:
+        return kwargs["input_ids"]
+    position = {"get_rope_index": 6, "get_rope_index_qwen3_omni": 5}.get(function.__name__, 0)
+    return args[position]
 
 
 def _qwen_layout(*args, semantics=None, **kwargs):
