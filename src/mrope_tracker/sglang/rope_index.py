@@ -152,6 +152,15 @@ def _input_ids(input_ids) -> torch.Tensor:
 def _grid(value, name: str) -> np.ndarray | None:
     if value is None:
         return None
+    if (  # SGLang's usual form, read in place (nothing here writes to it)
+        type(value) is torch.Tensor
+        and value.dtype == torch.int64
+        and value.device.type == "cpu"
+        and value.ndim == 2
+        and value.shape[1] == 3
+        and value.is_contiguous()
+    ):
+        return value.numpy()
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
     try:
@@ -166,6 +175,8 @@ def _grid(value, name: str) -> np.ndarray | None:
 def _floats(value) -> np.ndarray | None:
     if value is None:
         return None
+    if type(value) is torch.Tensor and value.dtype == torch.float32 and value.device.type == "cpu" and value.ndim == 1:
+        return value.numpy()
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
     # float32, as the rules hold them (docs/semantics.md): the kernels take that form without a conversion
