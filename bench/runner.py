@@ -24,6 +24,7 @@ from . import (
     suite_memory,
     suite_prompt,
     suite_scheduler,
+    suite_sglang,
     suite_startup,
 )
 
@@ -36,6 +37,7 @@ SUITES = {
     "hf": suite_hf.run,
     "startup": suite_startup.run,
     "evs": suite_evs.run,
+    "sglang": suite_sglang.run,
 }
 
 

@@ -372,3 +372,15 @@ def test_evs_suite_agrees_with_the_vllm_restatement_and_renders():
     result = suite_evs.run(True, lambda message: None)
     assert [row["pruning_rate"] for row in result["rows"]] == list(suite_evs.RATES)
     assert "vLLM-like" in report.markdown({"suites": {"evs": result}})
+
+
+def test_sglang_suite_agrees_with_sglangs_restated_paths_and_renders():
+    """The suite compares every batch mode with its re-statement of SGLang's path (and,
+    when SGLang's file is named, the drop-in with SGLang's get_rope_index) before timing."""
+    from mrope_tracker.bench import suite_sglang
+
+    result = suite_sglang.run(True, lambda message: None)
+    assert [row["batch_size"] for row in result["batches"] if row["mode"] == "decode"] == [1, 8, 64]
+    assert all(row["ours_bytes"] < row["sglang_bytes"] for row in result["memory"] if row["tokens"] > 1000)
+    assert bool(result["rope_index"]) != bool(result.get("rope_index_note"))
+    assert "one call" in report.markdown({"suites": {"sglang": result}})

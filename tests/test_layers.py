@@ -24,6 +24,7 @@ RANKS = {
     "device": 4,
     "vllm": 5,
     "hf": 5,
+    "sglang": 5,
     "top": 6,
     "bench": 5,  # shipped as mrope_tracker.bench (from bench/); only the CLI reaches it
 }

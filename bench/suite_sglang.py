@@ -1,0 +1,258 @@
+"""Suite `sglang`: SGLang 0.5's position costs against `mrope_tracker.sglang`.
+
+Three parts, run in the same process, torch on one thread:
+
+- `rope_index`: SGLang's own ``get_rope_index`` (``mrope_rope_index.py``
+  of the 0.5.23 wheel, loaded by path from MROPE_SGLANG_ROPE_INDEX; the
+  sglang package is never imported; without the variable this part is
+  skipped with a note) against our drop-in with the same tensor arguments, on
+  the prompt suite's Qwen2.5-VL and Qwen3-VL workloads plus long Qwen2.5-VL
+  videos. Outputs are compared before anything is timed.
+- `batches`: the per-batch position cost of SGLang's extend, decode and
+  speculative paths, re-stated from its code (``ForwardBatch.
+  _compute_mrope_positions_extend``: slice each request's (3, L) tensor and
+  concatenate; ``_compute_mrope_positions_decode``: one ``.item()`` per
+  request; ``compute_spec_mrope_positions``: stack one delta tensor per
+  request), against one `BatchPositions.positions` call, at several batch
+  sizes; outputs compared first.
+- `memory`: per request, SGLang's (3, L) int64 positions (24 bytes a token)
+  against our state (slot row and layout rows) and the bytes a processor
+  sends (``PromptLayout.to_bytes``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import attrs
+import numpy as np
+import torch
+
+from mrope_tracker import PromptLayout
+from mrope_tracker.sglang import BatchPositions, get_rope_index, mrope_positions_nbytes
+
+from .timing import measure, medians_us, ratio, torch_threads
+from .workloads import PromptBuilder, family_prompt_cases, qwen2_5_vl, qwen3_vl, seed_prompt_cases
+
+ENV = "MROPE_SGLANG_ROPE_INDEX"
+SEMANTICS = "sglang-0.5"
+BATCH_SIZES = (1, 8, 64, 256)
+EXTEND_TOKENS = 64  # each request's chunk in an extend batch
+DRAFT_TOKENS = 4
+
+
+def _configs():
+    return (
+        ("Qwen2.5-VL", attrs.evolve(qwen2_5_vl(), semantics=SEMANTICS)),
+        ("Qwen3-VL", attrs.evolve(qwen3_vl(), semantics=SEMANTICS)),
+    )
+
+
+def _long_videos(config, quick: bool):
+    frames = (30,) if quick else (30, 300, 900)
+    cases = []
+    for t in frames:
+        prompt = PromptBuilder(config).text(20).video(t, 18, 36, sp=1.2).text(20).build()
+        cases.append((f"1 video of {t} frames, {prompt.num_tokens:,} tokens", prompt))
+    return cases
+
+
+def workloads(quick: bool):
+    (n25, c25), (n3, c3) = _configs()
+    cases = [(n25, c25, name, p) for name, p in seed_prompt_cases(c25)]
+    cases += [(n25, c25, name, p) for name, p in _long_videos(c25, quick)]
+    cases += [(n3, c3, name, p) for name, p in family_prompt_cases(c3)]
+    return cases
+
+
+def sglang_args(config, prompt) -> dict:
+    kw = prompt.kwargs
+    times = kw.get("second_per_grid_ts") if config.spec.scaled_time else None
+    return dict(
+        spatial_merge_size=config.spatial_merge_size,
+        image_token_id=config.image_token_id,
+        video_token_id=config.video_token_id,
+        vision_start_token_id=config.vision_start_token_id,
+        model_type=config.model_type,
+        tokens_per_second=config.tokens_per_second,
+        input_ids=torch.from_numpy(prompt.token_ids)[None],
+        image_grid_thw=torch.from_numpy(kw["image_grid_thw"]) if "image_grid_thw" in kw else None,
+        video_grid_thw=torch.from_numpy(kw["video_grid_thw"]) if "video_grid_thw" in kw else None,
+        second_per_grid_ts=None if times is None else torch.from_numpy(times),
+    )
+
+
+def load_sglang():
+    """SGLang's mrope_rope_index module, from the file MROPE_SGLANG_ROPE_INDEX names (None without it)."""
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    spec = importlib.util.spec_from_file_location("sglang_mrope_rope_index", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rope_index_rows(quick: bool, progress, sglang) -> list[dict]:
+    rows = []
+    for family, config, name, prompt in workloads(quick):
+        args = sglang_args(config, prompt)
+        theirs, ours = sglang.get_rope_index(**args), get_rope_index(**args, semantics=SEMANTICS)
+        if not (torch.equal(theirs[0], ours[0]) and torch.equal(theirs[1], ours[1])):
+            raise AssertionError(f"sglang: {family} {name}: our drop-in and SGLang's get_rope_index disagree")
+        progress(f"sglang: get_rope_index, {family} {name}")
+        samples = measure(
+            {
+                "sglang": lambda args=args: sglang.get_rope_index(**args),
+                "ours": lambda args=args: get_rope_index(**args, semantics=SEMANTICS),
+            },
+            rounds=3 if quick else 9,
+            target_s=0.005 if quick else 0.02,
+        )
+        us = medians_us(samples)
+        rows.append(
+            {
+                "family": family,
+                "case": name,
+                "tokens": prompt.num_tokens,
+                "sglang_us": us["sglang"],
+                "ours_us": us["ours"],
+                "speedup": ratio(samples, "sglang", "ours"),
+            }
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- batches
+def _sglang_extend(stored, prefix_lens, extend_lens):
+    """SGLang's extend path, re-stated: each request's slice of its stored positions, concatenated."""
+    parts = [None] * len(stored)
+    for b in range(len(stored)):
+        parts[b] = stored[b][0][:, prefix_lens[b] : prefix_lens[b] + extend_lens[b]]
+    return torch.cat(parts, dim=1).to(dtype=torch.int64, device="cpu", non_blocking=True)
+
+
+def _sglang_decode(stored, seq_lens):
+    """SGLang's decode path, re-stated: one .item() per request, then one add."""
+    deltas = [0] * len(stored)
+    for b in range(len(stored)):
+        deltas[b] = stored[b][1].item()
+    deltas = torch.tensor(deltas, dtype=torch.int64, device="cpu")
+    return ((deltas - 1) + seq_lens.to(torch.int64)).unsqueeze(0).repeat(3, 1)
+
+
+def _sglang_spec(stored, spec_positions):
+    """SGLang's speculative path, re-stated: one delta tensor per request, stacked."""
+    bs = len(stored)
+    deltas = torch.stack([stored[b][1].squeeze(0) for b in range(bs)], dim=0)
+    return (spec_positions.view(bs, -1) + deltas).flatten().unsqueeze(0).repeat(3, 1)
+
+
+def batch_rows(quick: bool, progress) -> list[dict]:
+    config = _configs()[0][1]
+    prompt = PromptBuilder(config).text(20).image(36, 36).text(20).build()
+    layout = PromptLayout.from_ranges(config, prompt.num_tokens, **prompt.kwargs, **prompt.ranges)
+    positions = torch.from_numpy(layout.positions())
+    delta = torch.tensor([[layout.delta]])
+    rows = []
+    for bs in BATCH_SIZES[:3] if quick else BATCH_SIZES:
+        engine = BatchPositions(config, max_num_reqs=bs, max_num_tokens=bs * EXTEND_TOKENS)
+        for row in range(1, bs + 1):
+            engine.admit(row, layout.to_bytes())
+        stored = [(positions.clone(), delta.clone()) for _ in range(bs)]
+        pool_rows = np.arange(1, bs + 1)
+        prefix = [10 + (b * 7) % 200 for b in range(bs)]  # chunks that start in text and inside the image
+        extend = [EXTEND_TOKENS] * bs
+        seq = torch.tensor([prompt.num_tokens + 1 + b % 50 for b in range(bs)])
+        spec = (seq[:, None] - 1 + torch.arange(DRAFT_TOKENS)).flatten()
+        cases = {
+            "extend": (lambda: _sglang_extend(stored, prefix, extend),
+                       lambda: engine.positions(pool_rows, prefix_lens=prefix, extend_lens=extend)),
+            "decode": (lambda: _sglang_decode(stored, seq), lambda: engine.positions(pool_rows, seq_lens=seq)),
+            "speculative": (lambda: _sglang_spec(stored, spec),
+                            lambda: engine.positions(torch.from_numpy(pool_rows), spec_positions=spec)),
+        }  # fmt: skip
+        for mode, (theirs, ours) in cases.items():
+            if not torch.equal(theirs(), ours()):
+                raise AssertionError(f"sglang: the {mode} batch of {bs} differs from SGLang's re-stated path")
+            progress(f"sglang: {mode} batch of {bs}")
+            samples = measure({"sglang": theirs, "ours": ours}, rounds=3 if quick else 9, target_s=0.005)
+            us = medians_us(samples)
+            rows.append(
+                {
+                    "mode": mode,
+                    "batch_size": bs,
+                    "tokens": int(ours().shape[1]),
+                    "sglang_us": us["sglang"],
+                    "ours_us": us["ours"],
+                    "speedup": ratio(samples, "sglang", "ours"),
+                }
+            )
+    return rows
+
+
+def memory_rows(quick: bool) -> list[dict]:
+    rows = []
+    for family, config, name, prompt in workloads(quick):
+        layout = PromptLayout.from_tokens(config, prompt.token_ids, **prompt.kwargs)
+        engine = BatchPositions(config, max_num_reqs=1, max_num_tokens=8)
+        engine.admit(1, layout)
+        rows.append(
+            {
+                "family": family,
+                "case": name,
+                "tokens": prompt.num_tokens,
+                "sglang_bytes": mrope_positions_nbytes(prompt.num_tokens),
+                "ours_bytes": engine.layout_nbytes(1),
+                "wire_bytes": len(layout.to_bytes()),
+                "layout_rows": layout.num_rows,
+            }
+        )
+    return rows
+
+
+def run(quick: bool, progress) -> dict:
+    with torch_threads(1):
+        sglang = load_sglang()
+        result: dict = {}
+        if sglang is None:
+            result["rope_index_note"] = f"skipped: set {ENV} to SGLang 0.5.23's mrope_rope_index.py to compare"
+            result["rope_index"] = []
+        else:
+            result["rope_index"] = rope_index_rows(quick, progress, sglang)
+        result["batches"] = batch_rows(quick, progress)
+        result["memory"] = memory_rows(quick)
+    return result
+
+
+def tables(result: dict) -> str:
+    from .report import paragraph, table
+
+    def us(x: float) -> str:
+        return f"{x:,.1f} us" if x < 1000 else f"{x / 1000:,.2f} ms"
+
+    def x(r: dict) -> str:
+        return f"{r['median']:,.1f}x ({r['min']:,.1f}-{r['max']:,.1f})"
+
+    parts = []
+    if result.get("rope_index_note"):
+        parts.append(paragraph(f"get_rope_index: {result['rope_index_note']}."))
+    if result["rope_index"]:
+        rows = [
+            [r["family"], r["case"], f"{r['tokens']:,}", us(r["sglang_us"]), us(r["ours_us"]), x(r["speedup"])]
+            for r in result["rope_index"]
+        ]
+        parts.append(table(["family", "prompt", "tokens", "SGLang get_rope_index", "ours", "speedup"], rows))
+    rows = [
+        [r["mode"], f"{r['batch_size']}", f"{r['tokens']:,}", us(r["sglang_us"]), us(r["ours_us"]), x(r["speedup"])]
+        for r in result["batches"]
+    ]
+    parts.append(table(["batch", "requests", "tokens", "SGLang (re-stated)", "one call", "speedup"], rows))
+    rows = [
+        [r["family"], r["case"], f"{r['sglang_bytes']:,} B", f"{r['ours_bytes']:,} B ({r['layout_rows']} rows)",
+         f"{r['wire_bytes']:,} B"]
+        for r in result["memory"]
+    ]  # fmt: skip
+    parts.append(table(["family", "prompt", "SGLang (3, L) int64", "our state", "sent by the processor"], rows))
+    return "\n\n".join(parts)

@@ -1,0 +1,238 @@
+"""One call per SGLang forward batch: every request's positions in one device tensor.
+
+SGLang 0.5 builds a batch's M-RoPE positions request by request
+(``ForwardBatch._compute_mrope_positions_extend`` slices each request's
+(3, L) tensor, ``_compute_mrope_positions_decode`` reads each delta with
+``.item()``, ``compute_spec_mrope_positions`` stacks one delta tensor per
+request). `BatchPositions` keeps each request's `PromptLayout` in a
+`PositionTracker` slot, found by SGLang's own ``req_pool_idx`` (the request's
+row in ``req_to_token``), and makes a batch's positions from SGLang's batch
+fields:
+
+- extend (prefill, chunked prefill, mixed batches whose decode requests
+  SGLang lists with an extend of 1): ``prefix_lens`` and ``extend_lens``,
+  host lists, give each request's slice ``[prefix, prefix + extend)``;
+- decode: ``seq_lens_cpu`` gives each request's one token, at ``seq_len - 1``;
+- speculative (target verify, draft decode, draft extend): the draft
+  tokens' 1-D positions, a device tensor SGLang already holds, plus each
+  request's delta from a device table indexed by ``req_pool_indices`` (the
+  device copy): tokens past the prompt sit at ``index + delta``.
+
+The host modes are one jitted call (kernels/tracker_step.py) that validates
+the batch, writes every position into a staging buffer and makes one copy to
+the device; the speculative mode is one gather and one add on the device. No
+per-request Python loop, and no read from the device. A rejected call
+raises ValueError or TypeError naming the argument and changes nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..core.config import MRopeConfig
+from ..core.inputs import as_config, as_index
+from ..core.layout import PromptLayout
+from ..tracker.position_tracker import PositionTracker
+from .request_state import read_layout, text_layout
+
+__all__ = ["BatchPositions"]
+
+_FREE = -1
+# the tracker's argument names -> the SGLang field each came from
+_EXTEND_NAMES = (
+    ("num_scheduled_tokens", "extend_lens"),
+    ("num_computed_tokens", "prefix_lens"),
+    ("slots", "req_pool_indices"),
+)
+_DECODE_NAMES = (
+    ("num_scheduled_tokens", "seq_lens"),
+    ("num_computed_tokens", "seq_lens"),
+    ("slots", "req_pool_indices"),
+)
+
+
+def _host_array(value, name: str, length: int | None = None) -> np.ndarray:
+    """A 1-D int64 host array of `value` (a list, a numpy array or a CPU tensor)."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            raise TypeError(f"{name}: expected a host (CPU) array, got a tensor on {value.device} (no device reads)")
+        value = value.numpy()
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name}: expected a 1-D integer array, got {type(value).__name__}") from exc
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise TypeError(f"{name}: expected a 1-D integer array, got {array.dtype} of shape {array.shape}")
+    if length is not None and array.shape[0] != length:
+        raise ValueError(f"{name}: expected one entry per request ({length}), got {array.shape[0]}")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+class BatchPositions:
+    """M-RoPE positions of SGLang forward batches, from O(items) request state.
+
+    Args:
+        config: the model's `MRopeConfig` (or what `MRopeConfig.from_hf_config` reads).
+        max_num_reqs: SGLang's ``req_to_token_pool.size``: ``req_pool_idx`` runs
+            from 0 to max_num_reqs (row 0 is SGLang's padding row).
+        max_num_tokens: most tokens one batch positions (``max_prefill_tokens``,
+            chunked prefill size, or decode requests times draft tokens).
+        device: where positions go ("cpu" or a CUDA device).
+        max_model_len: when set, a batch that would take a request past it is refused.
+    """
+
+    def __init__(self, config, *, max_num_reqs: int, max_num_tokens: int, device="cpu", max_model_len=None):
+        self.config: MRopeConfig = as_config(config)
+        self.max_num_reqs = as_index(max_num_reqs, "max_num_reqs", minimum=1)
+        self.tracker = PositionTracker(
+            self.config,
+            max_num_reqs=self.max_num_reqs + 1,
+            max_num_batched_tokens=max_num_tokens,
+            device=device,
+            max_model_len=max_model_len,
+        )
+        self.device = self.tracker.device
+        # req_pool_idx -> tracker slot (-1: none), and each request's delta on the device for speculative batches
+        self._slot_of = np.full(self.max_num_reqs + 1, _FREE, np.int64)
+        self._deltas = torch.zeros(self.max_num_reqs + 1, dtype=torch.int64, device=self.device)
+        self._key_of: dict[int, tuple] = {}  # req_pool_idx -> the tracker's request id
+        self._admissions = 0
+
+    # ------------------------------------------------------------------ request lifecycle
+    def _pool_index(self, req_pool_idx) -> int:
+        return as_index(req_pool_idx, "req_pool_idx", maximum=self.max_num_reqs)
+
+    def admit(self, req_pool_idx, layout=None, *, num_tokens=None) -> None:
+        """Give the request in row `req_pool_idx` its positions: `layout` (a
+        `PromptLayout` or its bytes), or for a text-only request (SGLang's
+        ``multimodal_inputs is None``) its `num_tokens`. A request already in
+        that row is replaced (SGLang reuses rows)."""
+        idx = self._pool_index(req_pool_idx)
+        if layout is None:
+            if num_tokens is None:
+                raise TypeError("layout: expected a PromptLayout, its bytes, or num_tokens for a text-only request")
+            layout = text_layout(self.config, num_tokens)
+        else:
+            layout = read_layout(layout, self.config)
+            if num_tokens is not None and as_index(num_tokens, "num_tokens") != layout.num_tokens:
+                raise ValueError(f"num_tokens: expected the layout's {layout.num_tokens}, got {num_tokens}")
+        # a fresh key per admission: the new request is in before the old one goes, so a refused layout
+        # leaves the row as it was
+        self._admissions += 1
+        key = ("sglang", idx, self._admissions)
+        self.tracker.add_request_layout(key, layout)
+        old = self._key_of.get(idx)
+        if old is not None:
+            self.tracker.remove_request(old)
+        self._key_of[idx] = key
+        self._slot_of[idx] = self.tracker.slot(key)
+        self._deltas[idx] = layout.delta
+
+    def release(self, req_pool_idx) -> None:
+        """Forget the request in row `req_pool_idx` (SGLang frees the row)."""
+        idx = self._pool_index(req_pool_idx)
+        if self._slot_of[idx] == _FREE:
+            raise KeyError(f"req_pool_idx: row {idx} holds no admitted request")
+        self.tracker.remove_request(self._key_of.pop(idx))
+        self._slot_of[idx] = _FREE
+
+    def __contains__(self, req_pool_idx) -> bool:
+        return 0 <= int(req_pool_idx) <= self.max_num_reqs and self._slot_of[int(req_pool_idx)] != _FREE
+
+    def delta(self, req_pool_idx) -> int:
+        idx = self._pool_index(req_pool_idx)
+        if self._slot_of[idx] == _FREE:
+            raise KeyError(f"req_pool_idx: row {idx} holds no admitted request")
+        return self.tracker.mrope_position_delta(self._key_of[idx])
+
+    def layout_nbytes(self, req_pool_idx) -> int:
+        """Host bytes that hold one request's positions (its slot and layout rows)."""
+        idx = self._pool_index(req_pool_idx)
+        if idx not in self._key_of:
+            raise KeyError(f"req_pool_idx: row {idx} holds no admitted request")
+        return self.tracker.state_nbytes(self._key_of[idx])
+
+    # ------------------------------------------------------------------ batches
+    def _slots(self, req_pool_indices) -> np.ndarray:
+        idx = _host_array(req_pool_indices, "req_pool_indices")
+        bad = np.flatnonzero((idx < 0) | (idx > self.max_num_reqs))
+        if bad.size:
+            k = int(bad[0])
+            raise ValueError(f"req_pool_indices[{k}]: expected a row in [0, {self.max_num_reqs}], got {int(idx[k])}")
+        slots = self._slot_of[idx]
+        free = np.flatnonzero(slots == _FREE)
+        if free.size:
+            k = int(free[0])
+            raise ValueError(f"req_pool_indices[{k}]: row {int(idx[k])} holds no admitted request (call admit first)")
+        return slots
+
+    def positions(
+        self, req_pool_indices, *, prefix_lens=None, extend_lens=None, seq_lens=None, spec_positions=None
+    ) -> torch.Tensor:
+        """The batch's positions, (num_dims, num_tokens) on the device, in batch order.
+
+        Exactly one mode: ``prefix_lens`` and ``extend_lens`` (an extend
+        batch), ``seq_lens`` (a decode batch: host ``seq_lens_cpu``), or
+        ``spec_positions`` (a speculative batch: the draft tokens' 1-D
+        positions, bs x num_draft on the device, with `req_pool_indices` the
+        device tensor of the batch's rows). Host modes return a view of the
+        tracker's buffer, valid until the next batch."""
+        extend = prefix_lens is not None or extend_lens is not None
+        modes = int(extend) + int(seq_lens is not None) + int(spec_positions is not None)
+        if modes != 1:
+            raise TypeError(
+                "prefix_lens: expected exactly one mode: prefix_lens with extend_lens, seq_lens, or spec_positions"
+            )
+        if spec_positions is not None:
+            return self._speculative(req_pool_indices, spec_positions)
+        slots = self._slots(req_pool_indices)
+        n = slots.shape[0]
+        if extend:
+            if prefix_lens is None or extend_lens is None:
+                raise TypeError("extend_lens: an extend batch needs both prefix_lens and extend_lens")
+            computed = _host_array(prefix_lens, "prefix_lens", n)
+            counts = _host_array(extend_lens, "extend_lens", n)
+        else:
+            seq = _host_array(seq_lens, "seq_lens", n)
+            bad = np.flatnonzero(seq < 1)
+            if bad.size:
+                raise ValueError(f"seq_lens[{int(bad[0])}]: expected at least 1 token, got {int(seq[bad[0]])}")
+            computed = seq - 1
+            counts = np.ones(n, np.int64)
+        try:
+            return self.tracker.prepare_slots(slots, counts, computed)
+        except (ValueError, TypeError) as exc:  # the tracker's names for SGLang's fields
+            names = _EXTEND_NAMES if extend else _DECODE_NAMES
+            message = str(exc)
+            for ours, theirs in names:
+                message = message.replace(ours, theirs)
+            raise type(exc)(message) from None
+
+    def _speculative(self, req_pool_indices, spec_positions) -> torch.Tensor:
+        if not isinstance(req_pool_indices, torch.Tensor) or req_pool_indices.device != self.device:
+            raise TypeError(
+                f"req_pool_indices: expected a tensor on {self.device} for a speculative batch, got "
+                f"{type(req_pool_indices).__name__}"
+            )
+        if not isinstance(spec_positions, torch.Tensor) or spec_positions.device != self.device:
+            raise TypeError(f"spec_positions: expected a tensor on {self.device}, got {type(spec_positions).__name__}")
+        bs = req_pool_indices.shape[0]
+        if req_pool_indices.ndim != 1 or spec_positions.ndim != 1 or bs == 0 or spec_positions.numel() % bs:
+            raise ValueError(
+                f"spec_positions: expected a 1-D tensor of a whole number of positions per request ({bs} requests), "
+                f"got shape {tuple(spec_positions.shape)}"
+            )
+        # rows are not checked on the host (that would read the device); an
+        # unknown row reads its stale or zero delta, as SGLang's padding rows do
+        deltas = self._deltas.index_select(0, req_pool_indices.to(torch.int64))
+        flat = (spec_positions.view(bs, -1).to(torch.int64) + deltas[:, None]).flatten()
+        return flat.unsqueeze(0).expand(self.config.num_dims, -1)
+
+    def admitted(self) -> np.ndarray:
+        """The rows that hold a request."""
+        return np.flatnonzero(self._slot_of != _FREE)
+
+    @staticmethod
+    def read_layout(value, config: MRopeConfig | None = None) -> PromptLayout:
+        return read_layout(value, config)

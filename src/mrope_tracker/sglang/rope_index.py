@@ -1,0 +1,391 @@
+"""Drop-ins for SGLang 0.5's ``get_rope_index*`` functions.
+
+SGLang's multimodal processors call four functions of
+``sglang/srt/layers/rotary_embedding/mrope_rope_index.py`` (through static
+methods of ``MRotaryEmbedding``) on every whole prompt:
+
+- ``get_rope_index(spatial_merge_size, image_token_id, video_token_id,
+  vision_start_token_id, model_type, tokens_per_second, input_ids,
+  image_grid_thw, video_grid_thw, second_per_grid_ts, **kwargs)``: the
+  Qwen2-VL, Qwen2.5-VL, PaddleOCR-VL and Qwen3-VL lines; it hands
+  ``qwen3_omni_moe`` on to
+- ``get_rope_index_qwen3_omni(...)``: the same arguments, and in ``kwargs``
+  ``audio_token_id``, ``audio_start_token_id``, ``position_id_per_seconds``,
+  ``use_audio_in_video`` and ``audio_seqlens`` (mel frames per track);
+- ``get_rope_index_glm4v(input_ids, hf_config, image_grid_thw,
+  video_grid_thw, attention_mask)`` and
+- ``get_rope_index_ernie45(input_ids, hf_config, image_grid_thw,
+  video_grid_thw)``, which read the ids from the model's config.
+
+Each returns ``(position_ids, mrope_position_deltas)``: positions of shape
+(3, B, L) in ``input_ids``' dtype (float32 for Qwen3-Omni), deltas (B, 1).
+A prompt without grids gets (3, 1, L) index positions (GLM: (3, B, L)).
+The functions here take the same arguments and return the same shapes,
+dtypes and devices, computed by `prompt_positions` (one jitted scan per
+row) under the `semantics` preset instead of Python loops over tokens.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+from ..core.config import MRopeConfig
+from ..core.positions import prompt_positions
+from ..families import SEMANTICS
+
+__all__ = [
+    "get_rope_index",
+    "get_rope_index_qwen3_omni",
+    "get_rope_index_glm4v",
+    "get_rope_index_ernie45",
+    "default_semantics",
+]
+
+# model types SGLang's get_rope_index serves that this package knows under another name
+_MODEL_TYPE_ALIASES = {"qwen4_exp": "qwen3_vl"}
+
+
+def default_semantics() -> str:
+    """ "sglang-0.5" where this package has that preset, else "reference"."""
+    return "sglang-0.5" if "sglang-0.5" in SEMANTICS else "reference"
+
+
+def _check_semantics(semantics) -> str:
+    if semantics is None:
+        return default_semantics()
+    if semantics not in SEMANTICS:
+        raise ValueError(f"semantics: expected one of {', '.join(SEMANTICS)}, got {semantics!r}")
+    return semantics
+
+
+_CONFIGS: dict = {}
+
+
+def _cached_config(key, build) -> MRopeConfig:
+    """Configs cost more to build than a short prompt's positions: one per argument set."""
+    config = _CONFIGS.get(key)
+    if config is None:
+        with warnings.catch_warnings():
+            # SGLang passes no vision_end id; the family default stands in (it places no token)
+            warnings.filterwarnings("ignore", message=r"config \(.*\): no (vision_end|audio_end)_token_id")
+            config = build()
+        if len(_CONFIGS) > 256:
+            _CONFIGS.clear()
+        _CONFIGS[key] = config
+    return config
+
+
+def qwen_config(
+    spatial_merge_size,
+    image_token_id,
+    video_token_id,
+    vision_start_token_id,
+    model_type,
+    tokens_per_second,
+    kwargs,
+    semantics,
+) -> MRopeConfig:
+    """The `MRopeConfig` of `get_rope_index`'s arguments."""
+    # the arguments as they come are the cache key of the common call (a few hundred ns)
+    fast = (spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second)
+    fast += (semantics, kwargs.get("audio_token_id"), kwargs.get("audio_start_token_id"))
+    fast += (kwargs.get("position_id_per_seconds"),)
+    try:
+        config = _CONFIGS.get(fast)
+    except TypeError:  # an unhashable argument: the checked way below says what is wrong
+        fast, config = None, None
+    if config is not None:
+        return config
+    if not isinstance(model_type, str):
+        raise TypeError(f"model_type: expected a str, got {type(model_type).__name__}")
+    model_type = _MODEL_TYPE_ALIASES.get(model_type, model_type)
+    ids = {"image_token_id": image_token_id, "video_token_id": video_token_id}
+    ids["vision_start_token_id"] = vision_start_token_id
+    vision = {"spatial_merge_size": spatial_merge_size}
+    omni = model_type == "qwen3_omni_moe"
+    if omni:
+        for name in ("audio_token_id", "audio_start_token_id", "position_id_per_seconds"):
+            if name not in kwargs:
+                raise TypeError(f"{name}: expected it among the keyword arguments for qwen3_omni_moe, got none")
+            ids[name] = kwargs[name]
+    elif tokens_per_second is not None:
+        vision["tokens_per_second"] = tokens_per_second
+    ids = {name: value for name, value in ids.items() if value is not None}
+    key = ("qwen", model_type, tuple(sorted(ids.items())), tuple(sorted(vision.items())), semantics)
+
+    def build():
+        fields = {**ids, "vision_config": vision}
+        source = {"model_type": model_type, "thinker_config": fields} if omni else {"model_type": model_type, **fields}
+        return MRopeConfig.from_hf_config(source, semantics=semantics)
+
+    config = _cached_config(key, build)
+    if fast is not None:
+        _CONFIGS[fast] = config
+    return config
+
+
+def hf_config_of(hf_config, semantics: str) -> MRopeConfig:
+    """The `MRopeConfig` of a model config object (GLM, ERNIE), cached per object."""
+    key = ("hf", id(hf_config), semantics)
+    entry = _CONFIGS.get(key)
+    if entry is not None and entry[0] is hf_config:
+        return entry[1]
+    config = MRopeConfig.from_hf_config(hf_config, semantics=semantics)
+    _cached_config(key, lambda: (hf_config, config))
+    return config
+
+
+def _input_ids(input_ids) -> torch.Tensor:
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(f"input_ids: expected a (batch, length) integer tensor, got {type(input_ids).__name__}")
+    if input_ids.ndim != 2 or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+        raise TypeError(
+            f"input_ids: expected a (batch, length) integer tensor, got {input_ids.dtype} of shape "
+            f"{tuple(input_ids.shape)}"
+        )
+    return input_ids
+
+
+def _grid(value, name: str) -> np.ndarray | None:
+    if value is None:
+        return None
+    if (  # SGLang's usual form, read in place (nothing here writes to it)
+        type(value) is torch.Tensor
+        and value.dtype == torch.int64
+        and value.device.type == "cpu"
+        and value.ndim == 2
+        and value.shape[1] == 3
+        and value.is_contiguous()
+    ):
+        return value.numpy()
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    try:
+        grid = np.asarray(value, dtype=np.int64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name}: expected (n, 3) integer grids (t, h, w), got {type(value).__name__}") from exc
+    if grid.ndim != 2 or grid.shape[1] != 3:
+        raise ValueError(f"{name}: expected (n, 3) grids (t, h, w), got shape {grid.shape}")
+    return np.ascontiguousarray(grid)
+
+
+def _floats(value) -> np.ndarray | None:
+    if value is None:
+        return None
+    if type(value) is torch.Tensor and value.dtype == torch.float32 and value.device.type == "cpu" and value.ndim == 1:
+        return value.numpy()
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    # float32, as the rules hold them (docs/semantics.md): the kernels take that form without a conversion
+    return np.ascontiguousarray(value, dtype=np.float32).reshape(-1)
+
+
+def _index_result(input_ids: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """No grids: index positions, (3, 1, L), and a (1, 1) zero delta, as SGLang returns them."""
+    length = input_ids.shape[1]
+    positions = torch.arange(length, dtype=dtype).unsqueeze(0).expand(3, -1, -1).to(input_ids.device)
+    delta = positions.amax(dim=0).amax(-1, keepdim=True) + 1 - length
+    return positions, delta
+
+
+def _row_counts(ids: np.ndarray, config: MRopeConfig, videos: np.ndarray | None) -> tuple[int, int]:
+    """Images and videos one row of a batch uses (items are shared across rows in order)."""
+    starts = np.flatnonzero(ids[:-1] == config.vision_start_token_id) + 1
+    following = ids[starts]
+    images = int(np.count_nonzero(following == config.image_token_id))
+    blocks = int(np.count_nonzero(following == config.video_token_id))
+    if config.spec.video_blocks == "frames" and videos is not None:
+        frames, count = 0, 0
+        while frames < blocks and count < videos.shape[0]:
+            frames += int(videos[count, 0])
+            count += 1
+        return images, count
+    return images, blocks
+
+
+def _batch(config, input_ids, images, videos, times, audio=None, use_av=False, mask=None):
+    """Positions (3, B, L) int64 and deltas (B,) for every row, each row its own prompt."""
+    ids = np.ascontiguousarray(input_ids.detach().cpu().numpy(), dtype=np.int64)
+    rows, length = ids.shape
+    if not config.spec.scaled_time:
+        times = None  # SGLang reads no time scale for these families either
+    if rows == 1 and mask is None:  # SGLang's call: one prompt, its positions used as they come
+        positions, delta = prompt_positions(
+            config, ids[0], image_grid_thw=images, video_grid_thw=videos, second_per_grid_ts=times,
+            audio_feature_lengths=audio, use_audio_in_video=use_av,
+        )  # fmt: skip
+        return positions.reshape(3, 1, length), np.array([delta], np.int64)
+    out = np.ones((3, rows, length), np.int64)
+    deltas = np.zeros(rows, np.int64)
+    image_at = video_at = 0
+    for row in range(rows):
+        row_ids = ids[row] if mask is None else ids[row][mask[row]]
+        if rows == 1:
+            row_images, row_videos = images, videos
+            row_times = times
+        else:
+            n_images, n_videos = _row_counts(row_ids, config, videos)
+            row_images = None if images is None else images[image_at : image_at + n_images]
+            row_videos = None if videos is None else videos[video_at : video_at + n_videos]
+            row_times = None if times is None else times[video_at : video_at + n_videos]
+            image_at += n_images
+            video_at += n_videos
+        positions, delta = prompt_positions(
+            config,
+            row_ids,
+            image_grid_thw=row_images,
+            video_grid_thw=row_videos,
+            second_per_grid_ts=row_times,
+            audio_feature_lengths=audio,
+            use_audio_in_video=use_av,
+        )
+        if mask is None:
+            out[:, row, :] = positions
+        else:
+            out[:, row, mask[row]] = positions
+        # the delta counts the padded row, as SGLang's does
+        deltas[row] = positions.max() + 1 - length if positions.shape[1] else 1 - length
+    return out, deltas
+
+
+def _result(positions: np.ndarray, deltas: np.ndarray, input_ids: torch.Tensor, dtype, delta_dtype=torch.int64):
+    """Tensors in SGLang's dtypes on `input_ids`' device, converted only where they differ."""
+    out, delta = torch.from_numpy(positions), torch.from_numpy(deltas).view(-1, 1)
+    if out.dtype != dtype:
+        out = out.to(dtype)
+    if delta.dtype != delta_dtype:
+        delta = delta.to(delta_dtype)
+    if input_ids.device.type != "cpu":
+        out, delta = out.to(input_ids.device), delta.to(input_ids.device)
+    return out, delta
+
+
+def get_rope_index(
+    spatial_merge_size,
+    image_token_id,
+    video_token_id,
+    vision_start_token_id,
+    model_type,
+    tokens_per_second=None,
+    input_ids=None,
+    image_grid_thw=None,
+    video_grid_thw=None,
+    second_per_grid_ts=None,
+    *,
+    semantics: str | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang 0.5's ``get_rope_index``: ``(positions (3, B, L), deltas (B, 1))``.
+
+    `semantics` (ours, keyword only): the preset (default `default_semantics()`)."""
+    semantics = _check_semantics(semantics)
+    if model_type == "qwen3_omni_moe":
+        return get_rope_index_qwen3_omni(
+            spatial_merge_size,
+            image_token_id,
+            video_token_id,
+            vision_start_token_id,
+            tokens_per_second,
+            input_ids,
+            image_grid_thw,
+            video_grid_thw,
+            second_per_grid_ts,
+            semantics=semantics,
+            **kwargs,
+        )
+    input_ids = _input_ids(input_ids)
+    config = qwen_config(
+        spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second,
+        kwargs, semantics,
+    )  # fmt: skip
+    images = _grid(image_grid_thw, "image_grid_thw")
+    videos = _grid(video_grid_thw, "video_grid_thw")
+    if images is None and videos is None:
+        return _index_result(input_ids, torch.int64)
+    positions, deltas = _batch(config, input_ids, images, videos, _floats(second_per_grid_ts))
+    return _result(positions, deltas, input_ids, input_ids.dtype)
+
+
+def get_rope_index_qwen3_omni(
+    spatial_merge_size,
+    image_token_id,
+    video_token_id,
+    vision_start_token_id,
+    tokens_per_second=None,
+    input_ids=None,
+    image_grid_thw=None,
+    video_grid_thw=None,
+    second_per_grid_ts=None,
+    *,
+    semantics: str | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang 0.5's ``get_rope_index_qwen3_omni``: float32 positions (3, B, L)
+    and float32 deltas (B, 1); ``audio_seqlens`` are mel frames per track."""
+    semantics = _check_semantics(semantics)
+    input_ids = _input_ids(input_ids)
+    config = qwen_config(
+        spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, "qwen3_omni_moe",
+        tokens_per_second, kwargs, semantics,
+    )  # fmt: skip
+    images = _grid(image_grid_thw, "image_grid_thw")
+    videos = _grid(video_grid_thw, "video_grid_thw")
+    if images is None and videos is None:
+        return _index_result(input_ids, torch.int64)
+    audio = kwargs.get("audio_seqlens")
+    if isinstance(audio, torch.Tensor):
+        audio = audio.detach().cpu().numpy()
+    use_av = bool(kwargs.get("use_audio_in_video", False))
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids: expected one row for qwen3_omni_moe, got {input_ids.shape[0]}")
+    positions, deltas = _batch(config, input_ids, images, videos, _floats(second_per_grid_ts), audio, use_av)
+    return _result(positions, deltas, input_ids, torch.float32, torch.float32)
+
+
+def get_rope_index_glm4v(
+    input_ids, hf_config, image_grid_thw, video_grid_thw, attention_mask, *, semantics: str | None = None, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang 0.5's ``get_rope_index_glm4v``: tokens where `attention_mask`
+    is 1 get positions, the others 1; deltas count the padded row."""
+    semantics = _check_semantics(semantics)
+    input_ids = _input_ids(input_ids)
+    config = hf_config_of(hf_config, semantics)
+    images = _grid(image_grid_thw, "image_grid_thw")
+    videos = _grid(video_grid_thw, "video_grid_thw")
+    rows, length = input_ids.shape
+    if images is None and videos is None:
+        device = input_ids.device
+        if attention_mask is None:
+            positions = torch.arange(length, device=device).view(1, 1, -1).expand(3, rows, length)
+            return positions, torch.zeros((rows, 1), dtype=input_ids.dtype, device=device)
+        positions = attention_mask.long().cumsum(-1) - 1
+        positions.masked_fill_(attention_mask == 0, 1)
+        positions = positions.unsqueeze(0).expand(3, -1, -1).to(attention_mask.device)
+        return positions, positions.amax(dim=0).amax(-1, keepdim=True) + 1 - attention_mask.shape[-1]
+    mask = None
+    if attention_mask is not None:
+        if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != (rows, length):
+            raise ValueError(f"attention_mask: expected a tensor of shape {(rows, length)}, got {attention_mask!r}")
+        mask = attention_mask.detach().cpu().numpy() == 1
+        if mask.all():
+            mask = None
+    positions, deltas = _batch(config, input_ids, images, videos, None, mask=mask)
+    return _result(positions, deltas, input_ids, input_ids.dtype)
+
+
+def get_rope_index_ernie45(
+    input_ids, hf_config, image_grid_thw, video_grid_thw, *, semantics: str | None = None, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang 0.5's ``get_rope_index_ernie45``."""
+    semantics = _check_semantics(semantics)
+    input_ids = _input_ids(input_ids)
+    config = hf_config_of(hf_config, semantics)
+    images = _grid(image_grid_thw, "image_grid_thw")
+    videos = _grid(video_grid_thw, "video_grid_thw")
+    if images is None and videos is None:
+        return _index_result(input_ids, torch.int64)
+    positions, deltas = _batch(config, input_ids, images, videos, None)
+    return _result(positions, deltas, input_ids, input_ids.dtype)

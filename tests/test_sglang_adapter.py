@@ -1,0 +1,316 @@
+"""mrope_tracker.sglang: the get_rope_index* drop-ins, the O(items) request
+state (sessions included) and the one call per forward batch.
+
+Positions are checked against `PromptLayout.positions` / `prompt_positions`
+(themselves checked against the torch reference elsewhere) and, for the batch
+call, against SGLang 0.5's per-request rules re-stated below in plain torch:
+an extend slices ``[prefix, prefix + extend)`` out of the request's
+positions (text past the prompt at ``index + delta``), a decode token sits at
+``seq_len - 1 + delta``, a draft token at its 1-D position + delta, and a
+session keeps the saved positions, continues with text from their largest + 1
+and shifts the new turn after that. When MROPE_SGLANG_ROPE_INDEX names
+SGLang 0.5.23's ``mrope_rope_index.py``, the drop-ins are also compared
+with it (loaded by path, the sglang package is never imported).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import types
+
+import numpy as np
+import pytest
+import torch
+from family_prompts import family_prompts, load_config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import examples
+
+from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions
+from mrope_tracker.sglang import (
+    BatchPositions,
+    extend_session,
+    get_rope_index,
+    get_rope_index_ernie45,
+    get_rope_index_glm4v,
+    text_layout,
+)
+
+SEMANTICS = "sglang-0.5"
+# the families SGLang's get_rope_index serves with its argument list (not GLM or ERNIE: those read a config)
+QWEN_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "paddleocr_vl")
+
+
+def _config(prompt) -> MRopeConfig:
+    return MRopeConfig.from_hf_config(prompt.config, semantics=SEMANTICS)
+
+
+def _sglang_args(config: MRopeConfig, prompt) -> dict:
+    kw = prompt.kwargs()
+    return dict(
+        spatial_merge_size=config.spatial_merge_size,
+        image_token_id=config.image_token_id,
+        video_token_id=config.video_token_id,
+        vision_start_token_id=config.vision_start_token_id,
+        model_type=config.model_type,
+        tokens_per_second=config.tokens_per_second,
+        input_ids=torch.tensor(prompt.token_ids, dtype=torch.int64)[None],
+        image_grid_thw=None if "image_grid_thw" not in kw else torch.from_numpy(kw["image_grid_thw"]),
+        video_grid_thw=None if "video_grid_thw" not in kw else torch.from_numpy(kw["video_grid_thw"]),
+        second_per_grid_ts=None if kw.get("second_per_grid_ts") is None else torch.tensor(kw["second_per_grid_ts"]),
+    )
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(QWEN_FAMILIES).flatmap(lambda family: family_prompts(family)))
+def test_get_rope_index_is_prompt_positions_in_sglang_shapes(prompt):
+    config = _config(prompt)
+    args = _sglang_args(config, prompt)
+    positions, deltas = get_rope_index(**args, semantics=SEMANTICS)
+    if args["image_grid_thw"] is None and args["video_grid_thw"] is None:
+        assert positions.shape == (3, 1, prompt.num_tokens) and deltas.tolist() == [[0]]
+        return
+    expected, delta = prompt_positions(config, np.array(prompt.token_ids), **prompt.kwargs())
+    assert positions.shape == (3, 1, prompt.num_tokens) and positions.dtype == torch.int64
+    assert deltas.shape == (1, 1) and deltas.dtype == torch.int64 and int(deltas) == delta
+    assert (positions[:, 0].numpy() == expected).all()
+
+
+def test_get_rope_index_batch_rows_take_their_own_items():
+    config = MRopeConfig.from_hf_config(
+        {"model_type": "qwen2_vl", "image_token_id": 9, "video_token_id": 8, "vision_start_token_id": 7,
+         "vision_end_token_id": 6, "vision_config": {"spatial_merge_size": 2}}, semantics=SEMANTICS,
+    )  # fmt: skip
+    rows = [[1, 7, 9, 9, 9, 9, 6, 2, 3], [7, 9, 9, 9, 9, 9, 9, 6, 4]]
+    grids = [[1, 4, 4], [1, 4, 6]]
+    positions, deltas = get_rope_index(
+        2, 9, 8, 7, "qwen2_vl", None, torch.tensor(rows), torch.tensor(grids), semantics=SEMANTICS
+    )
+    for row, grid in enumerate(grids):
+        expected, delta = prompt_positions(config, rows[row], image_grid_thw=[grid])
+        assert (positions[:, row].numpy() == expected).all() and int(deltas[row]) == delta
+
+
+def test_get_rope_index_glm4v_masks_padding_to_one():
+    hf = load_config("glm4v")
+    config = MRopeConfig.from_hf_config(hf, semantics=SEMANTICS)
+    image, start, end = hf["image_token_id"], hf["image_start_token_id"], hf["image_end_token_id"]
+    ids = [0, 0, 1, start, image, image, image, image, end, 2]
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1, 1]])
+    positions, deltas = get_rope_index_glm4v(torch.tensor([ids]), hf, [[1, 4, 4]], None, mask, semantics=SEMANTICS)
+    expected, _ = prompt_positions(config, ids[2:], image_grid_thw=[[1, 4, 4]])
+    assert (positions[:, 0, 2:].numpy() == expected).all() and (positions[:, 0, :2] == 1).all()
+    assert int(deltas) == expected.max() + 1 - len(ids)  # SGLang's delta counts the padded row
+
+
+def test_get_rope_index_names_bad_arguments():
+    with pytest.raises(TypeError, match="input_ids"):
+        get_rope_index(2, 9, 8, 7, "qwen2_vl", None, [[1, 2]], [[1, 4, 4]])
+    with pytest.raises(ValueError, match="image_grid_thw"):
+        get_rope_index(2, 9, 8, 7, "qwen2_vl", None, torch.tensor([[1, 2]]), [[1, 4]])
+    with pytest.raises(ValueError, match="semantics"):
+        get_rope_index(2, 9, 8, 7, "qwen2_vl", None, torch.tensor([[1, 2]]), None, semantics="sglang-9")
+
+
+# ---------------------------------------------------------------------------------------------- SGLang's file
+ORACLE = os.environ.get("MROPE_SGLANG_ROPE_INDEX")
+
+
+def _oracle():
+    spec = importlib.util.spec_from_file_location("sglang_mrope_rope_index", ORACLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not ORACLE, reason="MROPE_SGLANG_ROPE_INDEX names no SGLang mrope_rope_index.py")
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(("qwen2_vl", "qwen2_5_vl")).flatmap(lambda family: family_prompts(family, min_videos=1)))
+def test_get_rope_index_equals_sglangs_own(prompt):
+    args = _sglang_args(_config(prompt), prompt)
+    theirs = _oracle().get_rope_index(**args)
+    ours = get_rope_index(**args, semantics=SEMANTICS)
+    assert torch.equal(theirs[0], ours[0]) and torch.equal(theirs[1], ours[1])
+
+
+def _namespace(value):
+    """A config dict as an object with attributes, as SGLang's functions read a model config."""
+    if isinstance(value, dict):
+        return types.SimpleNamespace(**{key: _namespace(item) for key, item in value.items()})
+    return value
+
+
+@pytest.mark.skipif(not ORACLE, reason="MROPE_SGLANG_ROPE_INDEX names no SGLang mrope_rope_index.py")
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(("glm4v", "ernie4_5_moe_vl")).flatmap(lambda family: family_prompts(family, config_name=family)))
+def test_config_reading_drop_ins_equal_sglangs_own(prompt):
+    kw = prompt.kwargs()
+    images, videos = kw.get("image_grid_thw"), kw.get("video_grid_thw")
+    args = [
+        torch.tensor([prompt.token_ids]),
+        _namespace(prompt.config),
+        None if images is None else torch.from_numpy(images),
+        None if videos is None else torch.from_numpy(videos),
+    ]
+    if prompt.family == "glm4v":
+        args.append(torch.ones((1, prompt.num_tokens), dtype=torch.int64))
+        theirs, ours = _oracle().get_rope_index_glm4v(*args), get_rope_index_glm4v(*args, semantics=SEMANTICS)
+    else:
+        theirs, ours = _oracle().get_rope_index_ernie45(*args), get_rope_index_ernie45(*args, semantics=SEMANTICS)
+    assert torch.equal(theirs[0], ours[0]) and torch.equal(theirs[1], ours[1])
+
+
+# ---------------------------------------------------------------------------------------------- request state
+def _sglang_session(saved: torch.Tensor | None, prompt_len: int, turn: torch.Tensor) -> torch.Tensor:
+    """SGLang 0.5's session rule on (3, L) positions, re-stated."""
+    prefix_len = prompt_len - turn.shape[1]
+    prefix = torch.empty((3, 0), dtype=torch.int64) if saved is None else saved[:, :prefix_len]
+    start = int(prefix.max()) + 1 if prefix.numel() else 0
+    gap = prefix_len - prefix.shape[1]
+    text = torch.arange(gap).expand(3, -1) + start
+    return torch.cat([prefix, text, turn + start + gap], dim=1)
+
+
+@st.composite
+def layouts(draw, config, max_items=3):
+    num_text = draw(st.integers(0, 6))
+    rows, images, at = [], [], num_text
+    for _ in range(draw(st.integers(0, max_items))):
+        h, w = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+        images.append([1, 2 * h, 2 * w])
+        rows.append((at + 1, h * w))
+        at += h * w + 2 + draw(st.integers(0, 5))
+    at += draw(st.integers(0 if images else 1, 5))
+    if not images:
+        return text_layout(config, at)
+    return PromptLayout.from_ranges(config, at, image_ranges=rows, image_grid_thw=images)
+
+
+QWEN25 = MRopeConfig.from_hf_config(
+    {"model_type": "qwen2_5_vl", "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
+     "vision_end_token_id": 151653, "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2}},
+    semantics=SEMANTICS,
+)  # fmt: skip
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(st.one_of(st.none(), layouts(QWEN25)), layouts(QWEN25), st.integers(0, 40), st.data())
+def test_extend_session_is_sglangs_session_rule(saved, turn, extra, data):
+    prefix_len = extra if saved is None else data.draw(st.integers(0, saved.num_tokens + extra))
+    prompt_len = prefix_len + turn.num_tokens
+    layout = extend_session(saved, prompt_len, turn)
+    expected = _sglang_session(None if saved is None else torch.from_numpy(saved.positions()), prompt_len,
+                               torch.from_numpy(turn.positions()))  # fmt: skip
+    assert (layout.positions() == expected.numpy()).all()
+    assert layout.delta == int(expected.max()) + 1 - prompt_len
+    assert layout.num_rows <= (0 if saved is None else saved.num_rows) + 1 + turn.num_rows  # O(rows), not tokens
+
+
+def test_extend_session_names_bad_input():
+    turn = text_layout(QWEN25, 5)
+    with pytest.raises(ValueError, match="prompt_len"):
+        extend_session(None, 4, turn)
+    with pytest.raises(TypeError, match="turn"):
+        extend_session(None, 5, turn.positions())
+
+
+# ---------------------------------------------------------------------------------------------- batches
+def _full(layout: PromptLayout, end: int) -> np.ndarray:
+    """A request's positions up to `end`: its layout, then index + delta."""
+    out = np.empty((3, end), np.int64)
+    n = min(end, layout.num_tokens)
+    out[:, :n] = layout.positions(0, n)
+    out[:, n:] = np.arange(n, end) + layout.delta
+    return out
+
+
+@st.composite
+def requests(draw):
+    """A request's layout: a prompt's, or a session's (a saved prompt, generated text, a new turn)."""
+    layout = draw(layouts(QWEN25))
+    if not draw(st.booleans()):
+        return layout
+    turn = draw(layouts(QWEN25))
+    return extend_session(layout, layout.num_tokens + draw(st.integers(0, 12)) + turn.num_tokens, turn)
+
+
+@st.composite
+def batches(draw):
+    num = draw(st.integers(1, 6))
+    rows = draw(st.lists(st.integers(0, 15), min_size=num, max_size=num, unique=True))
+    reqs = [draw(requests()) for _ in rows]
+    mode = draw(st.sampled_from(("extend", "decode", "spec")))
+    if mode == "extend":
+        prefix = [draw(st.integers(0, r.num_tokens + 8)) for r in reqs]
+        extend = [draw(st.integers(1, r.num_tokens + 8)) for r in reqs]
+        return rows, reqs, mode, (prefix, extend)
+    if mode == "decode":
+        return rows, reqs, mode, [r.num_tokens + draw(st.integers(0, 20)) for r in reqs]
+    k = draw(st.integers(1, 4))
+    return rows, reqs, mode, [r.num_tokens + draw(st.integers(0, 20)) + j for r in reqs for j in range(k)]
+
+
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches(), st.booleans())
+def test_one_call_per_batch_is_sglangs_per_request_rule(batch, bytes_form):
+    rows, reqs, mode, lens = batch
+    engine = BatchPositions(QWEN25, max_num_reqs=15, max_num_tokens=512)
+    for row, layout in zip(rows, reqs):
+        engine.admit(row, layout.to_bytes() if bytes_form else layout)
+    if mode == "extend":
+        prefix, extend = lens
+        out = engine.positions(np.array(rows), prefix_lens=prefix, extend_lens=extend)
+        parts = [_full(r, p + e)[:, p:] for r, p, e in zip(reqs, prefix, extend)]
+    elif mode == "decode":
+        out = engine.positions(np.array(rows), seq_lens=torch.tensor(lens))
+        parts = [_full(r, s)[:, s - 1 :] for r, s in zip(reqs, lens)]
+    else:
+        spec = torch.tensor(lens)
+        out = engine.positions(torch.tensor(rows), spec_positions=spec)
+        k = len(lens) // len(rows)
+        parts = [(spec.view(len(rows), k)[b] + r.delta).expand(3, -1).numpy() for b, r in enumerate(reqs)]
+    assert (out.numpy() == np.concatenate(parts, axis=1)).all()
+
+
+def test_bad_batches_name_the_argument_and_change_nothing():
+    engine = BatchPositions(QWEN25, max_num_reqs=4, max_num_tokens=64)
+    layout = PromptLayout.from_ranges(QWEN25, 20, image_ranges=[(3, 4)], image_grid_thw=[[1, 4, 4]])
+    engine.admit(2, layout)
+    before = engine.positions([2], prefix_lens=[0], extend_lens=[20]).clone()
+    cases = [
+        (ValueError, "req_pool_indices", dict(req_pool_indices=[9], seq_lens=[3])),
+        (ValueError, "req_pool_indices", dict(req_pool_indices=[1], seq_lens=[3])),
+        (TypeError, "req_pool_indices", dict(req_pool_indices=[[2]], seq_lens=[3])),
+        (ValueError, "seq_lens", dict(req_pool_indices=[2], seq_lens=[0])),
+        (ValueError, "extend_lens", dict(req_pool_indices=[2], prefix_lens=[0], extend_lens=[1, 2])),
+        (ValueError, "extend_lens", dict(req_pool_indices=[2], prefix_lens=[0], extend_lens=[-1])),
+        (ValueError, "num_scheduled_tokens|extend_lens", dict(req_pool_indices=[2], prefix_lens=[0], extend_lens=[99])),
+        (TypeError, "prefix_lens", dict(req_pool_indices=[2])),
+        (TypeError, "extend_lens", dict(req_pool_indices=[2], prefix_lens=[0])),
+        (TypeError, "seq_lens", dict(req_pool_indices=[2], seq_lens=np.array([1.5]))),
+        (ValueError, "spec_positions", dict(req_pool_indices=torch.tensor([2]), spec_positions=torch.zeros((2, 2)))),
+    ]
+    for error, name, kwargs in cases:
+        with pytest.raises(error, match=name):
+            engine.positions(kwargs.pop("req_pool_indices"), **kwargs)
+    with pytest.raises(ValueError, match="req_pool_idx"):
+        engine.admit(5, layout)
+    other = MRopeConfig.from_hf_config(load_config("qwen2_vl"), semantics=SEMANTICS)
+    with pytest.raises(ValueError, match="layout"):
+        engine.admit(2, PromptLayout.from_ranges(other, 9))
+    with pytest.raises(KeyError, match="req_pool_idx"):
+        engine.release(3)
+    assert engine.delta(2) == layout.delta and list(engine.admitted()) == [2]
+    assert torch.equal(engine.positions([2], prefix_lens=[0], extend_lens=[20]), before)
+
+
+def test_rows_are_reused_and_state_grows_with_items():
+    engine = BatchPositions(QWEN25, max_num_reqs=2, max_num_tokens=64)
+    big = PromptLayout.from_ranges(QWEN25, 100_000, image_ranges=[(3, 4)], image_grid_thw=[[1, 4, 4]])
+    engine.admit(1, big)
+    assert engine.layout_nbytes(1) < 1000 < 24 * big.num_tokens
+    engine.admit(1, num_tokens=7)  # SGLang reuses the row for a text request
+    assert engine.delta(1) == 0 and (engine.positions([1], seq_lens=[9]).numpy() == 8).all()
+    engine.release(1)
+    assert 1 not in engine

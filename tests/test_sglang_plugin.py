@@ -1,0 +1,313 @@
+"""`mrope_tracker.sglang.install()` against a recorded copy of SGLang 0.5.23's API.
+
+tests/data/sglang-0.5.23-api.json was written from SGLang 0.5.23's own source
+by tests/sglang_api.py (its header says how). The tests build stand-in SGLang
+modules from that record (functions and methods with the recorded
+parameters, bodies of our own that mark SGLang's path), so `install()` runs
+without SGLang: its checks, its patches, and a request's way through the
+patched processor output, batches and sessions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+from family_prompts import family_prompts
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import examples
+
+from mrope_tracker import MRopeConfig, prompt_positions
+from mrope_tracker import sglang as sglang_api
+from mrope_tracker.sglang import hooks, plugin
+
+RECORD_PATH = os.path.join(os.path.dirname(__file__), "data", "sglang-0.5.23-api.json")
+with open(RECORD_PATH) as f:
+    RECORD = json.load(f)
+SGLANG = "sglang"  # what every stand-in returns: SGLang's own path was taken
+
+
+def test_targets_are_the_recorded_ones():
+    ours = {f"{m}:{n}": list(p) for m, n, p, _ in plugin.FUNCTIONS}
+    assert ours == RECORD["functions"]
+    ours = {f"{m}:{c}.{n}": (list(p), how == "static" or m == plugin.MROPE) for m, c, n, p, how in plugin.METHODS}
+    assert ours == {k: (v["params"], v["staticmethod"]) for k, v in RECORD["methods"].items()}
+    for fields in RECORD["fields"].values():  # the fields the adapter carries its state in
+        assert {"mrope_positions", "mrope_position_delta"} <= set(fields)
+
+
+def _function(name: str, params: list[str]):
+    args = ", ".join(params)
+    namespace: dict = {"SGLANG": SGLANG}
+    exec(f"def {name}({args}):\n    return SGLANG", namespace)  # noqa: S102
+    return namespace[name]
+
+
+class Mode:
+    def __init__(self, name):
+        self.name = name
+
+    def is_decode(self):
+        return self.name == "decode"
+
+    def is_extend(self):
+        return self.name == "extend"
+
+
+@pytest.fixture
+def fake_sglang(monkeypatch):
+    """SGLang's modules and classes as the record describes them."""
+    monkeypatch.delenv(plugin.ENV_SWITCH, raising=False)
+    modules = {}
+
+    def module(name):
+        if name not in modules:
+            modules[name] = types.ModuleType(name)
+            monkeypatch.setitem(sys.modules, name, modules[name])
+        return modules[name]
+
+    for key, params in RECORD["functions"].items():
+        name, function = key.split(":")
+        setattr(module(name), function, _function(function, params))
+    for key, entry in RECORD["methods"].items():
+        name, qualified = key.split(":")
+        class_name, method = qualified.split(".")
+        owner = getattr(module(name), class_name, None)
+        if owner is None:
+            owner = type(class_name, (), {})
+            setattr(module(name), class_name, owner)
+        params = entry["params"] if entry["staticmethod"] else ["self", *entry["params"]]
+        function = _function(method, params)
+        setattr(owner, method, staticmethod(function) if entry["staticmethod"] else function)
+    schedule = modules[plugin.SCHEDULE]
+    schedule.MultimodalProcessorOutput.from_dict = staticmethod(lambda d: types.SimpleNamespace(**d))
+
+    def extend_session(self, image_inputs):  # SGLang's bookkeeping, reduced to what the adapter relies on
+        if self.multimodal_inputs is None:
+            self.multimodal_inputs = image_inputs
+        else:
+            self.multimodal_inputs.mrope_positions = image_inputs.mrope_positions
+
+    schedule.Req._extend_session_image_inputs = extend_session
+    yield modules
+    plugin.uninstall()
+
+
+def test_install_patches_and_uninstall_restores(fake_sglang):
+    rope = fake_sglang[plugin.ROPE_INDEX]
+    before = {name: getattr(rope, name) for name in hooks.DROP_INS}
+    assert plugin.install(semantics="sglang-0.5") is True
+    assert plugin.install() is False  # once
+    for name, original in before.items():
+        assert getattr(rope, name) is not original and getattr(rope, name).mrope_tracker_original is original
+    forward = fake_sglang[plugin.FORWARD].ForwardBatch
+    assert forward._compute_mrope_positions.mrope_tracker_original.__name__ == "_compute_mrope_positions"
+    assert plugin.uninstall() is True and plugin.uninstall() is False
+    assert {name: getattr(rope, name) for name in hooks.DROP_INS} == before
+    assert forward._compute_mrope_positions(None, None, None) == SGLANG
+
+
+def test_batch_false_patches_the_drop_ins_only(fake_sglang):
+    assert plugin.install(batch=False)
+    assert fake_sglang[plugin.FORWARD].ForwardBatch._compute_mrope_positions(None, None, None) == SGLANG
+    assert fake_sglang[plugin.MM_UTILS].extend_mrope_positions_for_retracted_request(None, 0) == SGLANG
+
+
+@pytest.mark.parametrize("target", ["function", "method", "missing"])
+def test_a_changed_target_is_named_and_nothing_changes(fake_sglang, target):
+    rope = fake_sglang[plugin.ROPE_INDEX]
+    before = rope.get_rope_index
+    if target == "function":
+        rope.get_rope_index_glm4v = _function("get_rope_index_glm4v", ["input_ids", "hf_config", "**kwargs"])
+        match = "get_rope_index_glm4v takes"
+    elif target == "method":
+        forward = fake_sglang[plugin.FORWARD].ForwardBatch
+        forward.compute_spec_mrope_positions = _function("compute_spec_mrope_positions", ["self", "model_runner"])
+        match = "compute_spec_mrope_positions takes"
+    else:
+        del fake_sglang[plugin.SCHEDULE].Req._extend_session_image_inputs
+        match = "_extend_session_image_inputs is missing"
+    with pytest.raises(RuntimeError, match=match):
+        plugin.install()
+    assert rope.get_rope_index is before and not plugin.installed()
+
+
+def test_switched_off_by_the_environment(fake_sglang, monkeypatch):
+    monkeypatch.setenv(plugin.ENV_SWITCH, "0")
+    assert plugin.install() is False and not plugin.installed()
+
+
+# ---------------------------------------------------------------------------------------------- a request's way
+QWEN = {"model_type": "qwen2_5_vl", "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652}
+VS, VE, IMG = 151652, 151653, 151655
+
+
+def _process(fake_sglang, token_ids, grids):
+    """What SGLang's Qwen processor does: get_rope_index on the prompt, then the processor output."""
+    positions, delta = fake_sglang[plugin.ROPE_INDEX].get_rope_index(
+        spatial_merge_size=2, image_token_id=IMG, video_token_id=151656, vision_start_token_id=VS,
+        model_type="qwen2_5_vl", tokens_per_second=2, input_ids=torch.tensor([token_ids]),
+        image_grid_thw=torch.tensor(grids),
+    )  # fmt: skip
+    d = {"mm_items": [], "input_ids": token_ids, "mrope_positions": positions.squeeze(1), "mrope_position_delta": delta}
+    return fake_sglang[plugin.SCHEDULE].MultimodalProcessorOutput.from_dict(d), positions[:, 0].numpy()
+
+
+class Runner:
+    def __init__(self, size):
+        self.req_to_token_pool = types.SimpleNamespace(
+            size=size, req_generation=torch.zeros(size + 1, dtype=torch.int64)
+        )
+        self.device = torch.device("cpu")
+
+    def allocate(self, row):
+        self.req_to_token_pool.req_generation[row] += 1
+
+
+def _req(fake_sglang, output, prompt_len):
+    req = fake_sglang[plugin.SCHEDULE].Req()
+    req.multimodal_inputs = output
+    req.origin_input_ids = list(range(prompt_len))
+    return req
+
+
+def _forward(fake_sglang, mode, **fields):
+    forward = fake_sglang[plugin.FORWARD].ForwardBatch()
+    forward.forward_mode = Mode(mode)
+    forward.__dict__.update(fields)
+    return forward
+
+
+def test_a_request_goes_through_processor_batches_and_session(fake_sglang):
+    plugin.install(semantics="sglang-0.5")
+    ids = [1, 2, VS] + [IMG] * 16 + [VE, 3, 4]
+    output, expected = _process(fake_sglang, ids, [[1, 8, 8]])
+    assert hooks.is_layout_tensor(output.mrope_positions)  # bytes travel, not (3, L) positions
+    assert output.mrope_positions.numel() < 24 * len(ids) + 400
+    runner = Runner(size=4)
+    text = _req(fake_sglang, None, 5)
+    req = _req(fake_sglang, output, len(ids))
+    runner.allocate(1)
+    runner.allocate(3)
+    batch = types.SimpleNamespace(reqs=[req, text], req_pool_indices_cpu=torch.tensor([1, 3]),
+                                  prefix_lens=[0, 0], extend_lens=[len(ids), 5])  # fmt: skip
+    forward = _forward(fake_sglang, "extend")
+    forward._compute_mrope_positions(runner, batch)
+    assert (forward.mrope_positions[:, : len(ids)].numpy() == expected).all()
+    assert (forward.mrope_positions[:, len(ids) :].numpy() == np.arange(5)).all()
+    delta = int(expected.max()) + 1 - len(ids)
+    forward = _forward(fake_sglang, "decode", seq_lens_cpu=torch.tensor([len(ids) + 1, 6]))
+    forward._compute_mrope_positions(runner, batch)
+    assert forward.mrope_positions[:, 0].tolist() == [len(ids) + delta] * 3 and forward.mrope_positions[0, 1] == 5
+    forward = _forward(fake_sglang, "verify", req_pool_indices=torch.tensor([1, 3]))
+    batch.spec_info = types.SimpleNamespace(positions=torch.tensor([30, 31, 6, 7]))
+    forward.compute_spec_mrope_positions(runner, batch)
+    assert forward.mrope_positions[0].tolist() == [30 + delta, 31 + delta, 6, 7]
+    # a session turn: the saved prompt, 4 generated tokens, then a new image turn
+    turn_ids = [5, VS] + [IMG] * 4 + [VE]
+    turn, turn_positions = _process(fake_sglang, turn_ids, [[1, 4, 4]])
+    req.origin_input_ids = list(range(len(ids) + 4 + len(turn_ids)))
+    req._extend_session_image_inputs(turn)
+    layout = hooks.layout_of_tensor(req.multimodal_inputs.mrope_positions)
+    start = int(expected.max()) + 1
+    want = np.concatenate([expected, np.arange(4) + start + np.zeros((3, 1), int), turn_positions + start + 4], 1)
+    assert (layout.positions() == want).all() and int(req.multimodal_inputs.mrope_position_delta) == layout.delta
+    retract = fake_sglang[plugin.MM_UTILS].extend_mrope_positions_for_retracted_request
+    assert retract(req.multimodal_inputs.mrope_positions, 5) is req.multimodal_inputs.mrope_positions
+
+
+def test_requests_it_cannot_serve_go_to_sglang(fake_sglang):
+    plugin.install(semantics="sglang-0.5")
+    runner = Runner(size=2)
+    runner.allocate(1)
+    config = MRopeConfig.from_hf_config(
+        {**QWEN, "vision_end_token_id": VE, "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2}},
+        semantics="sglang-0.5",
+    )
+    positions, _ = prompt_positions(config, [1, 2, 3])
+    own = types.SimpleNamespace(mrope_positions=torch.from_numpy(positions))  # SGLang's own (3, L) positions
+    batch = types.SimpleNamespace(reqs=[_req(fake_sglang, own, 3)], req_pool_indices_cpu=torch.tensor([1]),
+                                  prefix_lens=[0], extend_lens=[3])  # fmt: skip
+    forward = _forward(fake_sglang, "extend")
+    assert forward._compute_mrope_positions(runner, batch) == SGLANG
+
+
+def test_engine_guide_sglang_examples_run():
+    """docs/engine.md's SGLang examples run as written, in order (their asserts are the check)."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "engine.md").read_text(encoding="utf-8")
+    section = text[text.index("## 11. SGLang 0.5") :]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 3
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/engine.md", "exec"), namespace)  # noqa: S102
+    assert not plugin.installed()
+
+
+def test_a_text_request_before_any_layout_is_served_once_a_layout_comes(fake_sglang):
+    plugin.install(semantics="sglang-0.5")
+    runner = Runner(size=4)
+    runner.allocate(2)
+    text = _req(fake_sglang, None, 6)
+    batch = types.SimpleNamespace(reqs=[text], req_pool_indices_cpu=torch.tensor([2]), prefix_lens=[0], extend_lens=[6])
+    assert _forward(fake_sglang, "extend")._compute_mrope_positions(runner, batch) == SGLANG  # no engine yet
+    ids = [1, VS] + [IMG] * 4 + [VE]
+    output, expected = _process(fake_sglang, ids, [[1, 4, 4]])
+    runner.allocate(1)
+    batch = types.SimpleNamespace(reqs=[text, _req(fake_sglang, output, len(ids))],
+                                  req_pool_indices_cpu=torch.tensor([2, 1]), prefix_lens=[6, 0],
+                                  extend_lens=[1, len(ids)])  # fmt: skip
+    forward = _forward(fake_sglang, "extend")
+    forward._compute_mrope_positions(runner, batch)
+    assert forward.mrope_positions[0, 0] == 6 and (forward.mrope_positions[:, 1:].numpy() == expected).all()
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "ernie4_5_moe_vl", "qwen3_omni")).flatmap(
+        lambda family: family_prompts(family, config_name=None)
+    )
+)
+def test_installed_drop_ins_return_the_plain_drop_ins_results(prompt):
+    """Installed, a drop-in builds the layout first and returns its positions: the plain drop-in's, exactly."""
+    config = MRopeConfig.from_hf_config(prompt.config, semantics="sglang-0.5")
+    kw = prompt.kwargs()
+    ids = torch.tensor([prompt.token_ids])
+    images = None if "image_grid_thw" not in kw else torch.from_numpy(kw["image_grid_thw"])
+    videos = None if "video_grid_thw" not in kw else torch.from_numpy(kw["video_grid_thw"])
+    if prompt.family in ("glm4v", "ernie4_5_moe_vl"):
+        name, args, kwargs = ("get_rope_index_glm4v" if prompt.family == "glm4v" else "get_rope_index_ernie45",
+                              [ids, _namespace(prompt.config), images, videos], {})  # fmt: skip
+        if prompt.family == "glm4v":
+            args.append(None)
+    else:
+        times = kw.get("second_per_grid_ts")
+        args = [config.spatial_merge_size, config.image_token_id, config.video_token_id, config.vision_start_token_id]
+        args += [config.model_type, config.tokens_per_second, ids, images, videos]
+        args += [None if times is None else torch.from_numpy(np.asarray(times))]
+        name, kwargs = "get_rope_index", {}
+        if prompt.family == "qwen3_omni":
+            kwargs = {"audio_token_id": config.audio_token_id, "audio_start_token_id": config.audio_start_token_id}
+            kwargs["position_id_per_seconds"] = config.tokens_per_second
+            kwargs["audio_seqlens"] = kw.get("audio_feature_lengths")
+            kwargs["use_audio_in_video"] = prompt.use_audio_in_video
+    plain = getattr(sglang_api, name)(*args, semantics="sglang-0.5", **kwargs)
+    installed = hooks.DROP_INS[name](*args, semantics="sglang-0.5", **kwargs)
+    assert all(a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b) for a, b in zip(plain, installed))
+    layout = hooks.take_layout(installed[0].squeeze(1))
+    assert (layout is None) == (images is None and videos is None)
+
+
+def _namespace(value):
+    if isinstance(value, dict):
+        return types.SimpleNamespace(**{key: _namespace(item) for key, item in value.items()})
+    return value
