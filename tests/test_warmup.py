@@ -229,6 +229,32 @@ def test_other_threads_keep_the_default_in_process():
         thread.join()
 
 
+def test_without_numbas_compiler_lock_only_a_lone_thread_forks(monkeypatch):
+    """numba.core.compiler_lock is no documented name: where it is missing, the fork holds nothing while
+    this is the only Python thread (nothing to keep out of numba), and with other threads nothing forks."""
+    assert warmup_module._fork_guard() is not None  # this numba has it
+    monkeypatch.setitem(sys.modules, "numba.core.compiler_lock", None)  # any import of it raises ImportError
+    with warmup_module._fork_guard():  # a null context: the fork goes ahead
+        pass
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert warmup_module._fork_guard() is None
+        warmup_module._compile_in_children((lambda: 1 / 0,))  # no guard: returns at once, forking nothing
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_the_warm_marker_follows_a_full_warmup(tmp_path, monkeypatch):
+    """warmup() leaves its marker where numba caches; without it the cache counts as cold."""
+    monkeypatch.setattr(warmup_module, "_warm_marker", lambda: tmp_path / "warmup-complete-test")
+    assert warmup_module._cache_is_cold()
+    warmup(jobs=1)
+    assert not warmup_module._cache_is_cold()
+
+
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, "2", True])
 def test_bad_jobs(jobs):
     with pytest.raises(ValueError, match="jobs: expected None or an int >= 1"):

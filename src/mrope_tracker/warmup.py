@@ -19,6 +19,7 @@ whatever is still missing itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -102,6 +103,7 @@ def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float
             f"tracker[{str(dtype).replace('torch.', '')}]",
             lambda dtype=dtype: _tracker_round(config, ids, kwargs, ranges, dtype),
         )
+    _mark_warm()
     return timings
 
 
@@ -241,29 +243,34 @@ def _num_jobs(jobs: int | None) -> int:
     return min(jobs, MAX_JOBS)
 
 
-def _cache_is_cold() -> bool:
-    """Whether numba's cache lacks an index file for any of the main entry
-    points: both prompt entries, both builders, the step kernel (the best
-    sign of a first start; a cache lacking only lesser kernels is completed
-    in process). numba names its index files ``<module>.<function>-<line>.
-    py<version>.nbi``, in the folder numba uses (the last of
-    `kernels.cache_folders()`). An index written on another machine or numba
-    counts as warm: nothing is forked then, which is always correct, only
-    slower."""
-    from .kernels import cache_folders, layout_build, prompt, tracker_step
+def _warm_marker():
+    """The file warmup() leaves where numba caches, once every kernel is in
+    (our own name, with numba's and Python's versions: a cache another
+    numba or Python wrote counts as cold); the kernels' stale-cache drop
+    removes it with the cache files (kernels/__init__.py)."""
+    import numba
 
-    folder = cache_folders()[-1]
-    suffix = f"py{sys.version_info[0]}{sys.version_info[1]}.nbi"
-    for module, names in (
-        (prompt, ("prompt_from_arrays", "prompt_from_records")),
-        (layout_build, ("build_from_tokens", "build_from_ranges")),
-        (tracker_step, ("prepare_step",)),
-    ):
-        stem = module.__name__.rsplit(".", 1)[-1]
-        for name in names:
-            if not any(folder.glob(f"{stem}.{name}-*.{suffix}")):
-                return True
-    return False
+    from .kernels import WARM_MARKER_GLOB, cache_folders
+
+    name = f"numba{numba.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+    return cache_folders()[-1] / WARM_MARKER_GLOB.replace("*", name)
+
+
+def _cache_is_cold() -> bool:
+    """Whether no warmup() has filled numba's cache for these sources, this
+    numba and this Python (the best sign of a first start). A cache filled
+    otherwise (by tests, by lazy compiles) counts as cold: the children then
+    mostly load, which costs a fork and a little time, never correctness;
+    a cache whose files were deleted behind the marker's back counts as
+    warm: nothing is forked then, which is always correct, only slower."""
+    return not _warm_marker().exists()
+
+
+def _mark_warm() -> None:
+    try:
+        _warm_marker().touch()
+    except OSError:  # a read-only cache folder: the next start forks again, which is only slower
+        pass
 
 
 # A group compiles in seconds; a child still running after this long is
@@ -285,15 +292,14 @@ def _compile_in_children(groups) -> None:
     gone in the child, and the child takes no lock but numba's. Whatever
     happens to a child (a failure, the deadline, an interrupt of the
     parent), the parent reaps it and compiles what is still missing itself."""
-    try:  # numba's compiler lock: not a documented name, so without it nothing is forked
-        from numba.core.compiler_lock import global_compiler_lock
-    except ImportError:  # pragma: no cover (a numba that moved it: the parent compiles everything)
+    guard = _fork_guard()
+    if guard is None:  # other threads, and no way to keep them out of numba across the fork
         return
     children = []
     try:
         for group in groups:
             try:
-                with global_compiler_lock, warnings.catch_warnings():
+                with guard, warnings.catch_warnings():
                     warnings.simplefilter("ignore", DeprecationWarning)
                     pid = os.fork()
             except OSError:  # no process to be had: the parent compiles the rest
@@ -310,6 +316,20 @@ def _compile_in_children(groups) -> None:
     finally:
         for pid in children:  # only those left: stuck past the deadline, or the parent interrupted
             _end(pid)
+
+
+def _fork_guard():
+    """What to hold across each fork so that no other thread of this process
+    is inside numba's compiler when the child is made: numba's compiler lock
+    (not a documented name: numba.core.compiler_lock), or where a numba
+    lacks it, nothing while this is the process's only Python thread (the
+    public path: no thread to fear), else None: no fork, the parent
+    compiles everything itself."""
+    try:
+        from numba.core.compiler_lock import global_compiler_lock
+    except ImportError:
+        return contextlib.nullcontext() if threading.active_count() == 1 else None
+    return global_compiler_lock
 
 
 def _wait(children: list, deadline: float) -> None:
