@@ -185,7 +185,14 @@ def test_warm_process_neither_forks_nor_compiles():
     compiles = _Compiles()
     with event.install_listener("numba:compile", compiles):
         stages = warmup(dtypes=(torch.int64, torch.int32))
-    assert list(stages) == ["prompt_positions", "layout", "next_positions", "tracker[int64]", "tracker[int32]"]
+    assert list(stages) == [
+        "prompt_positions",
+        "layout",
+        "next_positions",
+        "tracker[int64]",
+        "tracker[int32]",
+        "rope_state rows",
+    ]
     assert compiles.names == []
 
 
