@@ -4,6 +4,7 @@ needed to read them (machine, versions, command)."""
 from __future__ import annotations
 
 import datetime
+import importlib
 import os
 import platform
 import sys
@@ -15,30 +16,11 @@ import torch
 
 from mrope_tracker import warmup
 
-from . import (
-    baselines,
-    suite_admission,
-    suite_decode,
-    suite_evs,
-    suite_hf,
-    suite_memory,
-    suite_prompt,
-    suite_scheduler,
-    suite_sglang,
-    suite_startup,
-)
+from . import SUITES as SUITE_NAMES
+from . import baselines
 
-SUITES = {
-    "prompt": suite_prompt.run,
-    "decode": suite_decode.run,
-    "admission": suite_admission.run,
-    "scheduler": suite_scheduler.run,
-    "memory": suite_memory.run,
-    "hf": suite_hf.run,
-    "startup": suite_startup.run,
-    "evs": suite_evs.run,
-    "sglang": suite_sglang.run,
-}
+# name -> run(quick, progress), from the registry in bench/__init__.py
+SUITES = {name: importlib.import_module(f".suite_{name}", __package__).run for name in SUITE_NAMES}
 
 
 def _cpu_model() -> str:

@@ -7,26 +7,44 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import mrope_tracker.kernels as kernels
 
 
 def _numba_subfolder(cache_dir: pathlib.Path, monkeypatch) -> pathlib.Path:
-    """The sub-folder the package says numba caches its kernels in under NUMBA_CACHE_DIR."""
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache_dir))
+    """A stand-in for the folder numba reports under NUMBA_CACHE_DIR (numba reads that variable at import,
+    so the real report is checked in a fresh process below)."""
+    folder = cache_dir / "kernels_digest"
+    monkeypatch.setattr(kernels, "_numba_cache_folder", lambda: folder)
     beside, under = kernels.cache_folders()
     assert beside == pathlib.Path(kernels.SOURCE_FOLDER, "__pycache__")
     return under
 
 
-def test_numba_cache_dir_folder_is_the_one_numba_writes(tmp_path, monkeypatch):
-    """The folder the stale-cache drop cleans is where numba writes a compile under NUMBA_CACHE_DIR."""
+def test_numba_cache_dir_folder_is_the_one_numba_writes(tmp_path):
+    """The folder numba reports (and the stale-cache drop cleans) is where it writes a compile under
+    NUMBA_CACHE_DIR."""
     script = (
-        "import numpy as np; from mrope_tracker import next_positions; "
-        "next_positions(np.zeros((3, 2), np.int64), 0, 0, 0, 2)"
+        "import numpy as np; from mrope_tracker import next_positions; import mrope_tracker.kernels as k; "
+        "next_positions(np.zeros((3, 2), np.int64), 0, 0, 0, 2); print(k.cache_folders()[-1])"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
-    assert list(_numba_subfolder(tmp_path, monkeypatch).glob("next_positions.*.nbi"))
+    out = subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300, capture_output=True)
+    folder = pathlib.Path(out.stdout.decode().strip())
+    assert folder.parent == tmp_path and list(folder.glob("next_positions.*.nbi"))
+    assert (folder / "kernels-source.sha256").exists()
+
+
+def test_without_numbas_report_the_folder_beside_is_cleaned(monkeypatch):
+    """A numba that cannot say where it caches: the __pycache__ beside the sources, numba's default."""
+
+    def no_report(*args, **kwargs):
+        raise AttributeError("stats")
+
+    monkeypatch.setattr(kernels.numba, "njit", no_report)
+    assert kernels._numba_cache_folder() is None
+    assert kernels.cache_folders() == [pathlib.Path(kernels.SOURCE_FOLDER, "__pycache__")]
 
 
 def test_stale_entries_are_dropped_in_both_folders(tmp_path, monkeypatch):
@@ -35,6 +53,9 @@ def test_stale_entries_are_dropped_in_both_folders(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "kernels-source.sha256").write_text("an older digest")
     stale = [folder / "prompt.prompt_from_arrays-40.py311.nbi", folder / "prompt.prompt_from_arrays-40.py311.1.nbc"]
+    for path in stale:
+        path.write_bytes(b"stale")
+    stale.append(folder / "warmup-complete-numba0.60.0-py311")  # warmup()'s marker goes with the entries
     for path in stale:
         path.write_bytes(b"stale")
     kept = folder / "unrelated.txt"
@@ -48,3 +69,51 @@ def test_stale_entries_are_dropped_in_both_folders(tmp_path, monkeypatch):
     stale[0].write_bytes(b"fresh")
     kernels._drop_stale_cache()
     assert stale[0].exists()
+
+
+def test_private_numba_options_only_where_tested_or_accepted(monkeypatch):
+    """The private options are passed on the numba versions CI runs without a probe; on another, only if
+    a probe compile takes them; never with MROPE_TRACKER_NUMBA_PUBLIC_ONLY=1."""
+    from mrope_tracker.kernels import jit_options
+
+    calls = []
+
+    def refusing_njit(*args, **kwargs):
+        calls.append(kwargs)
+        raise KeyError("Unrecognized options: {'_nrt'}")
+
+    monkeypatch.setattr(jit_options.numba, "njit", refusing_njit)
+    oldest, newest = jit_options.TESTED_NUMBA
+    assert jit_options.private_options_accepted(f"{oldest[0]}.{oldest[1]}.0")
+    assert jit_options.private_options_accepted(f"{newest[0]}.{newest[1]}.1rc1")
+    assert not calls  # no probe on a tested version
+    assert not jit_options.private_options_accepted(f"{newest[0]}.{newest[1] + 1}.0")
+    assert calls and set(calls[0]) == set(jit_options.PRIVATE_OPTIONS)
+    monkeypatch.setenv("MROPE_TRACKER_NUMBA_PUBLIC_ONLY", "1")
+    assert not jit_options.private_options_accepted(f"{oldest[0]}.{oldest[1]}.0")
+    monkeypatch.setattr(jit_options, "PRIVATE", False)
+    assert jit_options.options(_nrt=False) == {}
+
+
+@pytest.mark.slow
+def test_the_public_path_gives_the_same_positions(tmp_path):
+    """With MROPE_TRACKER_NUMBA_PUBLIC_ONLY=1 (no private numba option: what a numba that dropped them
+    gets), the kernels compile on an empty cache and give the torch reference's positions."""
+    script = """
+import numpy as np, torch
+from mrope_tracker import MRopeConfig, PositionTracker, prompt_positions, reference
+from mrope_tracker.kernels import jit_options
+assert not jit_options.PRIVATE
+config = MRopeConfig(family="qwen2_vl")
+ids = np.array([1, config.vision_start_token_id] + [config.image_token_id] * 6 + [config.vision_end_token_id, 2])
+positions, delta = prompt_positions(config, ids, image_grid_thw=[[1, 4, 6]])
+expected, expected_delta = reference.prompt_positions(config, torch.from_numpy(ids), image_grid_thw=[[1, 4, 6]])
+assert (positions == expected.numpy()).all() and delta == expected_delta
+tracker = PositionTracker(config, max_num_reqs=2, max_num_batched_tokens=16)
+tracker.add_request("a", ids, image_grid_thw=[[1, 4, 6]])
+assert (tracker.prepare(["a"], [10]).numpy() == positions).all()
+print("ok")
+"""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "MROPE_TRACKER_NUMBA_PUBLIC_ONLY": "1"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, timeout=900, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

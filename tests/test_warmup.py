@@ -185,7 +185,14 @@ def test_warm_process_neither_forks_nor_compiles():
     compiles = _Compiles()
     with event.install_listener("numba:compile", compiles):
         stages = warmup(dtypes=(torch.int64, torch.int32))
-    assert list(stages) == ["prompt_positions", "layout", "next_positions", "tracker[int64]", "tracker[int32]"]
+    assert list(stages) == [
+        "prompt_positions",
+        "layout",
+        "next_positions",
+        "tracker[int64]",
+        "tracker[int32]",
+        "rope_state rows",
+    ]
     assert compiles.names == []
 
 
@@ -227,6 +234,57 @@ def test_other_threads_keep_the_default_in_process():
     finally:
         stop.set()
         thread.join()
+
+
+def test_without_numbas_compiler_lock_only_a_lone_thread_forks(monkeypatch):
+    """numba.core.compiler_lock is no documented name: where it is missing, the fork holds nothing while
+    this is the only Python thread (nothing to keep out of numba), and with other threads nothing forks."""
+    assert warmup_module._fork_guard() is not None  # this numba has it
+    monkeypatch.setitem(sys.modules, "numba.core.compiler_lock", None)  # any import of it raises ImportError
+    with warmup_module._fork_guard():  # a null context: the fork goes ahead
+        pass
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert warmup_module._fork_guard() is None
+        warmup_module._compile_in_children((lambda: 1 / 0,))  # no guard: returns at once, forking nothing
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_the_warm_marker_follows_a_full_warmup(tmp_path, monkeypatch):
+    """warmup() leaves its marker where numba caches; without it the cache counts as cold."""
+    monkeypatch.setattr(warmup_module, "_warm_marker", lambda key="all": tmp_path / f"warmup-complete-{key}")
+    assert warmup_module._cache_is_cold()
+    warmup(jobs=1)
+    assert not warmup_module._cache_is_cold() and not warmup_module._cache_is_cold("qwen2_vl-rope_state")
+    assert warmup_module._warm_marker().exists()
+
+
+def test_warmup_for_one_model_and_runner_runs_only_its_stages(monkeypatch):
+    """warmup(config, runner="rope_state") runs no prompt entry, no tracker; the canvas and per-frame
+    workloads only for a model that uses them; the older warmup(dtypes) form still works."""
+    from mrope_tracker import MRopeConfig
+    from mrope_tracker.device import warm
+
+    stages = warmup(MRopeConfig(family="qwen2_vl"), runner="rope_state", jobs=1)
+    assert set(stages) == {"layout", "rope_state rows"}
+    stages = warmup("tests/data/configs/qwen3_vl.json", runner="tracker", jobs=1)
+    assert "prompt_positions" in stages and "tracker[int64]" in stages and "rope_state rows" not in stages
+    assert "tracker[int32]" in warmup((torch.int64, torch.int32), jobs=1)
+
+    def refused(*args):
+        raise AssertionError("a workload this model does not need")
+
+    monkeypatch.setattr(warm, "canvas_prompt", refused)
+    monkeypatch.setattr(warm, "per_frame_video", refused)
+    assert warm.warm_rope_state(MRopeConfig(family="qwen2_5_vl")) >= 0
+    with pytest.raises(AssertionError):
+        warm.warm_rope_state(MRopeConfig(family="qwen3_vl"))  # per-frame videos: the locator runs
+    with pytest.raises(ValueError, match="runner: expected one of all, tracker, rope_state"):
+        warmup(runner="engine")
 
 
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, "2", True])

@@ -121,23 +121,35 @@ def _compare(args) -> int:
     print(hf_compare.markdown(result), file=sys.stderr if args.json == "-" else sys.stdout)
     if args.json:
         _write_json(result, args.json)
+    if any(result["refused"].values()):  # a comparison with holes is not a clean result: say why, exit 1
+        counts = ", ".join(f"{k} {v}" for k, v in result["refused"].items() if v)
+        source = f"--prompts {args.prompts}" if args.prompts else "the built-in sample"
+        print(f"mrope-tracker compare: prompts of {source} refused ({counts}, of {result['prompts']})", file=sys.stderr)
+        for (prompt, error), names in hf_compare.refusal_reasons(result).items():
+            print(f"  prompt {prompt} (from 0), by {', '.join(names)}: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="mrope-tracker", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    from .bench import SUITES  # the registry: names and what each measures, without importing the suites
+
     bench = sub.add_parser(
         "bench",
         help="run the benchmark suites on the built-in workloads",
         description="Benchmarks against the torch reference and re-implementations of vLLM's designs, "
         "measured as ratios in one process.",
+        epilog="suites (all by default, in this order):\n"
+        + "\n".join(f"  {name:10s} {what}" for name, what in SUITES.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bench.add_argument(
         "--suite",
         action="append",
         metavar="NAME",
-        help="prompt, decode, admission, scheduler, memory, hf or startup (repeat or comma-separate; default: all)",
+        help=f"one of {', '.join(SUITES)} (repeat or comma-separate; default: all)",
     )
     bench.add_argument("--quick", action="store_true", help="smaller workloads and fewer rounds (under a minute)")
     _add_json_option(bench, "every result and ratio")

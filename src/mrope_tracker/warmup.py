@@ -19,6 +19,7 @@ whatever is still missing itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -26,6 +27,7 @@ import threading
 import time
 import warnings
 
+import attrs
 import numpy as np
 import torch
 
@@ -33,6 +35,7 @@ from .core.config import MRopeConfig
 from .core.inputs import as_grid, as_token_ids
 from .core.layout import PromptLayout
 from .core.positions import next_positions, prompt_positions
+from .device.warm import canvas_prompt, device_rows, per_frame_video
 from .kernels import layout_codes as C
 from .tracker.position_tracker import PositionTracker
 
@@ -44,12 +47,27 @@ __all__ = ["warmup"]
 MAX_JOBS = 2
 
 
-def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float]:
-    """Compile every kernel; returns the seconds each stage took.
+RUNNERS = ("all", "tracker", "rope_state")
+
+
+def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runner: str = "all") -> dict[str, float]:
+    """Compile (or load) the kernels; returns the seconds each stage took.
+
+    `config`: None for every kernel of every family; an `MRopeConfig` (or
+    anything `MRopeConfig.from_hf_config` reads) for only those its model
+    needs: MiniCPM-V 4.7's canvas kernels only for a canvas config, the
+    per-frame video locator only for families whose videos are a block per
+    frame. `runner`: which of this package's runners will serve: "tracker"
+    (`PositionTracker`: the prompt entries, the builder from tokens, the step
+    kernel), "rope_state" (`RopeState`, as the vLLM plugin builds it: the
+    builder from ranges and the device rows' kernels only), or "all". So an
+    engine worker pays for its own model and runner alone (figures in
+    docs/benchmarks.md, "startup").
 
     `dtypes` lists the `PositionTracker` dtypes to prepare (int64 by
-    default; add torch.int32 if a tracker uses it). The kernels do not depend
-    on the model family, so one small Omni workload reaches all of them.
+    default; add torch.int32 if a tracker uses it). A sequence of dtypes
+    passed first (the older form, ``warmup((torch.int32,))``) is taken as
+    `dtypes`.
 
     `jobs` is how many processes may compile at once when numba's cache is
     cold (Linux only): None for one per usable core, at most 2, and only
@@ -58,6 +76,8 @@ def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float
     nothing is forked. The stage ``"compile (N processes)"`` in the result,
     when present, is the time the forked compile took; the other stages then
     mostly load."""
+    if isinstance(config, (tuple, list)) and all(isinstance(d, torch.dtype) for d in config):
+        config, dtypes = None, config  # the older warmup(dtypes) form
     try:
         dtypes = tuple(dtypes)
     except TypeError:
@@ -67,8 +87,11 @@ def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float
             raise ValueError(f"dtypes: expected torch.int64 or torch.int32 entries, got {dtype!r}")
     if jobs is not None and (type(jobs) is not int or jobs < 1):
         raise ValueError(f"jobs: expected None or an int >= 1, got {jobs!r}")
-    config = MRopeConfig(family="qwen2_5_omni", tokens_per_second=2, seconds_per_chunk=2)
-    ids, kwargs, ranges = _tiny_prompt(config)
+    if runner not in RUNNERS:
+        raise ValueError(f"runner: expected one of {', '.join(RUNNERS)}, got {runner!r}")
+    plan = _Plan.of(None if config is None else MRopeConfig.from_hf_config(config), runner)
+    omni = MRopeConfig(family="qwen2_5_omni", tokens_per_second=2, seconds_per_chunk=2)
+    ids, kwargs, ranges = _tiny_prompt(omni)  # the kernels take no family: one small Omni prompt reaches them
     timings: dict[str, float] = {}
 
     def stage(name, fn):
@@ -77,32 +100,71 @@ def warmup(dtypes=(torch.int64,), *, jobs: int | None = None) -> dict[str, float
         timings[name] = time.perf_counter() - start
 
     num_jobs = _num_jobs(jobs)
-    if num_jobs > 1 and _cache_is_cold():
-        groups = (
-            lambda: _token_builder_group(config, ids, kwargs, ranges),
-            lambda: _other_kernels_group(config, dtypes, ids, kwargs, ranges),
-        )
+    if num_jobs > 1 and _cache_is_cold(plan.key):
+        groups = plan.groups(omni, dtypes, ids, kwargs, ranges)
         stage(f"compile ({num_jobs} processes)", lambda: _compile_in_children(groups))
-
-    image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
-    stage(
-        "prompt_positions",
-        lambda: (  # items as arrays, text only, images as arrays and as lists: the kernels' two entries
-            prompt_positions(config, ids, **kwargs),
-            prompt_positions(config, ids[:3]),
-            prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]])),
-            # lists (token ids, grid rows) go through the marshal decoders
-            prompt_positions(config, image_ids.tolist(), image_grid_thw=[[1, 2, 4]]),
-        ),
-    )
-    stage("layout", lambda: _layouts(config, ids, kwargs, ranges))
-    stage("next_positions", _next_positions)
-    for dtype in dtypes:
-        stage(
-            f"tracker[{str(dtype).replace('torch.', '')}]",
-            lambda dtype=dtype: _tracker_round(config, ids, kwargs, ranges, dtype),
-        )
+    if plan.tokens:
+        stage("prompt_positions", lambda: _prompt_entries(omni, ids, kwargs))
+    stage("layout", lambda: _layouts(plan, omni, ids, kwargs, ranges))
+    if plan.tracker:
+        stage("next_positions", _next_positions)
+        for dtype in dtypes:
+            stage(
+                f"tracker[{str(dtype).replace('torch.', '')}]",
+                lambda dtype=dtype: _tracker_round(omni, ids, kwargs, ranges, dtype),
+            )
+    if plan.rope_state:
+        stage("rope_state rows", device_rows)
+    _mark_warm(plan.key)
     return timings
+
+
+@attrs.frozen
+class _Plan:
+    """Which kernels one warm-up reaches."""
+
+    tokens: bool  # the builder from tokens and the prompt entries (PositionTracker.add_request, prompt_positions)
+    tracker: bool  # the step kernel, the pool, next_positions
+    rope_state: bool  # the device rows' cast and fill
+    frames: bool  # the per-frame video locator
+    canvas: bool  # MiniCPM-V 4.7's canvas
+    key: str  # names the marker of a completed warm-up of this plan
+
+    @classmethod
+    def of(cls, config: MRopeConfig | None, runner: str) -> _Plan:
+        tracker = runner in ("all", "tracker")
+        everything = config is None
+        return cls(
+            tokens=tracker,
+            tracker=tracker,
+            rope_state=runner in ("all", "rope_state"),
+            frames=everything or config.spec.video_blocks == "frames",
+            canvas=everything or config.canvas,
+            key="all" if everything and runner == "all" else f"{config.family if config else 'any'}-{runner}",
+        )
+
+    def groups(self, config, dtypes, ids, kwargs, ranges) -> tuple:
+        """What the forked children compile: the builder from tokens with the prompt entries (the longer
+        group) when the plan has them, else the builder from ranges; the rest in the other child."""
+        if self.tokens:
+            return (
+                lambda: _token_builder_group(config, ids, kwargs, ranges),
+                lambda: _other_kernels_group(self, config, dtypes, ids, kwargs, ranges),
+            )
+        return (
+            lambda: PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges),
+            lambda: _other_kernels_group(self, config, dtypes, ids, kwargs, ranges, with_ranges=False),
+        )
+
+
+def _prompt_entries(config, ids, kwargs) -> None:
+    """Items as arrays, text only, images as arrays and as lists: the kernels' two entries."""
+    image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
+    prompt_positions(config, ids, **kwargs)
+    prompt_positions(config, ids[:3])
+    prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]]))
+    # lists (token ids, grid rows) go through the marshal decoders
+    prompt_positions(config, image_ids.tolist(), image_grid_thw=[[1, 2, 4]])
 
 
 def _tiny_prompt(config: MRopeConfig):
@@ -125,43 +187,14 @@ def _tiny_prompt(config: MRopeConfig):
     return ids, kwargs, ranges
 
 
-def _layouts(config, ids, kwargs, ranges) -> None:
-    PromptLayout.from_tokens(config, ids, **kwargs).positions(1, 9)
-    _range_layouts(config, ids, kwargs, ranges)
-
-
-def _range_layouts(config, ids, kwargs, ranges) -> None:
+def _layouts(plan, config, ids, kwargs, ranges) -> None:
+    if plan.tokens:
+        PromptLayout.from_tokens(config, ids, **kwargs).positions(1, 9)
     PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges).positions(1, 9)
-    _per_frame_video()
-    _canvas_prompt()
-
-
-def _canvas_prompt() -> None:
-    """A MiniCPM-V 4.7 picture, a thumbnail and one slice (core/canvas.py: the
-    layout check of hand-made rows, the CANVAS rows' fill)."""
-    from .core.canvas import canvas_layout
-
-    config = MRopeConfig(
-        family="minicpmv4_7",
-        vision_start_token_id=10,
-        vision_end_token_id=11,
-        slice_start_token_id=12,
-        slice_end_token_id=13,
-        newline_token_id=14,
-    )
-    ids = [1, 10, 5, 5, 5, 5, 11, 12, 5, 5, 5, 5, 13, 14, 2]
-    kinds = [0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0]
-    canvas_layout(config, ids, kinds, target_sizes=[[8, 8], [8, 8]]).positions(1, 9)
-
-
-def _per_frame_video() -> None:
-    """A per-frame video whose frames the is_embed mask locates (kernels/frames.py)."""
-    PromptLayout.from_ranges(
-        MRopeConfig(family="qwen3_vl"),
-        8,
-        video_ranges=[(1, 6, np.array([0, 1, 0, 0, 1, 0], bool))],
-        video_grid_thw=[[2, 2, 2]],
-    )
+    if plan.frames:
+        per_frame_video()
+    if plan.canvas:
+        canvas_prompt()
 
 
 def _next_positions() -> None:
@@ -197,12 +230,13 @@ def _token_builder_group(config, ids, kwargs, ranges) -> None:
     prompt_positions(config, np.array(image_ids), image_grid_thw=[[1, 2, 4]])
 
 
-def _other_kernels_group(config, dtypes, ids, kwargs, ranges) -> None:
+def _other_kernels_group(plan, config, dtypes, ids, kwargs, ranges, *, with_ranges=True) -> None:
     """Group 2: the builder from ranges (its emitters, shared with the
     builder from tokens, compile in both groups: the groups balance better
-    so), the list decoders, the frame locator, the decode kernel, and from
-    their signatures (no tracker, so no torch in the child) the step kernel,
-    the pool compaction and the fill of a layout's rows."""
+    so), the list decoders, the frame locator, and as the plan needs them
+    the device rows' cast, the decode kernel and from their signatures (no
+    tracker, so no torch in the child) the step kernel, the pool compaction
+    and the fill of a layout's rows."""
     from numba import float32, int64
 
     from .kernels.device_cast import cast_rows
@@ -211,21 +245,25 @@ def _other_kernels_group(config, dtypes, ids, kwargs, ranges) -> None:
     from .kernels.pool import compact_pool
     from .kernels.tracker_step import prepare_step, step_signatures
 
-    PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
-    _canvas_prompt()
+    if with_ranges:
+        PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
+    if plan.canvas:
+        canvas_prompt()
     as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of grids and ranges
     as_token_ids([1, 2])  # the list decoder of token ids
-    locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))  # a per-frame video's frames
-    cast_rows(np.zeros((1, C.NUM_COLS), np.int64), np.empty((1, C.NUM_COLS + 2), np.int32))  # RopeState's admission
+    if plan.frames:  # a per-frame video's frames
+        locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))
+    fill_positions.compile((int64[:, ::1], int64, int64[:, ::1], float32[:, ::1], int64, int64, int64, int64))
+    if plan.rope_state:  # RopeState's admission
+        cast_rows(np.zeros((1, C.NUM_COLS), np.int64), np.empty((1, C.NUM_COLS + 2), np.int32))
+    if not plan.tracker:
+        return
     _next_positions()
     prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
     for dtype in dtypes:
         for signature in step_signatures(np.int32 if dtype == torch.int32 else np.int64):
             prepare_step.compile(signature)
     compact_pool.compile((int64[:, ::1], float32[:, ::1], int64[:, ::1]))
-    # (the step kernel's int64 version has compiled it already: a layout
-    # fills from the writable tables behind its read-only views)
-    fill_positions.compile((int64[:, ::1], int64, int64[:, ::1], float32[:, ::1], int64, int64, int64, int64))
 
 
 def _num_jobs(jobs: int | None) -> int:
@@ -241,29 +279,34 @@ def _num_jobs(jobs: int | None) -> int:
     return min(jobs, MAX_JOBS)
 
 
-def _cache_is_cold() -> bool:
-    """Whether numba's cache lacks an index file for any of the main entry
-    points: both prompt entries, both builders, the step kernel (the best
-    sign of a first start; a cache lacking only lesser kernels is completed
-    in process). numba names its index files ``<module>.<function>-<line>.
-    py<version>.nbi``, in the folder numba uses (the last of
-    `kernels.cache_folders()`). An index written on another machine or numba
-    counts as warm: nothing is forked then, which is always correct, only
-    slower."""
-    from .kernels import cache_folders, layout_build, prompt, tracker_step
+def _warm_marker(key: str = "all"):
+    """The file warmup() leaves where numba caches, once every kernel is in
+    (our own name, with numba's and Python's versions: a cache another
+    numba or Python wrote counts as cold); the kernels' stale-cache drop
+    removes it with the cache files (kernels/__init__.py)."""
+    import numba
 
-    folder = cache_folders()[-1]
-    suffix = f"py{sys.version_info[0]}{sys.version_info[1]}.nbi"
-    for module, names in (
-        (prompt, ("prompt_from_arrays", "prompt_from_records")),
-        (layout_build, ("build_from_tokens", "build_from_ranges")),
-        (tracker_step, ("prepare_step",)),
-    ):
-        stem = module.__name__.rsplit(".", 1)[-1]
-        for name in names:
-            if not any(folder.glob(f"{stem}.{name}-*.{suffix}")):
-                return True
-    return False
+    from .kernels import WARM_MARKER_GLOB, cache_folders
+
+    name = f"{key}-numba{numba.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+    return cache_folders()[-1] / WARM_MARKER_GLOB.replace("*", name)
+
+
+def _cache_is_cold(key: str = "all") -> bool:
+    """Whether no warmup() has filled numba's cache for these sources, this
+    numba and this Python (the best sign of a first start). A cache filled
+    otherwise (by tests, by lazy compiles) counts as cold: the children then
+    mostly load, which costs a fork and a little time, never correctness;
+    a cache whose files were deleted behind the marker's back counts as
+    warm: nothing is forked then, which is always correct, only slower."""
+    return not (_warm_marker("all").exists() or _warm_marker(key).exists())
+
+
+def _mark_warm(key: str = "all") -> None:
+    try:
+        _warm_marker(key).touch()
+    except OSError:  # a read-only cache folder: the next start forks again, which is only slower
+        pass
 
 
 # A group compiles in seconds; a child still running after this long is
@@ -285,15 +328,14 @@ def _compile_in_children(groups) -> None:
     gone in the child, and the child takes no lock but numba's. Whatever
     happens to a child (a failure, the deadline, an interrupt of the
     parent), the parent reaps it and compiles what is still missing itself."""
-    try:  # numba's compiler lock: not a documented name, so without it nothing is forked
-        from numba.core.compiler_lock import global_compiler_lock
-    except ImportError:  # pragma: no cover (a numba that moved it: the parent compiles everything)
+    guard = _fork_guard()
+    if guard is None:  # other threads, and no way to keep them out of numba across the fork
         return
     children = []
     try:
         for group in groups:
             try:
-                with global_compiler_lock, warnings.catch_warnings():
+                with guard, warnings.catch_warnings():
                     warnings.simplefilter("ignore", DeprecationWarning)
                     pid = os.fork()
             except OSError:  # no process to be had: the parent compiles the rest
@@ -310,6 +352,20 @@ def _compile_in_children(groups) -> None:
     finally:
         for pid in children:  # only those left: stuck past the deadline, or the parent interrupted
             _end(pid)
+
+
+def _fork_guard():
+    """What to hold across each fork so that no other thread of this process
+    is inside numba's compiler when the child is made: numba's compiler lock
+    (not a documented name: numba.core.compiler_lock), or where a numba
+    lacks it, nothing while this is the process's only Python thread (the
+    public path: no thread to fear), else None: no fork, the parent
+    compiles everything itself."""
+    try:
+        from numba.core.compiler_lock import global_compiler_lock
+    except ImportError:
+        return contextlib.nullcontext() if threading.active_count() == 1 else None
+    return global_compiler_lock
 
 
 def _wait(children: list, deadline: float) -> None:

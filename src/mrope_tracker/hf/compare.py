@@ -244,13 +244,15 @@ def compare(
     rules = {p: _rules_of(configs[p]) for p in presets}
     results: dict[str, list] = {p: [] for p in presets}
     refused: dict[str, int] = {p: 0 for p in presets}
-    for prompt in prompts:
+    first_refusal: dict[str, dict] = {}  # per preset, the first prompt it refused and why
+    for k, prompt in enumerate(prompts):
         for p in presets:
             try:
                 results[p].append(_positions(base, rules[p], prompt))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError) as exc:
                 results[p].append(None)
                 refused[p] += 1
+                first_refusal.setdefault(p, {"prompt": k, "error": f"{type(exc).__name__}: {exc}"})
     pairs = []
     for a, b in itertools.combinations(presets, 2):
         differ, total, counts, example = 0, 0, {}, None
@@ -285,6 +287,7 @@ def compare(
         "source": source,
         "presets": presets,
         "refused": refused,
+        "first_refusal": first_refusal,
         "pairs": pairs,
         # transformers presets of a line that has no get_rope_index for the family (they give our rules)
         "no_model": [p for p in presets if p.startswith("transformers") and not _has_model(base, p)],
@@ -344,5 +347,18 @@ def markdown(result: dict) -> str:
         ]
     refused = {k: v for k, v in result["refused"].items() if v}
     if refused:
-        lines += ["", "Refused (ValueError): " + ", ".join(f"{k} {v}" for k, v in refused.items())]
+        lines += [
+            "",
+            "Refused prompts (left out of the pairs above): " + ", ".join(f"{k} {v}" for k, v in refused.items()),
+        ]
+        for (prompt, error), names in refusal_reasons(result).items():
+            lines.append(f"- prompt {prompt}, first refused by {', '.join(names)}: {error}")
     return "\n".join(lines)
+
+
+def refusal_reasons(result: dict) -> dict[tuple[int, str], list[str]]:
+    """(prompt index, error) -> the presets whose first refusal it was: one entry when all agree."""
+    reasons: dict[tuple[int, str], list[str]] = {}
+    for preset, first in result.get("first_refusal", {}).items():
+        reasons.setdefault((first["prompt"], first["error"]), []).append(preset)
+    return reasons

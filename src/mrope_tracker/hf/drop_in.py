@@ -65,6 +65,7 @@ from ..kernels.hf_batch import (
     batch_kernel,
 )
 from .canvas_batch import canvas_rope_index
+from .config_cache import parsed_config
 from .versions import CONVENTIONS, default_convention, default_semantics
 
 __all__ = ["get_rope_index", "mm_token_type_ids", "warmup"]
@@ -195,7 +196,8 @@ def _config(config, semantics: str | None) -> MRopeConfig:
         if semantics is None or semantics == config.semantics:
             return config
         return _with_semantics(config, semantics)
-    return MRopeConfig.from_hf_config(config, semantics=default_semantics() if semantics is None else semantics)
+    # a config object (model.config, every forward pass): parsed once while it reads the same
+    return parsed_config(config, default_semantics() if semantics is None else semantics)
 
 
 @functools.lru_cache(maxsize=64)

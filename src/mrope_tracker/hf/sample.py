@@ -91,7 +91,14 @@ def read_prompts(path) -> list[Prompt]:
         fields = {}
         for key, dtype in _PROMPT_KEYS.items():
             if record.get(key) is not None:
-                fields[key] = np.asarray(record[key], dtype=dtype)
+                try:
+                    fields[key] = np.asarray(record[key], dtype=dtype)
+                except (ValueError, TypeError, OverflowError):
+                    kind = "numbers" if np.dtype(dtype).kind == "f" else "integers"
+                    raise ValueError(
+                        f"prompts: {key} on line {number}: expected {kind}"
+                        f" (nested lists as the processor returns them), got {str(record[key])[:80]}"
+                    ) from None
         av = record.get("use_audio_in_video", False)
         if not isinstance(av, bool):
             raise TypeError(f"prompts: use_audio_in_video on line {number}: expected true or false, got {av!r}")

@@ -33,19 +33,60 @@ The decorators, by who calls the function:
   part of it; the GIL they keep is also what makes sharing the caller's
   module-level scratch buffer safe.
 
-`_nrt=False` is the one option here with a leading underscore: numba has
-accepted it since long before the oldest version we support, and CI runs
-the suite on the oldest and the newest numba we declare, so a release that
-dropped it would fail CI (numba checks options when it compiles, not when
-it decorates, so no import-time fallback could tell).
+Three options are not in numba's documented list: `_nrt` (with its
+leading underscore), `no_cpython_wrapper` and `no_cfunc_wrapper`. They only
+save time (a call's reference counting; a cold compile's unused wrappers),
+so each has a public fallback: without them the kernels compute the same
+(tests/test_kernel_cache.py runs kernels built both ways). They are used on
+the numba versions CI runs, the oldest and newest we declare
+(TESTED_NUMBA); on any other, a one-off probe at import compiles a trivial
+function with them (numba checks options when it compiles, not when it
+decorates) and leaves them out if that fails.
+MROPE_TRACKER_NUMBA_PUBLIC_ONLY=1 leaves them out everywhere.
 """
+
+import os
+import re
 
 import numba
 
+# The numba versions CI runs (.ci/run: OLDEST, and the newest at the time of writing), (major, minor).
+TESTED_NUMBA = ((0, 60), (0, 68))
+PRIVATE_OPTIONS = ("_nrt", "no_cpython_wrapper", "no_cfunc_wrapper")
+
+
+def _probe():  # compiled only by the probe below
+    return 0
+
+
+def private_options_accepted(version: str = numba.__version__) -> bool:
+    """Whether to pass PRIVATE_OPTIONS: on a tested numba, or when this numba compiles with them."""
+    if os.environ.get("MROPE_TRACKER_NUMBA_PUBLIC_ONLY") == "1":
+        return False
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match and TESTED_NUMBA[0] <= (int(match[1]), int(match[2])) <= TESTED_NUMBA[1]:
+        return True
+    try:
+        numba.njit(_nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)(_probe).compile(())
+    except Exception:  # an option this numba no longer takes (numba raises KeyError naming it)
+        return False
+    return True
+
+
+def options(**private) -> dict:
+    """`private` options (of PRIVATE_OPTIONS) when this numba takes them, else none."""
+    return private if PRIVATE else {}
+
+
+PRIVATE = private_options_accepted()
+
 jit = numba.njit(cache=True, nogil=True, boundscheck=False)
-helper = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False)
+helper = numba.njit(cache=True, nogil=True, boundscheck=False, **options(_nrt=False))
 inner = numba.njit(
-    cache=True, nogil=True, boundscheck=False, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True
+    cache=True,
+    nogil=True,
+    boundscheck=False,
+    **options(_nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True),
 )
-tiny = numba.njit(cache=True, nogil=True, boundscheck=False, _nrt=False, inline="always")
-helper_with_gil = numba.njit(cache=True, nogil=False, boundscheck=False, _nrt=False)
+tiny = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always", **options(_nrt=False))
+helper_with_gil = numba.njit(cache=True, nogil=False, boundscheck=False, **options(_nrt=False))

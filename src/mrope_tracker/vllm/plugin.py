@@ -35,6 +35,7 @@ import warnings
 
 from ..core.config import MRopeConfig
 from ..device import rope_state
+from ..device.warm import warm_rope_state
 from .evs_plugin import check_evs_targets, install_evs
 
 __all__ = ["PATCH_TARGETS", "GET_ROPE_STATE_PARAMS", "install", "register"]
@@ -61,9 +62,11 @@ def _patched_get_rope_state(original, semantics: str):
         # the family's position rows must be the model's (3; HunYuan-VL's 4)
         if config is None or model_config.mrope_num_dims != config.num_dims:
             return original(model_config, model, max_num_reqs, max_num_tokens, max_model_len, device)
-        return rope_state.get_rope_state(
+        state = rope_state.get_rope_state(
             model_config, model, max_num_reqs, max_num_tokens, max_model_len, device, config=config
         )
+        warm_rope_state(config)  # this model's kernels, before the first request: no other model's
+        return state
 
     get_rope_state.mrope_tracker_original = original
     get_rope_state.__doc__ = "mrope_tracker's RopeState for the models it knows, vLLM's own for the others."
