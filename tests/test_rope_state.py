@@ -83,6 +83,7 @@ def test_recorded_vectors(index):
     assert state.get_positions(1).cpu().tolist() == [[n + 3 + vector["delta"]]] * 3
     # resumed after preemption: the prompt and 3 generated tokens as one prefill, 2 of them cached
     state.init_prefill_positions(0, config, vector["token_ids"] + [11, 12, 13], vector_features(vector))
+    state.apply_staged_writes()  # the runner's call, before the step
     idx, qsl, prefill, computed = index_tensors([0], [0, n + 1], [n + 3, 0, n, 0], [2, 0, 0, 0])
     state.prepare_positions(idx, qsl, prefill, computed)
     generated = [n + k + vector["delta"] for k in range(3)]
@@ -250,10 +251,13 @@ def test_a_slot_never_admitted_gives_index_positions():
 # ---------------------------------------------------------------- memory: the row budget, staging
 
 
-def test_compaction_and_an_exhausted_row_budget():
+def test_compaction_growth_and_the_addressing_bound(monkeypatch):
     """Slots admitted again and again fill the pool's top: live rows slide down and
-    positions stay right; only when live rows leave no room is an admission refused,
-    changing nothing."""
+    positions stay right; a request that does not fit the live rows' room grows the
+    pool (doubling) instead of being refused; only past the pool's addressing bound
+    is an admission refused, changing nothing."""
+    from mrope_tracker.device import rope_state
+
     config = MRopeConfig(family="qwen2_vl", semantics="vllm-0.33")
     rng = np.random.default_rng(0)
 
@@ -273,11 +277,18 @@ def test_compaction_and_an_exhausted_row_budget():
         h.state.check_invariants()
     for slot in range(3):
         h.admit(slot, layout(3))  # 7 rows each: 21 of 24
-    before = h.state._records.copy(), h.state._rows_held.copy()  # noqa: SLF001
-    with pytest.raises(ValueError, match="max_num_rows"):
-        h.state.init_prefill_layout(0, layout(8))  # 17 rows: 14 live elsewhere + 17 > 24
-    assert (h.state._records == before[0]).all() and (h.state._rows_held == before[1]).all()  # noqa: SLF001
-    h.step([(2, int(h.prefill_len[2])), (0, int(h.prefill_len[0]))])
+    h.admit(0, layout(8))  # 17 rows: 14 live elsewhere + 17 > 24
+    assert h.state.max_num_rows == 48  # doubled once: 31 live rows would fill more than 3/4 of 24
+    h.state.check_invariants()
+    h.step([(0, int(h.prefill_len[0]))])
+    h.step([(2, int(h.prefill_len[2])), (1, int(h.prefill_len[1]))])
+    monkeypatch.setattr(rope_state, "MAX_POOL_ROWS", 48)
+    before = h.state._records.copy(), h.state._rows_held.copy(), h.state.max_num_rows  # noqa: SLF001
+    with pytest.raises(ValueError, match="prefill_token_ids: live requests hold 24 device rows and this one needs 25"):
+        h.state.init_prefill_layout(1, layout(12))  # 25 rows: 24 live elsewhere + 25 > 48
+    after = h.state._records, h.state._rows_held, h.state.max_num_rows  # noqa: SLF001
+    assert (after[0] == before[0]).all() and (after[1] == before[1]).all() and after[2] == before[2]
+    h.step([(1, int(h.prefill_len[1]))])
 
 
 def test_staging_smaller_than_a_request():

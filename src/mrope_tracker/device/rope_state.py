@@ -16,24 +16,34 @@ Lifecycle (as MRV2 calls it):
   dropped (MRV2 never removes a request from its RopeState: a slot is
   simply admitted again).
 - `apply_staged_writes()` moves every staged row and slot record to the
-  device: one copy and one scatter launch (device/staging.py).
-- `prepare_positions(...)` launches the step kernel once; `get_positions(n)`
+  device: one copy and one scatter launch (device/staging.py). The runner
+  calls it before a step, as vLLM's does; `prepare_positions` never does.
+- `prepare_positions(...)` launches the step kernel once, nothing else; `get_positions(n)`
   is the buffer's first n columns.
 - EVS: `read_prefill_positions` materialises a slot's positions on the
   device; `update_prefill_positions` gives the slot a dense override of its
   own (positions need not fit layout rows), freed when the slot is admitted
   again or removed (`remove_request`).
 
-Memory: the pool's rows are allocated at the free top; when the top runs
-out, live rows are slid down (one gather on the device, at admission only);
-only when the live rows of all slots leave too little room is an admission
-refused (ValueError naming max_num_rows).
+Memory: a request's rows are O(items), never O(tokens): a run of text or
+one grid of an image or frame is one row (44 bytes). The pool starts at 64
+rows a slot and grows on demand: rows are taken at the free top; when it
+runs out the live rows slide down (one gather on the device), into a pool of
+twice the size when they would fill more than 3/4 of it. Growth happens at
+admission, staged before the runner's `apply_staged_writes`, never in a
+step. Every request that fits max_model_len is accepted: the one bound is
+the pool's int32 addressing, `MAX_POOL_ROWS` (about 194 million rows, 8 GiB;
+each row covers at least one token, so only prompts that are one row per
+token across every slot at once could reach it). docs/engine.md gives the
+figures.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
+import attrs
 import numpy as np
 import torch
 
@@ -51,12 +61,16 @@ from .staging import StagedWrites
 
 __all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes", "video_pruning_enabled"]
 
-DEFAULT_ROWS_PER_REQ = 64
+DEFAULT_ROWS_PER_REQ = 64  # the pool's first size per slot; it grows by doubling when admissions need more
+# the pool is addressed by int32 element offsets (records first): the most rows it can ever hold
+MAX_POOL_ROWS = (D.INT32_MAX - 2**24) // D.NUM_DEVICE_COLS
 _SCRATCH_ROWS = 1024  # layout rows an admission builds in place (a long video: a few hundred)
 DEFAULT_STAGING_BYTES = 256 * 1024
 # position rows: 3 (T, H, W) for M-RoPE, 4 for HunYuan-VL's XD-RoPE (the family's num_dims)
 SUPPORTED_NUM_DIMS = (3, 4)
 _INDEX_DTYPES = (torch.int32, torch.int64)
+# host checks of every step (and of pending writes), for tests and debugging; `debug=` overrides it
+DEBUG_ENV = "MROPE_TRACKER_DEBUG"
 
 
 def load_kernels():
@@ -91,6 +105,9 @@ class RopeState:
             of all slots together (default 64 per slot).
         staging_bytes: size of each of the two host staging buffers.
         block_size: tokens per kernel block (1024; smaller in tests).
+        debug: check each step's tensors on the host, and that no write is
+            pending, before the launch (default: the MROPE_TRACKER_DEBUG
+            environment variable, off unless set to 1).
     """
 
     def __init__(
@@ -107,6 +124,7 @@ class RopeState:
         staging_bytes: int = DEFAULT_STAGING_BYTES,
         block_size: int = 1024,
         video_pruning: bool = False,
+        debug: bool | None = None,
     ) -> None:
         num_dims = as_index(num_dims, "num_dims")
         if num_dims not in SUPPORTED_NUM_DIMS:
@@ -138,23 +156,25 @@ class RopeState:
         self.video_pruning = video_pruning
         if max_num_rows is None:
             max_num_rows = self.max_num_reqs * DEFAULT_ROWS_PER_REQ
-        self.max_num_rows = as_index(max_num_rows, "max_num_rows", minimum=1, maximum=(D.INT32_MAX // 64))
+        # the pool's first size: it grows as admissions need (see _allocate)
+        self.max_num_rows = as_index(max_num_rows, "max_num_rows", minimum=1, maximum=MAX_POOL_ROWS)
         staging_bytes = as_index(staging_bytes, "staging_bytes", minimum=1024, maximum=2**30)
         self.block_size = as_index(block_size, "block_size", minimum=16, maximum=8192)
         if self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size: expected a power of two, got {self.block_size}")
+        if debug is None:
+            debug = os.environ.get(DEBUG_ENV, "0") not in ("", "0")
+        if not isinstance(debug, bool):
+            raise TypeError(f"debug: expected a bool or None, got {type(debug).__name__}")
+        self.debug = debug
         self._kernels = load_kernels()
 
         # the buffer the model reads, as vLLM's: one extra column keeps [:, :n] views non-contiguous
         self.positions = torch.zeros((num_dims, self.max_num_tokens + 1), dtype=torch.int64, device=self.device)
         # slot records, then the row pool, in one flat int32 tensor: every staged write is an offset into it
-        records_size = self.max_num_reqs * D.NUM_SLOT_COLS
-        self._pool_at = records_size
-        self._state = torch.zeros(
-            records_size + self.max_num_rows * D.NUM_DEVICE_COLS, dtype=torch.int32, device=self.device
-        )
-        self._records_dev = self._state[:records_size].view(self.max_num_reqs, D.NUM_SLOT_COLS)
-        self._pool_dev = self._state[records_size:].view(self.max_num_rows, D.NUM_DEVICE_COLS)
+        self._pool_at = self.max_num_reqs * D.NUM_SLOT_COLS
+        size = self._pool_at + self.max_num_rows * D.NUM_DEVICE_COLS
+        self._bind_state(torch.zeros(size, dtype=torch.int32, device=self.device), self.max_num_rows)
         self._staging = StagedWrites(staging_bytes // 4, self.device, self._kernels.scatter_kernel)
         # host side: the records as staged, and the pool rows each slot holds (0: none)
         self._records = np.zeros((self.max_num_reqs, D.NUM_SLOT_COLS), np.int32)
@@ -258,21 +278,30 @@ class RopeState:
 
     def _allocate(self, slot: int, total: int) -> int:
         """First pool row of `total` free rows for `slot`, whose current rows
-        (if any) are given up; raises, changing nothing, when they do not fit."""
+        (if any) are given up. Rows are taken at the free top; when it runs
+        out, the live rows slide down (one gather on the device), into a pool
+        twice as large when they would fill more than 3/4 of this one, so a
+        row moves O(1) times on average. Refused, changing nothing, only past
+        the int32 addressing of the pool (`MAX_POOL_ROWS`)."""
         if self._top + total > self.max_num_rows:
             live = int(self._rows_held.sum() - self._rows_held[slot])
-            if live + total > self.max_num_rows:
+            capacity = self.max_num_rows
+            while 4 * (live + total) > 3 * capacity and capacity < MAX_POOL_ROWS:
+                capacity = min(2 * capacity, MAX_POOL_ROWS)
+            if live + total > capacity:
                 raise ValueError(
-                    f"max_num_rows: the device row pool of {self.max_num_rows} rows is exhausted: live requests "
-                    f"hold {live}, this one needs {total}; build the RopeState with a larger max_num_rows"
+                    f"prefill_token_ids: live requests hold {live} device rows and this one needs {total}, past "
+                    f"the {MAX_POOL_ROWS} rows that int32 offsets address"
                 )
-            self._compact(slot)
+            self._relocate(slot, capacity)
         start = self._top
         self._top += total
         return start
 
-    def _compact(self, dropped: int) -> None:
-        """Slide every live slot's rows (but `dropped`'s) to the bottom of the pool."""
+    def _relocate(self, dropped: int, capacity: int) -> None:
+        """Slide every live slot's rows (but `dropped`'s) to the bottom of a
+        pool of `capacity` rows (this one, or a new, larger one): device
+        copies queued on the stream, no host sync, at admission only."""
         self._staging.apply(self._state)  # every staged row is where the records say
         self._rows_held[dropped] = 0
         live = np.flatnonzero(self._rows_held)
@@ -280,16 +309,29 @@ class RopeState:
         held = self._rows_held[live]
         new_starts = np.cumsum(held) - held
         total = int(held.sum())
+        old_pool = self._pool_dev
+        if capacity != self.max_num_rows:
+            state = torch.zeros(self._pool_at + capacity * D.NUM_DEVICE_COLS, dtype=torch.int32, device=self.device)
+            state[: self._pool_at] = self._state[: self._pool_at]
+            self._bind_state(state, capacity)
         if total:
             old_starts = self._records[live, D.S_ROW_START].astype(np.int64)
             source = np.repeat(old_starts - new_starts, held) + np.arange(total)
             index = torch.from_numpy(source).to(self.device)
-            self._pool_dev[:total] = self._pool_dev.index_select(0, index)
+            self._pool_dev[:total] = old_pool.index_select(0, index)
             self._records[live, D.S_ROW_START] = new_starts
             # every record in one write (nothing else is staged: the apply above emptied the buffer)
             self._staging.stage(0, self._records.reshape(-1).copy(), self._state)
             self._staging.apply(self._state)
         self._top = total
+
+    def _bind_state(self, state: torch.Tensor, capacity: int) -> None:
+        """Slot records, then a pool of `capacity` rows, in one flat int32
+        tensor: every staged write is an offset into it."""
+        self._state = state
+        self.max_num_rows = capacity
+        self._records_dev = state[: self._pool_at].view(self.max_num_reqs, D.NUM_SLOT_COLS)
+        self._pool_dev = state[self._pool_at :].view(capacity, D.NUM_DEVICE_COLS)
 
     def _set_record(self, slot: int, row_start: int, num_rows: int, prompt_len: int, delta: int) -> None:
         record = self._records[slot]
@@ -333,24 +375,21 @@ class RopeState:
         prefill_lens: torch.Tensor,
         num_computed_tokens: torch.Tensor,
     ) -> None:
-        """Write the positions of every scheduled token into `positions`, in
-        one kernel launch and without waiting for the device.
+        """Write the positions of every scheduled token into `positions`: one
+        kernel launch, no host check, no host sync (as vLLM's).
 
         `idx_mapping` [num_reqs]: batch entry -> slot; `query_start_loc`
         [>= num_reqs + 1]: each entry's first column; `prefill_lens` and
         `num_computed_tokens` [max_num_reqs]: per slot, as MRV2's request
-        states hold them. Only what the host knows is checked (devices,
-        dtypes, shapes). The caller guarantees the values: every slot of
-        `idx_mapping` admitted, and the queries inside the buffer; the
-        kernel still keeps every access in bounds whatever they hold (a slot
-        outside [0, max_num_reqs) writes nothing, no column past the buffer
-        is written)."""
-        num_reqs = self._check_index_tensor(idx_mapping, "idx_mapping", 0, self.max_num_reqs)
-        self._check_index_tensor(query_start_loc, "query_start_loc", num_reqs + 1, None)
-        self._check_index_tensor(prefill_lens, "prefill_lens", self.max_num_reqs, None)
-        self._check_index_tensor(num_computed_tokens, "num_computed_tokens", self.max_num_reqs, None)
-        if self._staging.pending or self._arena_dirty:
-            self.apply_staged_writes()
+        states hold them. The runner calls `apply_staged_writes` first, as
+        vLLM's does: writes still pending here are not seen by this step
+        (a ValueError in debug mode). Whatever the tensors hold, the kernel
+        stays in bounds: a slot outside [0, max_num_reqs) writes nothing, and
+        its loops never run past the positions buffer. With `debug` on, the
+        tensors' types, devices and shapes are checked on the host first."""
+        if self.debug:
+            self._check_step(idx_mapping, query_start_loc, prefill_lens, num_computed_tokens)
+        num_reqs = idx_mapping.shape[0]
         if num_reqs == 0:
             return
         self._kernels.prepare_kernel[(num_reqs,)](
@@ -368,6 +407,18 @@ class RopeState:
             BLOCK_SIZE=self.block_size,
             NUM_DIMS=self.num_dims,
         )
+
+    def _check_step(self, idx_mapping, query_start_loc, prefill_lens, num_computed_tokens) -> None:
+        """Debug mode's host checks of a step (about 12 us: off the served path)."""
+        num_reqs = self._check_index_tensor(idx_mapping, "idx_mapping", 0, self.max_num_reqs)
+        self._check_index_tensor(query_start_loc, "query_start_loc", num_reqs + 1, None)
+        self._check_index_tensor(prefill_lens, "prefill_lens", self.max_num_reqs, None)
+        self._check_index_tensor(num_computed_tokens, "num_computed_tokens", self.max_num_reqs, None)
+        if self._staging.pending or self._arena_dirty:
+            raise ValueError(
+                "apply_staged_writes: expected the runner to apply staged writes before prepare_positions, "
+                "got writes still pending (this step would not see them)"
+            )
 
     # ------------------------------------------------------------------ EVS, our rule
     def init_prefill_pruned(self, req_idx: int, prompt: PrunedPrompt, retention_masks=None) -> None:
@@ -500,19 +551,31 @@ class RopeState:
         return int(req_idx)
 
     def _config_of(self, model) -> MRopeConfig:
+        """The config `model` (a vLLM model, its `.config` read once per model
+        object, or an `MRopeConfig`) gives; a state built for one config (its
+        `config`, or the first model's) refuses a model of another, naming both."""
         if isinstance(model, MRopeConfig):
-            return model
-        if self.config is not None:
-            return self.config
-        if model is not self._model:
+            config = model
+        elif model is self._model:
+            config = self._model_config
+        else:
             hf_config = getattr(model, "config", None)
             if hf_config is None:
                 raise TypeError(
                     f"model: expected a vLLM model (with .config) or an MRopeConfig, got {type(model).__name__}"
                 )
-            self._model_config = MRopeConfig.from_hf_config(hf_config, semantics=self.semantics)
-            self._model = model
-        return self._model_config
+            semantics = self.config.semantics if self.config is not None else self.semantics
+            config = MRopeConfig.from_hf_config(hf_config, semantics=semantics)
+        bound = self.config if self.config is not None else self._model_config
+        if bound is not None and not same_positions(bound, config):
+            raise ValueError(
+                f"model: expected a model of this state's config ({describe(bound)}), got one of "
+                f"{describe(config)}; they differ in {', '.join(differences(bound, config))} (a RopeState serves "
+                "one model)"
+            )
+        if not isinstance(model, MRopeConfig) and model is not self._model:
+            self._model, self._model_config = model, config
+        return self.config if self.config is not None else config
 
     def nbytes(self) -> dict[str, int]:
         """Every buffer this state holds, in bytes (`device_nbytes` and
@@ -567,6 +630,27 @@ def planned_nbytes(
         "staging_pinned" if on_cuda else "staging_host": 2 * staging,
         "staging_device": staging,
     }
+
+
+def same_positions(a: MRopeConfig, b: MRopeConfig) -> bool:
+    """Whether two configs give the same positions: every field but the
+    model_type label (a model's own config may name its sub-model, as
+    Omni's thinker does)."""
+    return a == b or attrs.evolve(a, model_type=None) == attrs.evolve(b, model_type=None)
+
+
+def describe(config: MRopeConfig) -> str:
+    return f"{config.family}, model_type {config.model_type!r}, semantics {config.semantics!r}"
+
+
+def differences(a: MRopeConfig, b: MRopeConfig) -> list[str]:
+    """The fields (but model_type) where two configs differ, as `name a != b`."""
+    fields = [f.name for f in attrs.fields(MRopeConfig) if f.eq and f.init and f.name != "model_type"]
+    return [
+        f"{name} {getattr(a, name)!r} != {getattr(b, name)!r}"
+        for name in fields
+        if getattr(a, name) != getattr(b, name)
+    ]
 
 
 def triton_cdiv(a: int, b: int) -> int:
