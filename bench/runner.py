@@ -23,6 +23,7 @@ from . import (
     suite_hf,
     suite_memory,
     suite_prompt,
+    suite_rope,
     suite_scheduler,
     suite_startup,
 )
@@ -36,6 +37,7 @@ SUITES = {
     "hf": suite_hf.run,
     "startup": suite_startup.run,
     "evs": suite_evs.run,
+    "rope": suite_rope.run,
 }
 
 

@@ -137,7 +137,8 @@ def main(argv=None) -> int:
         "--suite",
         action="append",
         metavar="NAME",
-        help="prompt, decode, admission, scheduler, memory, hf or startup (repeat or comma-separate; default: all)",
+        help="prompt, decode, admission, scheduler, memory, hf, startup, evs or rope "
+        "(repeat or comma-separate; default: all)",
     )
     bench.add_argument("--quick", action="store_true", help="smaller workloads and fewer rounds (under a minute)")
     _add_json_option(bench, "every result and ratio")
