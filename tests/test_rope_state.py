@@ -33,6 +33,7 @@ from strategies import configs, examples, prompts  # noqa: E402
 from test_vllm_adapter import VECTORS, vector_features, vllm_config  # noqa: E402
 
 from mrope_tracker import MRopeConfig, PromptLayout  # noqa: E402
+from mrope_tracker.device.evs_rows import PrunedRopeState  # noqa: E402
 from mrope_tracker.device.rope_state import RopeState, get_rope_state, planned_nbytes  # noqa: E402
 from mrope_tracker.device.rows import NUM_DEVICE_COLS, device_rows  # noqa: E402
 from mrope_tracker.families import SEMANTICS  # noqa: E402
@@ -558,7 +559,7 @@ def test_pruned_videos_by_our_rule(index):
         second_per_grid_ts=vector.get("second_per_grid_ts"),
     )
     n = len(vector["token_ids"])
-    state = RopeState(3, 3, n + 8, n + 64, DEVICE, config=config, block_size=BLOCK)
+    state = PrunedRopeState(3, 3, n + 8, n + 64, DEVICE, config=config, block_size=BLOCK)
     state.init_prefill_pruned(1, prompt)
     for k, mask in enumerate(vector["retention_masks"]):
         state.set_retention_mask(1, k, mask)
@@ -589,7 +590,7 @@ def test_mask_rows_on_the_device():
     prompt = PrunedPrompt(config, ids, video_grid_thw=[[t, 14, 18]], second_per_grid_ts=[1.3])
     layout = prompt.layout([mask])
     assert (layout.rows[:, C.COL_KIND] == C.KIND_GRID_BITS).any()
-    state = RopeState(3, 2, len(ids) + 4, len(ids) + 16, DEVICE, config=config, block_size=BLOCK)
+    state = PrunedRopeState(3, 2, len(ids) + 4, len(ids) + 16, DEVICE, config=config, block_size=BLOCK)
     state.init_prefill_pruned(0, prompt, retention_masks=[mask])
     state.apply_staged_writes()
     np.testing.assert_array_equal(_serve_all(state, 0, len(ids), 13)[:, : len(ids)], layout.positions())

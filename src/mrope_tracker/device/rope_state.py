@@ -53,8 +53,6 @@ from ..core.config import MRopeConfig
 from ..core.features import read_features
 from ..core.inputs import as_index
 from ..core.layout import PromptLayout, build_rows_from_ranges
-from ..evs.pruned import PRUNABLE, PendingPrune, PrunedPrompt
-from ..evs.recompute import pruned_prompt_from_features
 from ..kernels import layout_codes as C
 from . import rows as D
 from .staging import StagedWrites
@@ -123,7 +121,6 @@ class RopeState:
         max_num_rows: int | None = None,
         staging_bytes: int = DEFAULT_STAGING_BYTES,
         block_size: int = 1024,
-        video_pruning: bool = False,
         debug: bool | None = None,
     ) -> None:
         num_dims = as_index(num_dims, "num_dims")
@@ -150,10 +147,6 @@ class RopeState:
             raise TypeError(f"config: expected an MRopeConfig or None, got {type(config).__name__}")
         self.config = config
         self.semantics = semantics
-        if not isinstance(video_pruning, bool):
-            raise TypeError(f"video_pruning: expected a bool, got {type(video_pruning).__name__}")
-        # vLLM's --video-pruning-rate: a Qwen2.5-VL / Qwen3-VL video is admitted as a PrunedPrompt
-        self.video_pruning = video_pruning
         if max_num_rows is None:
             max_num_rows = self.max_num_reqs * DEFAULT_ROWS_PER_REQ
         # the pool's first size: it grows as admissions need (see _allocate)
@@ -184,8 +177,6 @@ class RopeState:
         self._overrides: dict[int, torch.Tensor] = {}
         self._arena = torch.zeros(1, dtype=torch.int32, device=self.device)
         self._arena_dirty = False
-        # EVS by our rule: slot -> the pruned prompt and the masks known so far
-        self._pruned: dict[int, PendingPrune] = {}
         self._model = None
         self._model_config: MRopeConfig | None = None
         # the admission's scratch layout table (a larger prompt builds into a table of its own)
@@ -216,11 +207,11 @@ class RopeState:
         if config.spec.canvas:  # MiniCPM-V 4.7: its canvas reads the ids (the markers)
             self._admit(slot, canvas_layout_from_features(config, prefill_token_ids, mm_features))
             return
-        if self.video_pruning and config.family in PRUNABLE:
-            prompt, _ = pruned_prompt_from_features(config, prefill_token_ids, mm_features)
-            if prompt is not None:  # its videos' masks come with their encoder outputs
-                self.init_prefill_pruned(slot, prompt)
-                return
+        self._admit_features(slot, config, prefill_token_ids, mm_features)
+
+    def _admit_features(self, slot: int, config: MRopeConfig, prefill_token_ids, mm_features) -> None:
+        """The checked admission of `init_prefill_positions` (device/evs_rows.py adds pruned videos)."""
+        num_tokens = len(prefill_token_ids)
         items, ranges = read_features(config, mm_features)  # what layout_from_features reads
         # the rows built straight into this state's scratch table: no layout object on the admission path
         rows, scales, n, top = build_rows_from_ranges(
@@ -272,7 +263,6 @@ class RopeState:
             block = rows.reshape(-1)
         self._staging.stage(self._pool_at + start * D.NUM_DEVICE_COLS, block, self._state)
         self._drop_override(slot)
-        self._pruned.pop(slot, None)
         self._rows_held[slot] = total
         self._set_record(slot, start, n, num_tokens, max_position + 1 - num_tokens)
 
@@ -350,7 +340,6 @@ class RopeState:
         gives index + 0 for every token, as a slot never admitted."""
         slot = self._slot(req_idx)
         self._drop_override(slot)
-        self._pruned.pop(slot, None)
         self._rows_held[slot] = 0
         self._set_record(slot, 0, 0, 0, 0)
 
@@ -419,33 +408,6 @@ class RopeState:
                 "apply_staged_writes: expected the runner to apply staged writes before prepare_positions, "
                 "got writes still pending (this step would not see them)"
             )
-
-    # ------------------------------------------------------------------ EVS, our rule
-    def init_prefill_pruned(self, req_idx: int, prompt: PrunedPrompt, retention_masks=None) -> None:
-        """Admit slot `req_idx` with a prompt whose videos vLLM pruned
-        (`mrope_tracker.evs.PrunedPrompt`), before or with its masks. Until a
-        video's mask comes (`set_retention_mask`), the tokens it decides carry
-        stand-in positions: the caller schedules them only after the mask, as
-        vLLM does (the encoder runs before its tokens' positions are used).
-        Every other token is exact from admission."""
-        slot = self._slot(req_idx)
-        if not isinstance(prompt, PrunedPrompt):
-            raise TypeError(f"prompt: expected an mrope_tracker.evs.PrunedPrompt, got {type(prompt).__name__}")
-        pending = PendingPrune(prompt, retention_masks)
-        self.init_prefill_layout(slot, pending.layout())
-        self._pruned[slot] = pending
-
-    def set_retention_mask(self, req_idx: int, video_index: int, retention_mask) -> None:
-        """Video `video_index`'s retention mask for slot `req_idx`: the slot's
-        rows are rebuilt (the mask's bits, 192 to a host row) and staged;
-        tokens outside what the mask decides keep their positions."""
-        slot = self._slot(req_idx)
-        pending = self._pruned.get(slot)
-        if pending is None:
-            raise ValueError(f"req_idx: expected a slot admitted with init_prefill_pruned, got {req_idx!r}")
-        updated = pending.with_mask(video_index, retention_mask)
-        self.init_prefill_layout(slot, updated.layout())
-        self._pruned[slot] = updated
 
     def _check_index_tensor(self, value, name: str, minimum: int, maximum: int | None) -> int:
         if not isinstance(value, torch.Tensor):
@@ -677,15 +639,12 @@ def get_rope_state(
         return None
     if config is None:
         config = MRopeConfig.from_hf_config(model_config.hf_config, semantics=semantics)
-    return RopeState(
-        model_config.mrope_num_dims,
-        max_num_reqs,
-        max_num_tokens,
-        max_model_len,
-        device,
-        config=config,
-        video_pruning=video_pruning_enabled(model_config),
-    )
+    kind = RopeState
+    if video_pruning_enabled(model_config):  # vLLM's --video-pruning-rate: pruned videos by our rule
+        from .evs_rows import PrunedRopeState
+
+        kind = PrunedRopeState
+    return kind(model_config.mrope_num_dims, max_num_reqs, max_num_tokens, max_model_len, device, config=config)
 
 
 def video_pruning_enabled(model_config) -> bool:
