@@ -490,7 +490,7 @@ def test_get_rope_state():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU, gpu_check runs in full instead")
 def test_gpu_check_smoke_runs_on_a_cpu(tmp_path):
     """`python -m mrope_tracker.bench.gpu_check --smoke` runs RopeState's device check end
-    to end in triton's interpreter, and finds it equal to the CPU tracker."""
+    to end in triton's interpreter, and finds it equal to the CPU tracker and the baseline."""
     import subprocess
     import sys
 
@@ -501,7 +501,10 @@ def test_gpu_check_smoke_runs_on_a_cpu(tmp_path):
     results = json.loads(out.read_text())["rope_state"]
     assert results["checks"] and all(c["equal"] for c in results["checks"])
     assert results["memory"]["rope_state_device_bytes"] <= 8 * 2**20
-    assert {r["contender"] for r in results["steps"]} == {"RopeState (layout rows)", "table design kernel"}
+    baseline = results["checks"][0]["baseline"]  # vLLM's own RopeState where vLLM imports
+    assert baseline in ("vLLM 0.33 RopeState", "table design (re-stated)")
+    assert {r["contender"] for r in results["steps"]} == {"RopeState (ours)", baseline}
+    assert results["long_video"]["equal"]
 
 
 @pytest.mark.slow
