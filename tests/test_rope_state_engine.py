@@ -257,3 +257,24 @@ def test_a_state_refuses_another_models_config():
     unbound.init_prefill_positions(0, Model(hf_config("qwen2_vl")), [1, 2, 3], [])
     with pytest.raises(ValueError, match=r"model: .*qwen2_vl.*qwen2_5_vl"):
         unbound.init_prefill_positions(1, Model(hf_config("qwen2_5_vl")), [1, 2, 3], [])
+
+
+def test_engine_guide_section_9_runs():
+    """docs/engine.md's Model Runner V2 examples run as written (its bash block needs vLLM, and is not run)."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "engine.md").read_text(encoding="utf-8")
+    section = text[text.index("## 9. Model Runner V2") : text.index("## 10. Pruned videos")]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert blocks
+    namespace: dict = {}
+    cwd = os.getcwd()
+    os.chdir(pathlib.Path(__file__).resolve().parent.parent)  # the examples name tests/data/... from the root
+    try:
+        for block in blocks:
+            exec(compile(block, "docs/engine.md", "exec"), namespace)  # noqa: S102
+    finally:
+        os.chdir(cwd)
+    assert namespace["state"].max_num_rows == 1024 and namespace["many"].num_rows == 601
+    assert namespace["state"].get_positions(12)[0].tolist() == [0, 1, 2, 3, 3, 3, 3, 3, 3, 6, 7, 8]
