@@ -43,7 +43,6 @@ from __future__ import annotations
 import math
 import os
 
-import attrs
 import numpy as np
 import torch
 
@@ -55,6 +54,8 @@ from ..core.inputs import as_index
 from ..core.layout import PromptLayout, build_rows_from_ranges
 from ..kernels import layout_codes as C
 from . import rows as D
+from .checks import as_slot, check_index_tensor, checked_override, config_mismatch
+from .overrides import DenseOverrides
 from .staging import StagedWrites
 
 __all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes", "video_pruning_enabled"]
@@ -66,7 +67,6 @@ _SCRATCH_ROWS = 1024  # layout rows an admission builds in place (a long video: 
 DEFAULT_STAGING_BYTES = 256 * 1024
 # position rows: 3 (T, H, W) for M-RoPE, 4 for HunYuan-VL's XD-RoPE (the family's num_dims)
 SUPPORTED_NUM_DIMS = (3, 4)
-_INDEX_DTYPES = (torch.int32, torch.int64)
 # host checks of every step (and of pending writes), for tests and debugging; `debug=` overrides it
 DEBUG_ENV = "MROPE_TRACKER_DEBUG"
 
@@ -174,9 +174,7 @@ class RopeState:
         self._rows_held = np.zeros(self.max_num_reqs, np.int64)
         self._top = 0  # pool rows [0, top) may be held, [top, max_num_rows) are free
         # EVS: slot -> its dense [num_dims, length] int32 positions; all of them, flattened, in one arena
-        self._overrides: dict[int, torch.Tensor] = {}
-        self._arena = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self._arena_dirty = False
+        self._overrides = DenseOverrides(self.device)
         self._model = None
         self._model_config: MRopeConfig | None = None
         # the admission's scratch layout table (a larger prompt builds into a table of its own)
@@ -346,8 +344,11 @@ class RopeState:
     def apply_staged_writes(self) -> None:
         """Move every staged admission and EVS update to the device: one copy,
         one scatter launch (nothing when nothing is staged)."""
-        if self._arena_dirty:
-            self._rebuild_arena()
+        if self._overrides.dirty:
+            for slot, at, length in self._overrides.rebuild():
+                self._records[slot, D.S_OVERRIDE_AT] = at
+                self._records[slot, D.S_OVERRIDE_LEN] = length
+                self._stage_record(slot)
         self._staging.apply(self._state)
 
     # ------------------------------------------------------------------ steps
@@ -387,7 +388,7 @@ class RopeState:
             self.positions.shape[1],
             self._records_dev,
             self._pool_dev,
-            self._arena,
+            self._overrides.arena,
             self.max_num_reqs,
             idx_mapping,
             query_start_loc,
@@ -399,32 +400,15 @@ class RopeState:
 
     def _check_step(self, idx_mapping, query_start_loc, prefill_lens, num_computed_tokens) -> None:
         """Debug mode's host checks of a step (about 12 us: off the served path)."""
-        num_reqs = self._check_index_tensor(idx_mapping, "idx_mapping", 0, self.max_num_reqs)
-        self._check_index_tensor(query_start_loc, "query_start_loc", num_reqs + 1, None)
-        self._check_index_tensor(prefill_lens, "prefill_lens", self.max_num_reqs, None)
-        self._check_index_tensor(num_computed_tokens, "num_computed_tokens", self.max_num_reqs, None)
-        if self._staging.pending or self._arena_dirty:
+        num_reqs = check_index_tensor(idx_mapping, "idx_mapping", 0, self.max_num_reqs, self.device)
+        check_index_tensor(query_start_loc, "query_start_loc", num_reqs + 1, None, self.device)
+        check_index_tensor(prefill_lens, "prefill_lens", self.max_num_reqs, None, self.device)
+        check_index_tensor(num_computed_tokens, "num_computed_tokens", self.max_num_reqs, None, self.device)
+        if self._staging.pending or self._overrides.dirty:
             raise ValueError(
                 "apply_staged_writes: expected the runner to apply staged writes before prepare_positions, "
                 "got writes still pending (this step would not see them)"
             )
-
-    def _check_index_tensor(self, value, name: str, minimum: int, maximum: int | None) -> int:
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
-        if value.dtype not in _INDEX_DTYPES:
-            raise TypeError(f"{name}: expected an int32 or int64 tensor, got {value.dtype}")
-        if value.device != self.device and not (
-            value.device.type == self.device.type == "cuda" and self.device.index is None
-        ):
-            raise ValueError(f"{name}: expected a tensor on {self.device}, got one on {value.device}")
-        if value.ndim != 1 or (value.shape[0] > 1 and value.stride(0) != 1):
-            raise ValueError(f"{name}: expected a contiguous 1-D tensor, got shape {tuple(value.shape)}")
-        size = value.shape[0]
-        if size < minimum or (maximum is not None and size > maximum):
-            bounds = f"{minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
-            raise ValueError(f"{name}: expected {bounds} elements, got {size}")
-        return size
 
     # ------------------------------------------------------------------ EVS
     def read_prefill_positions(self, req_idx: int, length: int) -> torch.Tensor:
@@ -432,7 +416,7 @@ class RopeState:
         as a new int32 [num_dims, length] tensor (vLLM's table dtype)."""
         slot = self._slot(req_idx)
         length = as_index(length, "length", maximum=self.max_model_len)
-        if self._staging.pending or self._arena_dirty:
+        if self._staging.pending or self._overrides.dirty:
             self.apply_staged_writes()
         out = torch.empty((self.num_dims, length), dtype=torch.int32, device=self.device)
         if length:
@@ -442,7 +426,7 @@ class RopeState:
                 length,
                 self._records_dev,
                 self._pool_dev,
-                self._arena,
+                self._overrides.arena,
                 slot,
                 BLOCK_SIZE=self.block_size,
                 NUM_DIMS=self.num_dims,
@@ -458,59 +442,22 @@ class RopeState:
         other tokens keep their rows. The override is freed when the slot is
         admitted again or removed."""
         slot = self._slot(req_idx)
-        if not isinstance(positions, torch.Tensor):
-            raise TypeError(f"positions: expected a torch.Tensor, got {type(positions).__name__}")
-        if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
-            raise TypeError(f"positions: expected an integer tensor, got {positions.dtype}")
         prompt_len = int(self._records[slot, D.S_PROMPT_LEN])
-        if positions.ndim != 2 or positions.shape[0] != self.num_dims or positions.shape[1] > prompt_len:
-            raise ValueError(
-                f"positions: expected shape ({self.num_dims}, n) with n at most the slot's {prompt_len} prefill "
-                f"tokens, got {tuple(positions.shape)}"
-            )
-        if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, np.integer)):
-            raise TypeError(f"delta: expected an int, got {type(delta).__name__}")
-        if not -D.INT32_MAX <= delta <= D.INT32_MAX:
-            raise ValueError(f"delta: expected an int32, got {delta}")
-        if positions.numel():  # an EVS update, not a step: reading two numbers back is fine here
-            low, high = int(positions.min()), int(positions.max())
-            if low < 0 or high > D.INT32_MAX:
-                raise ValueError(
-                    f"positions: expected values in [0, {D.INT32_MAX}] (the device keeps int32), got {low} to {high}"
-                )
-        self._overrides[slot] = positions.to(device=self.device, dtype=torch.int32).contiguous().clone()
-        self._arena_dirty = True
+        dense = checked_override(positions, delta, self.num_dims, prompt_len, self.device)
+        self._overrides.set(slot, dense)
         self._records[slot, D.S_DELTA] = delta
         self._stage_record(slot)
         self.apply_staged_writes()
 
     def _drop_override(self, slot: int) -> None:
-        if self._overrides.pop(slot, None) is not None:
+        if self._overrides.drop(slot):
             self._records[slot, D.S_OVERRIDE_AT] = 0
             self._records[slot, D.S_OVERRIDE_LEN] = 0
-            self._arena_dirty = True
             self._stage_record(slot)
-
-    def _rebuild_arena(self) -> None:
-        at = 0
-        for slot, dense in self._overrides.items():
-            self._records[slot, D.S_OVERRIDE_AT] = at
-            self._records[slot, D.S_OVERRIDE_LEN] = dense.shape[1]
-            self._stage_record(slot)
-            at += dense.numel()
-        if self._overrides:
-            self._arena = torch.cat([dense.reshape(-1) for dense in self._overrides.values()])
-        else:
-            self._arena = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self._arena_dirty = False
 
     # ------------------------------------------------------------------ helpers
     def _slot(self, req_idx) -> int:
-        if isinstance(req_idx, (bool, np.bool_)) or not isinstance(req_idx, (int, np.integer)):
-            raise TypeError(f"req_idx: expected an int slot, got {type(req_idx).__name__}")
-        if not 0 <= req_idx < self.max_num_reqs:
-            raise ValueError(f"req_idx: expected a slot in [0, {self.max_num_reqs}), got {req_idx}")
-        return int(req_idx)
+        return as_slot(req_idx, self.max_num_reqs)
 
     def _config_of(self, model) -> MRopeConfig:
         """The config `model` (a vLLM model, its `.config` read once per model
@@ -529,12 +476,9 @@ class RopeState:
             semantics = self.config.semantics if self.config is not None else self.semantics
             config = MRopeConfig.from_hf_config(hf_config, semantics=semantics)
         bound = self.config if self.config is not None else self._model_config
-        if bound is not None and not same_positions(bound, config):
-            raise ValueError(
-                f"model: expected a model of this state's config ({describe(bound)}), got one of "
-                f"{describe(config)}; they differ in {', '.join(differences(bound, config))} (a RopeState serves "
-                "one model)"
-            )
+        error = config_mismatch(bound, config) if bound is not None else None
+        if error is not None:
+            raise error
         if not isinstance(model, MRopeConfig) and model is not self._model:
             self._model, self._model_config = model, config
         return self.config if self.config is not None else config
@@ -546,7 +490,7 @@ class RopeState:
             "positions": self.positions.nbytes,
             "slot_records": self._records_dev.nbytes,
             "row_pool": self._pool_dev.nbytes,
-            "evs_arena": self._arena.nbytes,
+            "evs_arena": self._overrides.arena.nbytes,
         }
         sizes.update(self._staging.nbytes())
         return sizes
@@ -566,7 +510,7 @@ class RopeState:
         assert all(start + n <= self._top <= self.max_num_rows for start, n in held)
         for slot in range(self.max_num_reqs):
             assert self._records[slot, D.S_NUM_ROWS] <= self._rows_held[slot]
-            assert (slot in self._overrides) or self._records[slot, D.S_OVERRIDE_LEN] == 0 or self._arena_dirty
+            assert slot in self._overrides or self._records[slot, D.S_OVERRIDE_LEN] == 0 or self._overrides.dirty
 
 
 def planned_nbytes(
@@ -592,27 +536,6 @@ def planned_nbytes(
         "staging_pinned" if on_cuda else "staging_host": 2 * staging,
         "staging_device": staging,
     }
-
-
-def same_positions(a: MRopeConfig, b: MRopeConfig) -> bool:
-    """Whether two configs give the same positions: every field but the
-    model_type label (a model's own config may name its sub-model, as
-    Omni's thinker does)."""
-    return a == b or attrs.evolve(a, model_type=None) == attrs.evolve(b, model_type=None)
-
-
-def describe(config: MRopeConfig) -> str:
-    return f"{config.family}, model_type {config.model_type!r}, semantics {config.semantics!r}"
-
-
-def differences(a: MRopeConfig, b: MRopeConfig) -> list[str]:
-    """The fields (but model_type) where two configs differ, as `name a != b`."""
-    fields = [f.name for f in attrs.fields(MRopeConfig) if f.eq and f.init and f.name != "model_type"]
-    return [
-        f"{name} {getattr(a, name)!r} != {getattr(b, name)!r}"
-        for name in fields
-        if getattr(a, name) != getattr(b, name)
-    ]
 
 
 def triton_cdiv(a: int, b: int) -> int:
