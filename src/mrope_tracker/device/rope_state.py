@@ -56,13 +56,13 @@ from ..kernels import layout_codes as C
 from . import rows as D
 from .checks import as_slot, check_index_tensor, checked_override, config_mismatch
 from .overrides import DenseOverrides
+from .pool import MAX_POOL_ROWS, SlotRows
 from .staging import StagedWrites
 
 __all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes", "video_pruning_enabled"]
 
 DEFAULT_ROWS_PER_REQ = 64  # the pool's first size per slot; it grows by doubling when admissions need more
 # the pool is addressed by int32 element offsets (records first): the most rows it can ever hold
-MAX_POOL_ROWS = (D.INT32_MAX - 2**24) // D.NUM_DEVICE_COLS
 _SCRATCH_ROWS = 1024  # layout rows an admission builds in place (a long video: a few hundred)
 DEFAULT_STAGING_BYTES = 256 * 1024
 # position rows: 3 (T, H, W) for M-RoPE, 4 for HunYuan-VL's XD-RoPE (the family's num_dims)
@@ -149,8 +149,8 @@ class RopeState:
         self.semantics = semantics
         if max_num_rows is None:
             max_num_rows = self.max_num_reqs * DEFAULT_ROWS_PER_REQ
-        # the pool's first size: it grows as admissions need (see _allocate)
-        self.max_num_rows = as_index(max_num_rows, "max_num_rows", minimum=1, maximum=MAX_POOL_ROWS)
+        # the pool's first size: it grows as admissions need (device/pool.py)
+        max_num_rows = as_index(max_num_rows, "max_num_rows", minimum=1, maximum=MAX_POOL_ROWS)
         staging_bytes = as_index(staging_bytes, "staging_bytes", minimum=1024, maximum=2**30)
         self.block_size = as_index(block_size, "block_size", minimum=16, maximum=8192)
         if self.block_size & (self.block_size - 1):
@@ -164,15 +164,11 @@ class RopeState:
 
         # the buffer the model reads, as vLLM's: one extra column keeps [:, :n] views non-contiguous
         self.positions = torch.zeros((num_dims, self.max_num_tokens + 1), dtype=torch.int64, device=self.device)
-        # slot records, then the row pool, in one flat int32 tensor: every staged write is an offset into it
-        self._pool_at = self.max_num_reqs * D.NUM_SLOT_COLS
-        size = self._pool_at + self.max_num_rows * D.NUM_DEVICE_COLS
-        self._bind_state(torch.zeros(size, dtype=torch.int32, device=self.device), self.max_num_rows)
+        self._positions_stride, self._positions_width = self.positions.stride(0), self.positions.shape[1]  # fixed
+        # slot records and the row pool (device/pool.py), written through staging
         self._staging = StagedWrites(staging_bytes // 4, self.device, self._kernels.scatter_kernel)
-        # host side: the records as staged, and the pool rows each slot holds (0: none)
-        self._records = np.zeros((self.max_num_reqs, D.NUM_SLOT_COLS), np.int32)
-        self._rows_held = np.zeros(self.max_num_reqs, np.int64)
-        self._top = 0  # pool rows [0, top) may be held, [top, max_num_rows) are free
+        self._rows = SlotRows(self.max_num_reqs, max_num_rows, self.device, self._staging)
+        self._records = self._rows.records  # the host's copy of the records, as staged
         # EVS: slot -> its dense [num_dims, length] int32 positions; all of them, flattened, in one arena
         self._overrides = DenseOverrides(self.device)
         self._model = None
@@ -252,85 +248,16 @@ class RopeState:
         rows, taus = D.device_rows(rows, scales)
         n = rows.shape[0]
         total = n + math.ceil(taus.shape[0] / D.NUM_DEVICE_COLS)
-        start = self._allocate(slot, total)  # the last check: nothing has changed if it raises
+        start = self._rows.allocate(slot, total)  # the last check: nothing has changed if it raises
         if taus.shape[0]:
             block = np.zeros(total * D.NUM_DEVICE_COLS, np.int32)
             block[: n * D.NUM_DEVICE_COLS] = rows.reshape(-1)
             block[n * D.NUM_DEVICE_COLS : n * D.NUM_DEVICE_COLS + taus.shape[0]] = taus
         else:  # the usual case: the rows alone, staged as they are
             block = rows.reshape(-1)
-        self._staging.stage(self._pool_at + start * D.NUM_DEVICE_COLS, block, self._state)
+        self._rows.stage_rows(slot, start, block, total)
         self._drop_override(slot)
-        self._rows_held[slot] = total
-        self._set_record(slot, start, n, num_tokens, max_position + 1 - num_tokens)
-
-    def _allocate(self, slot: int, total: int) -> int:
-        """First pool row of `total` free rows for `slot`, whose current rows
-        (if any) are given up. Rows are taken at the free top; when it runs
-        out, the live rows slide down (one gather on the device), into a pool
-        twice as large when they would fill more than 3/4 of this one, so a
-        row moves O(1) times on average. Refused, changing nothing, only past
-        the int32 addressing of the pool (`MAX_POOL_ROWS`)."""
-        if self._top + total > self.max_num_rows:
-            live = int(self._rows_held.sum() - self._rows_held[slot])
-            capacity = self.max_num_rows
-            while 4 * (live + total) > 3 * capacity and capacity < MAX_POOL_ROWS:
-                capacity = min(2 * capacity, MAX_POOL_ROWS)
-            if live + total > capacity:
-                raise ValueError(
-                    f"prefill_token_ids: live requests hold {live} device rows and this one needs {total}, past "
-                    f"the {MAX_POOL_ROWS} rows that int32 offsets address"
-                )
-            self._relocate(slot, capacity)
-        start = self._top
-        self._top += total
-        return start
-
-    def _relocate(self, dropped: int, capacity: int) -> None:
-        """Slide every live slot's rows (but `dropped`'s) to the bottom of a
-        pool of `capacity` rows (this one, or a new, larger one): device
-        copies queued on the stream, no host sync, at admission only."""
-        self._staging.apply(self._state)  # every staged row is where the records say
-        self._rows_held[dropped] = 0
-        live = np.flatnonzero(self._rows_held)
-        live = live[np.argsort(self._records[live, D.S_ROW_START], kind="stable")]
-        held = self._rows_held[live]
-        new_starts = np.cumsum(held) - held
-        total = int(held.sum())
-        old_pool = self._pool_dev
-        if capacity != self.max_num_rows:
-            state = torch.zeros(self._pool_at + capacity * D.NUM_DEVICE_COLS, dtype=torch.int32, device=self.device)
-            state[: self._pool_at] = self._state[: self._pool_at]
-            self._bind_state(state, capacity)
-        if total:
-            old_starts = self._records[live, D.S_ROW_START].astype(np.int64)
-            source = np.repeat(old_starts - new_starts, held) + np.arange(total)
-            index = torch.from_numpy(source).to(self.device)
-            self._pool_dev[:total] = old_pool.index_select(0, index)
-            self._records[live, D.S_ROW_START] = new_starts
-            # every record in one write (nothing else is staged: the apply above emptied the buffer)
-            self._staging.stage(0, self._records.reshape(-1).copy(), self._state)
-            self._staging.apply(self._state)
-        self._top = total
-
-    def _bind_state(self, state: torch.Tensor, capacity: int) -> None:
-        """Slot records, then a pool of `capacity` rows, in one flat int32
-        tensor: every staged write is an offset into it."""
-        self._state = state
-        self.max_num_rows = capacity
-        self._records_dev = state[: self._pool_at].view(self.max_num_reqs, D.NUM_SLOT_COLS)
-        self._pool_dev = state[self._pool_at :].view(capacity, D.NUM_DEVICE_COLS)
-
-    def _set_record(self, slot: int, row_start: int, num_rows: int, prompt_len: int, delta: int) -> None:
-        record = self._records[slot]
-        record[D.S_ROW_START] = row_start
-        record[D.S_NUM_ROWS] = num_rows
-        record[D.S_PROMPT_LEN] = prompt_len
-        record[D.S_DELTA] = delta
-        self._stage_record(slot)
-
-    def _stage_record(self, slot: int) -> None:
-        self._staging.stage(slot * D.NUM_SLOT_COLS, self._records[slot].copy(), self._state)
+        self._rows.set_record(slot, start, n, num_tokens, max_position + 1 - num_tokens)
 
     def remove_request(self, req_idx: int) -> None:
         """Free slot `req_idx`'s rows and override now (MRV2 never calls it:
@@ -338,8 +265,7 @@ class RopeState:
         gives index + 0 for every token, as a slot never admitted."""
         slot = self._slot(req_idx)
         self._drop_override(slot)
-        self._rows_held[slot] = 0
-        self._set_record(slot, 0, 0, 0, 0)
+        self._rows.release(slot)
 
     def apply_staged_writes(self) -> None:
         """Move every staged admission and EVS update to the device: one copy,
@@ -348,8 +274,8 @@ class RopeState:
             for slot, at, length in self._overrides.rebuild():
                 self._records[slot, D.S_OVERRIDE_AT] = at
                 self._records[slot, D.S_OVERRIDE_LEN] = length
-                self._stage_record(slot)
-        self._staging.apply(self._state)
+                self._rows.stage_record(slot)
+        self._rows.apply()
 
     # ------------------------------------------------------------------ steps
     def get_positions(self, num_tokens: int) -> torch.Tensor:
@@ -384,10 +310,10 @@ class RopeState:
             return
         self._kernels.prepare_kernel[(num_reqs,)](
             self.positions,
-            self.positions.stride(0),
-            self.positions.shape[1],
-            self._records_dev,
-            self._pool_dev,
+            self._positions_stride,
+            self._positions_width,
+            self._rows.records_dev,
+            self._rows.pool_dev,
             self._overrides.arena,
             self.max_num_reqs,
             idx_mapping,
@@ -424,8 +350,8 @@ class RopeState:
             self._kernels.read_kernel[grid](
                 out,
                 length,
-                self._records_dev,
-                self._pool_dev,
+                self._rows.records_dev,
+                self._rows.pool_dev,
                 self._overrides.arena,
                 slot,
                 BLOCK_SIZE=self.block_size,
@@ -446,14 +372,14 @@ class RopeState:
         dense = checked_override(positions, delta, self.num_dims, prompt_len, self.device)
         self._overrides.set(slot, dense)
         self._records[slot, D.S_DELTA] = delta
-        self._stage_record(slot)
+        self._rows.stage_record(slot)
         self.apply_staged_writes()
 
     def _drop_override(self, slot: int) -> None:
         if self._overrides.drop(slot):
             self._records[slot, D.S_OVERRIDE_AT] = 0
             self._records[slot, D.S_OVERRIDE_LEN] = 0
-            self._stage_record(slot)
+            self._rows.stage_record(slot)
 
     # ------------------------------------------------------------------ helpers
     def _slot(self, req_idx) -> int:
@@ -488,8 +414,8 @@ class RopeState:
         `pinned_nbytes` sum them by where they live)."""
         sizes = {
             "positions": self.positions.nbytes,
-            "slot_records": self._records_dev.nbytes,
-            "row_pool": self._pool_dev.nbytes,
+            "slot_records": self._rows.records_dev.nbytes,
+            "row_pool": self._rows.pool_dev.nbytes,
             "evs_arena": self._overrides.arena.nbytes,
         }
         sizes.update(self._staging.nbytes())
@@ -501,15 +427,15 @@ class RopeState:
     def pinned_nbytes(self) -> int:
         return self.nbytes().get("staging_pinned", 0)
 
+    @property
+    def max_num_rows(self) -> int:
+        """The row pool's size now (it grows as admissions need)."""
+        return self._rows.capacity
+
     def check_invariants(self) -> None:
         """Raise AssertionError if the host bookkeeping is inconsistent (for tests)."""
-        held = [(int(self._records[s, D.S_ROW_START]), int(n)) for s, n in enumerate(self._rows_held) if n]
-        held.sort()
-        for (start, n), (next_start, _) in zip(held, held[1:]):
-            assert start + n <= next_start, "two slots share pool rows"
-        assert all(start + n <= self._top <= self.max_num_rows for start, n in held)
+        self._rows.check_invariants()
         for slot in range(self.max_num_reqs):
-            assert self._records[slot, D.S_NUM_ROWS] <= self._rows_held[slot]
             assert slot in self._overrides or self._records[slot, D.S_OVERRIDE_LEN] == 0 or self._overrides.dirty
 
 
