@@ -34,7 +34,8 @@ from test_vllm_adapter import VECTORS, vector_features, vllm_config  # noqa: E40
 
 from mrope_tracker import MRopeConfig, PromptLayout  # noqa: E402
 from mrope_tracker.device.evs_rows import PrunedRopeState  # noqa: E402
-from mrope_tracker.device.rope_state import RopeState, get_rope_state, planned_nbytes  # noqa: E402
+from mrope_tracker.device.factory import get_rope_state, planned_nbytes  # noqa: E402
+from mrope_tracker.device.rope_state import RopeState  # noqa: E402
 from mrope_tracker.device.rows import NUM_DEVICE_COLS, device_rows  # noqa: E402
 from mrope_tracker.families import SEMANTICS  # noqa: E402
 from mrope_tracker.vllm import layout_from_features  # noqa: E402

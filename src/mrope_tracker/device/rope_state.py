@@ -59,7 +59,7 @@ from .overrides import DenseOverrides
 from .pool import MAX_POOL_ROWS, SlotRows
 from .staging import StagedWrites
 
-__all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes", "video_pruning_enabled"]
+__all__ = ["DEFAULT_ROWS_PER_REQ", "DEFAULT_STAGING_BYTES", "RopeState", "load_kernels"]
 
 DEFAULT_ROWS_PER_REQ = 64  # the pool's first size per slot; it grows by doubling when admissions need more
 # the pool is addressed by int32 element offsets (records first): the most rows it can ever hold
@@ -439,66 +439,5 @@ class RopeState:
             assert slot in self._overrides or self._records[slot, D.S_OVERRIDE_LEN] == 0 or self._overrides.dirty
 
 
-def planned_nbytes(
-    max_num_reqs: int,
-    max_num_tokens: int,
-    *,
-    on_cuda: bool = True,
-    max_num_rows: int | None = None,
-    staging_bytes: int = DEFAULT_STAGING_BYTES,
-    num_dims: int = 3,
-) -> dict[str, int]:
-    """What `RopeState(...).nbytes()` will be (with no EVS override), computed
-    without building one (or importing triton): its memory is fixed at
-    construction, whatever the requests and max_model_len."""
-    if max_num_rows is None:
-        max_num_rows = max_num_reqs * DEFAULT_ROWS_PER_REQ
-    staging = 4 * (staging_bytes // 4)
-    return {
-        "positions": num_dims * (max_num_tokens + 1) * 8,
-        "slot_records": max_num_reqs * D.NUM_SLOT_COLS * 4,
-        "row_pool": max_num_rows * D.NUM_DEVICE_COLS * 4,
-        "evs_arena": 4,
-        "staging_pinned" if on_cuda else "staging_host": 2 * staging,
-        "staging_device": staging,
-    }
-
-
 def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def get_rope_state(
-    model_config,
-    model,
-    max_num_reqs: int,
-    max_num_tokens: int,
-    max_model_len: int,
-    device,
-    *,
-    semantics: str = "vllm-0.33",
-    config: MRopeConfig | None = None,
-) -> RopeState | None:
-    """vLLM 0.33's `get_rope_state`, returning our `RopeState`: None when the
-    model does not use M-RoPE, as vLLM's; the model's config read under
-    `semantics` unless `config` is given (already read). A model this package
-    does not know raises ValueError (the plugin then falls back to vLLM's
-    own, see vllm/plugin.py)."""
-    if not model_config.uses_mrope:
-        return None
-    if config is None:
-        config = MRopeConfig.from_hf_config(model_config.hf_config, semantics=semantics)
-    kind = RopeState
-    if video_pruning_enabled(model_config):  # vLLM's --video-pruning-rate: pruned videos by our rule
-        from .evs_rows import PrunedRopeState
-
-        kind = PrunedRopeState
-    return kind(model_config.mrope_num_dims, max_num_reqs, max_num_tokens, max_model_len, device, config=config)
-
-
-def video_pruning_enabled(model_config) -> bool:
-    """Whether vLLM prunes this model's videos (``--video-pruning-rate``), as
-    its MRV2 decides to build a pruner."""
-    multimodal = getattr(model_config, "multimodal_config", None)
-    check = getattr(multimodal, "is_multimodal_pruning_enabled", None)
-    return bool(check()) if callable(check) else False

@@ -34,7 +34,7 @@ import os
 import warnings
 
 from ..core.config import MRopeConfig
-from ..device import rope_state
+from ..device import factory
 from .evs_plugin import check_evs_targets, install_evs
 
 __all__ = ["PATCH_TARGETS", "GET_ROPE_STATE_PARAMS", "install", "register"]
@@ -61,7 +61,7 @@ def _patched_get_rope_state(original, semantics: str):
         # the family's position rows must be the model's (3; HunYuan-VL's 4)
         if config is None or model_config.mrope_num_dims != config.num_dims:
             return original(model_config, model, max_num_reqs, max_num_tokens, max_model_len, device)
-        return rope_state.get_rope_state(
+        return factory.get_rope_state(
             model_config, model, max_num_reqs, max_num_tokens, max_model_len, device, config=config
         )
 
