@@ -4,7 +4,7 @@ A drop-in for ``vllm.v1.worker.gpu.mm.rope.RopeState``: the same
 constructor, methods and `positions` buffer, called at the same points by
 MRV2. Where vLLM keeps a pinned int32 table of every slot's prompt positions
 ([max_num_reqs * 3, max_model_len], read over UVA), this keeps each prompt's
-layout rows (device/rows.py) in a device row pool sized by a row budget, and
+layout rows (device/rows.py) in a device row pool that grows on demand, and
 one Triton kernel per step (device/triton_step.py) writes every scheduled token's
 positions from them, with integer arithmetic and no host sync.
 
@@ -99,7 +99,7 @@ class RopeState:
             model object's `.config` is read once, under `semantics`.
         semantics: the preset a model's config is read with (default
             "vllm-0.33": vLLM 0.33's positions, bit for bit).
-        max_num_rows: the device row pool's size, layout rows and tau tables
+        max_num_rows: the device row pool's first size, layout rows and tau tables
             of all slots together (default 64 per slot).
         staging_bytes: size of each of the two host staging buffers.
         block_size: tokens per kernel block (1024; smaller in tests).
