@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..tracker.row_pool import grown_capacity
 from . import rows as D
 from .staging import StagedWrites
 
@@ -57,9 +58,7 @@ class SlotRows:
         the int32 addressing of the pool (`MAX_POOL_ROWS`)."""
         if self.top + total > self.capacity:
             live = int(self.rows_held.sum() - self.rows_held[slot])
-            capacity = self.capacity
-            while 4 * (live + total) > 3 * capacity and capacity < MAX_POOL_ROWS:  # keep 1/4 free: amortised
-                capacity = min(2 * capacity, MAX_POOL_ROWS)
+            capacity = grown_capacity(self.capacity, live + total, fill=0.75, limit=MAX_POOL_ROWS)
             if live + total > capacity:
                 raise ValueError(
                     f"prefill_token_ids: live requests hold {live} device rows and this one needs {total}, past "
