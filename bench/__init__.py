@@ -15,5 +15,6 @@ SUITES = {
     "hf": "hf.get_rope_index against the installed transformers' own",
     "startup": "what an engine pays when it starts: warmup() cold and warm, in fresh processes",
     "evs": "a pruned video admitted, then its retention mask applied, against vLLM's recompute",
+    "rope": "RopeState.prepare_positions host time per step at 256 and 1,024 requests, beside vLLM's own",
     "sglang": "SGLang's get_rope_index, its per-batch extend and decode paths and its memory, against the adapter",
 }

@@ -16,11 +16,13 @@
    copies of the step's n columns, the default), "span" (one copy of
    2 * (max_num_batched_tokens + 1) + n elements), or "both" to compare them;
 3. RopeState, Model Runner V2's state on the device (bench/rope_check.py):
-   its steps equal to the CPU tracker's, `prepare_positions` time at 256 and
-   1,024 requests (decode and mixed) against our Triton re-implementation of
-   the table design's kernel, and device and pinned memory at 1,024 x
-   262,144.
+   its steps equal to the CPU tracker's and to vLLM 0.33's own RopeState
+   (where vLLM imports; else our re-statement of its table design),
+   `prepare_positions` time at 256 and 1,024 requests (decode and mixed)
+   against the same, device memory at 1,024 x 262,144 with every slot held,
+   and the 192-frame Qwen3-VL video admitted with no knob.
 
+It prints one table (check, figure, verdict); `--json` keeps every figure.
 `--rope-only` runs part 3 alone (and its tests); `--smoke` runs part 3 at a
 tiny size, on the CPU in triton's interpreter when there is no CUDA device,
 to check that the script works end to end. It has not run on a GPU yet.
@@ -131,6 +133,10 @@ def _time_steps(device: str, copy_modes: list[str]) -> list[dict]:
     return rows
 
 
+def _verdict(returncode) -> str:
+    return "skipped" if returncode is None else ("passed" if returncode == 0 else f"FAILED ({returncode})")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -153,28 +159,36 @@ def main(argv=None) -> int:
     copy_modes = ["rows", "span"] if args.copy == "both" else [args.copy]
     results: dict = {"device": torch.cuda.get_device_name(0) if on_cuda else "cpu", "copy_modes": copy_modes}
     folder = os.path.join(os.path.dirname(__file__), "..", "tests")
-    names = ["test_rope_state.py", "test_device_rows.py", "test_vllm_plugin.py"]
+    names = ["test_rope_state.py", "test_rope_state_engine.py", "test_device_rows.py", "test_vllm_plugin.py"]
     if not args.rope_only and on_cuda:
         names.insert(0, "test_gpu.py")
     tests = [os.path.join(folder, name) for name in names if os.path.exists(os.path.join(folder, name))]
     if tests and not args.no_tests:
         proc = subprocess.run([sys.executable, "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider"], check=False)
         results["tests_returncode"] = proc.returncode
+    table = [["tests on the device", " ".join(names), _verdict(results.get("tests_returncode"))]]
     warmup()
     if not args.rope_only and not args.smoke:
         results["steps"] = _time_steps("cuda", copy_modes) + _time_steps("cpu", copy_modes)
-        print("| step | device | contender | enqueue | on device | bytes copied |\n|---|---|---|---|---|---|")
         for r in results["steps"]:
-            print(
-                f"| {r['step']} | {r['device']} | {r['contender']} | {r['enqueue_us']:.1f} us "
-                f"| {r['on_device_us']:.1f} us | {r['bytes_copied']:,} |"
+            table.append(
+                [
+                    f"tracker step, {r['step']}, {r['device']}",
+                    f"{r['contender']}: {r['enqueue_us']:.1f} us (on device {r['on_device_us']:.1f}), "
+                    f"{r['bytes_copied']:,} bytes copied",
+                    "",
+                ]
             )
     from . import rope_check  # imports triton (after TRITON_INTERPRET is set)
 
     results["rope_state"] = rope_check.run("cuda" if on_cuda else "cpu", args.smoke)
-    rope_check.print_report(results["rope_state"])
-    if not all(c["equal"] for c in results["rope_state"]["checks"]):
-        print("RopeState differs from the CPU tracker", file=sys.stderr)
+    table += rope_check.summary_rows(results["rope_state"])
+    print("\n| check | figure | verdict |\n|---|---|---|")
+    for row in table:
+        print("| " + " | ".join(row) + " |")
+    rope = results["rope_state"]
+    if not all(c["equal"] for c in rope["checks"]) or not rope["long_video"]["equal"]:
+        print("RopeState differs from the CPU tracker or the baseline", file=sys.stderr)
         results["tests_returncode"] = results.get("tests_returncode") or 1
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

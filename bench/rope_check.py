@@ -1,23 +1,24 @@
-"""RopeState on the device: correctness, step time against the table design, memory.
+"""RopeState on the device: exact against vLLM's own, step time against vLLM's kernel, memory, a long video.
 
 Run by bench/gpu_check.py (`--rope-only` runs only this part, `--smoke` a
-tiny version that also runs on a CPU, in triton's interpreter). Three parts:
+tiny version that also runs on a CPU, in triton's interpreter). Four parts:
 
-1. correctness: MRV2-like decode and mixed steps (unsorted `idx_mapping`,
+1. exactness: MRV2-like decode and mixed steps (unsorted `idx_mapping`,
    per-slot int32 counts, as MRV2 passes them) on the device, equal to
-   `PositionTracker` on the CPU and to the table design's kernel;
+   `PositionTracker` on the CPU and to the baseline: vLLM 0.33's own
+   `RopeState` where vLLM imports (bench/suite_rope.py), else `TableKernel`,
+   our Triton re-statement of its table design (a [slots * 3,
+   max_model_len] int32 table, a gather while the prefill lasts, index +
+   delta after);
 2. time per `prepare_positions` at 256 and 1,024 requests, decode steps and
-   mixed steps (a few 512-token prefill chunks among decodes), against
-   `TableKernel`: our own Triton re-implementation of the table design
-   (vLLM 0.33's `_prepare_rope_positions_kernel`, re-written from its rules:
-   a [slots * 3, max_model_len] int32 table, a gather while the prefill
-   lasts, index + delta after). Our table lives in device memory, where
-   vLLM's is pinned host memory read over UVA: a faster baseline than
-   vLLM's own. Two figures each: host time to enqueue, and time until the
-   positions are on the device (a synchronize per call);
-3. memory at 1,024 slots x 262,144 max_model_len: RopeState's device and
-   pinned bytes (measured by the CUDA allocator where there is one), and
-   the table design's 3 GiB.
+   mixed steps (a few 512-token prefill chunks among decodes), against the
+   same baseline: host time to enqueue, and time until the positions are on
+   the device (a synchronize per call);
+3. device memory at 1,024 slots x 262,144 max_model_len with every slot
+   holding a typical request (measured by the CUDA allocator where there is
+   one), against the table design's 3 GiB;
+4. the 192-frame Qwen3-VL video in RopeState(3, 4, 8192, 131072): accepted
+   with no knob (the row pool grows), every token exact.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mrope_tracker import PositionTracker, PromptLayout
 from mrope_tracker.device.rope_state import RopeState
 
 from .timing import compare
-from .workloads import PromptBuilder, qwen2_5_vl
+from .workloads import PromptBuilder, qwen2_5_vl, qwen3_vl
 
 
 @triton.jit
@@ -124,6 +125,8 @@ def _steps(num_reqs: int, layouts, kind: str, chunk: int, rng) -> tuple[np.ndarr
 
 
 def run(device: str, smoke: bool) -> dict:
+    from .suite_rope import baseline
+
     on_cuda = device.startswith("cuda")
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
     config = qwen2_5_vl()
@@ -135,14 +138,15 @@ def run(device: str, smoke: bool) -> dict:
     results: dict = {"device": device, "steps": [], "checks": []}
     for num_reqs in sizes:
         layouts = _layouts(config, num_reqs, smoke)
-        state = RopeState(3, num_reqs, max_num_tokens, max_model_len, device, config=config)
-        table = TableKernel(num_reqs, max_num_tokens, max_model_len, device)
+        state = RopeState(3, num_reqs, max_num_tokens, max_model_len, device, config=config, debug=False)
+        base = baseline(num_reqs, max_model_len, device)  # vLLM's own RopeState where vLLM imports
         tracker = PositionTracker(config, max_num_reqs=num_reqs, max_num_batched_tokens=max_num_tokens)
         for slot, layout in enumerate(layouts):
             state.init_prefill_layout(slot, layout)
-            table.admit(slot, layout)
+            base.admit(slot, layout)
             tracker.add_request_layout(slot, layout)
         state.apply_staged_writes()
+        base.apply()
         prefill = torch.tensor([layout.num_tokens for layout in layouts], dtype=torch.int32, device=device)
         for kind in ("decode", "mixed"):
             slots, counts, computed = _steps(num_reqs, layouts, kind, chunk, rng)
@@ -156,17 +160,19 @@ def run(device: str, smoke: bool) -> dict:
                 torch.from_numpy(computed).to(device),
             )
             state.prepare_positions(*args)
-            table.prepare_positions(*args)
+            base.prepare_positions(*args)
             tracker_slots = np.array([tracker.slot(s) for s in slots.tolist()], np.int64)
             expected = tracker.prepare_slots(tracker_slots, counts.astype(np.int64), computed[slots].astype(np.int64))
             ours = state.get_positions(total).cpu()
-            same = torch.equal(ours, expected) and torch.equal(table.positions[:, :total].cpu(), expected)
-            results["checks"].append({"requests": num_reqs, "step": kind, "tokens": total, "equal": same})
+            same = torch.equal(ours, expected) and torch.equal(base.positions[:, :total].cpu(), expected)
+            results["checks"].append(
+                {"requests": num_reqs, "step": kind, "tokens": total, "equal": same, "baseline": base.name}
+            )
             contenders = {
-                "RopeState (layout rows)": lambda a=args, s=state: s.prepare_positions(*a),
-                "table design kernel": lambda a=args, t=table: t.prepare_positions(*a),
+                "RopeState (ours)": lambda a=args, s=state: s.prepare_positions(*a),
+                base.name: lambda a=args, b=base: b.prepare_positions(*a),
             }
-            rounds = 3 if smoke else 15
+            rounds = 1 if smoke else 15
             target = 0.001 if smoke else 0.01
             enqueue = compare(contenders, rounds=rounds, target_s=target)
             landed = compare(
@@ -181,19 +187,31 @@ def run(device: str, smoke: bool) -> dict:
                         "on_device_us": landed[name] * 1e6,
                     }
                 )
-        del state, table, contenders  # free the device before the next size
+        del state, base, contenders  # free the device before the next size
     results["memory"] = _memory(device, smoke)
+    results["long_video"] = _long_video(device, smoke)
     return results
 
 
 def _memory(device: str, smoke: bool) -> dict:
-    """Bytes at 1,024 slots x 262,144 max_model_len (vLLM's table: 12 bytes per token per slot)."""
+    """Bytes at 1,024 slots x 262,144 max_model_len, every slot holding a typical
+    request (8 images in text, or a video); vLLM's table: 12 bytes per token per slot."""
     max_num_reqs, max_model_len, max_num_tokens = 1024, 262144, 8192
+    config = qwen2_5_vl()
+    b = PromptBuilder(config)
+    for _ in range(8):
+        b.text(10).image(36, 36)
+    images = b.text(2000).build()
+    video = PromptBuilder(config).text(50).video(64, 28, 28, sp=0.7).text(500).build()
+    layouts = [PromptLayout.from_ranges(config, p.num_tokens, **p.kwargs, **p.ranges) for p in (images, video)]
     on_cuda = device.startswith("cuda")
     if on_cuda:
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
-    state = RopeState(3, max_num_reqs, max_num_tokens, max_model_len, device)
+    state = RopeState(3, max_num_reqs, max_num_tokens, max_model_len, device, config=config)
+    for slot in range(max_num_reqs):
+        state.init_prefill_layout(slot, layouts[int(slot % 4 == 1)])
+    state.apply_staged_writes()
     out = {
         "max_num_reqs": max_num_reqs,
         "max_model_len": max_model_len,
@@ -209,20 +227,72 @@ def _memory(device: str, smoke: bool) -> dict:
     return out
 
 
-def print_report(results: dict) -> None:
-    print(f"\nRopeState on {results['device']}")
+def _long_video(device: str, smoke: bool) -> dict:
+    """The 192-frame Qwen3-VL video (78,669 tokens; 24 frames with --smoke) in
+    RopeState(3, 4, 8192, 131072), admitted from vLLM-shaped features with no
+    knob: accepted, and every token equal to the CPU path's."""
+    config = qwen3_vl()
+    frames = 24 if smoke else 192
+    prompt = PromptBuilder(config).text(600).video(frames, 40, 40).text(117).build()
+    layout = PromptLayout.from_ranges(config, prompt.num_tokens, **prompt.kwargs, **prompt.ranges)
+    state = RopeState(3, 4, 8192, 131072, device, config=config)
+    first = state.max_num_rows
+    state.init_prefill_positions(1, config, prompt.token_list, prompt.features)
+    state.apply_staged_writes()
+    got = state.read_prefill_positions(1, prompt.num_tokens).cpu().numpy()
+    return {
+        "tokens": prompt.num_tokens,
+        "layout_rows": layout.num_rows,
+        "rows_at_start": first,
+        "rows_after": state.max_num_rows,
+        "equal": bool((got == layout.positions()).all()),
+    }
+
+
+def summary_rows(results: dict) -> list[list[str]]:
+    """RopeState's part of gpu_check's one table: (check, figure, verdict) rows."""
+    rows = []
     for c in results["checks"]:
-        verdict = "equal" if c["equal"] else "DIFFERENT"
-        print(f"- {c['step']} step, {c['requests']} requests, {c['tokens']} tokens: {verdict} to the CPU tracker")
-    print("| step | contender | enqueue | on device |\n|---|---|---|---|")
+        rows.append(
+            [
+                f"exact, {c['step']} step, {c['requests']} requests",
+                f"{c['tokens']} tokens vs CPU tracker and {c['baseline']}",
+                "equal" if c["equal"] else "DIFFERENT",
+            ]
+        )
+    by_step: dict[str, dict] = {}
     for r in results["steps"]:
-        print(f"| {r['step']} | {r['contender']} | {r['enqueue_us']:.1f} us | {r['on_device_us']:.1f} us |")
+        by_step.setdefault(r["step"], {})[r["contender"]] = r
+    for step, contenders in by_step.items():
+        ours = contenders.pop("RopeState (ours)")
+        (name, base), *_ = contenders.items()
+        rows.append(
+            [
+                f"prepare_positions, {step}",
+                f"ours {ours['enqueue_us']:.1f} us (on device {ours['on_device_us']:.1f}); {name} "
+                f"{base['enqueue_us']:.1f} us (on device {base['on_device_us']:.1f})",
+                f"{ours['enqueue_us'] / base['enqueue_us']:.2f}x",
+            ]
+        )
     m = results["memory"]
-    print(
-        f"memory at {m['max_num_reqs']} x {m['max_model_len']}: RopeState {m['rope_state_device_bytes'] / 2**20:.2f} "
-        f"MiB device, {m['rope_state_pinned_bytes'] / 2**20:.2f} MiB pinned; the table design "
-        f"{m['table_design_pinned_bytes'] / 2**30:.2f} GiB pinned"
+    rows.append(
+        [
+            f"device memory, {m['max_num_reqs']} x {m['max_model_len']}, every slot held",
+            f"{m['rope_state_device_bytes'] / 2**20:.2f} MiB device, {m['rope_state_pinned_bytes'] / 2**20:.2f} MiB "
+            f"pinned ({m['max_num_rows']} rows); vLLM's table {m['table_design_pinned_bytes'] / 2**30:.0f} GiB",
+            "ok" if m["rope_state_device_bytes"] <= 8 * 2**20 else "OVER 8 MiB",
+        ]
     )
+    v = results["long_video"]
+    rows.append(
+        [
+            "long video, RopeState(3, 4, 8192, 131072)",
+            f"{v['tokens']:,} tokens, {v['layout_rows']} layout rows; "
+            f"pool {v['rows_at_start']} -> {v['rows_after']} rows",
+            "accepted, equal" if v["equal"] else "DIFFERENT",
+        ]
+    )
+    return rows
 
 
 # Argument types of each kernel for `compile_for_gpu`: MRV2's dtypes (int64 idx_mapping, int32 counts)

@@ -17,7 +17,7 @@ the requests use from their layouts' device rows, against its budget.
 from __future__ import annotations
 
 from mrope_tracker import PositionTracker, PromptLayout
-from mrope_tracker.device.rope_state import planned_nbytes
+from mrope_tracker.device.factory import planned_nbytes
 from mrope_tracker.device.rows import NUM_DEVICE_COLS, device_rows
 
 from .workloads import PromptBuilder, qwen2_5_vl

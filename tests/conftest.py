@@ -8,6 +8,7 @@ sets its own count takes it from `strategies.examples`, scaled by the profile.
 
 Without CUDA, TRITON_INTERPRET=1 is set before anything imports triton, so
 the Triton kernels run in triton's interpreter on CPU tensors.
+MROPE_TRACKER_DEBUG=1 turns on RopeState's host checks of each step.
 
 Tests marked `slow` (the subprocess warm-ups, the state machines) are left
 out of a plain run (pyproject's addopts: -m "not slow"); `python -m pytest
@@ -27,6 +28,9 @@ from mrope_tracker import MRopeConfig
 # (transformers and torch import it on their own), so it is set here first.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# RopeState checks every step's tensors on the host, and that the runner applied its staged writes,
+# only in debug mode (a served engine's step is one kernel launch); the tests run with it on
+os.environ.setdefault("MROPE_TRACKER_DEBUG", "1")
 
 settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -33,7 +33,9 @@ from strategies import configs, examples, prompts  # noqa: E402
 from test_vllm_adapter import VECTORS, vector_features, vllm_config  # noqa: E402
 
 from mrope_tracker import MRopeConfig, PromptLayout  # noqa: E402
-from mrope_tracker.device.rope_state import RopeState, get_rope_state, planned_nbytes  # noqa: E402
+from mrope_tracker.device.evs_rows import PrunedRopeState  # noqa: E402
+from mrope_tracker.device.factory import get_rope_state, planned_nbytes  # noqa: E402
+from mrope_tracker.device.rope_state import RopeState  # noqa: E402
 from mrope_tracker.device.rows import NUM_DEVICE_COLS, device_rows  # noqa: E402
 from mrope_tracker.families import SEMANTICS  # noqa: E402
 from mrope_tracker.vllm import layout_from_features  # noqa: E402
@@ -83,6 +85,7 @@ def test_recorded_vectors(index):
     assert state.get_positions(1).cpu().tolist() == [[n + 3 + vector["delta"]]] * 3
     # resumed after preemption: the prompt and 3 generated tokens as one prefill, 2 of them cached
     state.init_prefill_positions(0, config, vector["token_ids"] + [11, 12, 13], vector_features(vector))
+    state.apply_staged_writes()  # the runner's call, before the step
     idx, qsl, prefill, computed = index_tensors([0], [0, n + 1], [n + 3, 0, n, 0], [2, 0, 0, 0])
     state.prepare_positions(idx, qsl, prefill, computed)
     generated = [n + k + vector["delta"] for k in range(3)]
@@ -250,10 +253,13 @@ def test_a_slot_never_admitted_gives_index_positions():
 # ---------------------------------------------------------------- memory: the row budget, staging
 
 
-def test_compaction_and_an_exhausted_row_budget():
+def test_compaction_growth_and_the_addressing_bound(monkeypatch):
     """Slots admitted again and again fill the pool's top: live rows slide down and
-    positions stay right; only when live rows leave no room is an admission refused,
-    changing nothing."""
+    positions stay right; a request that does not fit the live rows' room grows the
+    pool (doubling) instead of being refused; only past the pool's addressing bound
+    is an admission refused, changing nothing."""
+    from mrope_tracker.device import pool
+
     config = MRopeConfig(family="qwen2_vl", semantics="vllm-0.33")
     rng = np.random.default_rng(0)
 
@@ -273,11 +279,18 @@ def test_compaction_and_an_exhausted_row_budget():
         h.state.check_invariants()
     for slot in range(3):
         h.admit(slot, layout(3))  # 7 rows each: 21 of 24
-    before = h.state._records.copy(), h.state._rows_held.copy()  # noqa: SLF001
-    with pytest.raises(ValueError, match="max_num_rows"):
-        h.state.init_prefill_layout(0, layout(8))  # 17 rows: 14 live elsewhere + 17 > 24
-    assert (h.state._records == before[0]).all() and (h.state._rows_held == before[1]).all()  # noqa: SLF001
-    h.step([(2, int(h.prefill_len[2])), (0, int(h.prefill_len[0]))])
+    h.admit(0, layout(8))  # 17 rows: 14 live elsewhere + 17 > 24
+    assert h.state.max_num_rows == 48  # doubled once: 31 live rows would fill more than 3/4 of 24
+    h.state.check_invariants()
+    h.step([(0, int(h.prefill_len[0]))])
+    h.step([(2, int(h.prefill_len[2])), (1, int(h.prefill_len[1]))])
+    monkeypatch.setattr(pool, "MAX_POOL_ROWS", 48)
+    before = h.state._records.copy(), h.state._rows.rows_held.copy(), h.state.max_num_rows  # noqa: SLF001
+    with pytest.raises(ValueError, match="prefill_token_ids: live requests hold 24 device rows and this one needs 25"):
+        h.state.init_prefill_layout(1, layout(12))  # 25 rows: 24 live elsewhere + 25 > 48
+    after = h.state._records, h.state._rows.rows_held, h.state.max_num_rows  # noqa: SLF001
+    assert (after[0] == before[0]).all() and (after[1] == before[1]).all() and after[2] == before[2]
+    h.step([(1, int(h.prefill_len[1]))])
 
 
 def test_staging_smaller_than_a_request():
@@ -383,8 +396,8 @@ def test_recorded_evs_positions(vector):
 def _snapshot(state):
     return (
         state._records.copy(),  # noqa: SLF001
-        state._rows_held.copy(),  # noqa: SLF001
-        state._top,  # noqa: SLF001
+        state._rows.rows_held.copy(),  # noqa: SLF001
+        state._rows.top,  # noqa: SLF001
         state.read_prefill_positions(1, 20).cpu(),
     )
 
@@ -478,7 +491,7 @@ def test_get_rope_state():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU, gpu_check runs in full instead")
 def test_gpu_check_smoke_runs_on_a_cpu(tmp_path):
     """`python -m mrope_tracker.bench.gpu_check --smoke` runs RopeState's device check end
-    to end in triton's interpreter, and finds it equal to the CPU tracker."""
+    to end in triton's interpreter, and finds it equal to the CPU tracker and the baseline."""
     import subprocess
     import sys
 
@@ -489,7 +502,10 @@ def test_gpu_check_smoke_runs_on_a_cpu(tmp_path):
     results = json.loads(out.read_text())["rope_state"]
     assert results["checks"] and all(c["equal"] for c in results["checks"])
     assert results["memory"]["rope_state_device_bytes"] <= 8 * 2**20
-    assert {r["contender"] for r in results["steps"]} == {"RopeState (layout rows)", "table design kernel"}
+    baseline = results["checks"][0]["baseline"]  # vLLM's own RopeState where vLLM imports
+    assert baseline in ("vLLM 0.33 RopeState", "table design (re-stated)")
+    assert {r["contender"] for r in results["steps"]} == {"RopeState (ours)", baseline}
+    assert results["long_video"]["equal"]
 
 
 @pytest.mark.slow
@@ -547,7 +563,7 @@ def test_pruned_videos_by_our_rule(index):
         second_per_grid_ts=vector.get("second_per_grid_ts"),
     )
     n = len(vector["token_ids"])
-    state = RopeState(3, 3, n + 8, n + 64, DEVICE, config=config, block_size=BLOCK)
+    state = PrunedRopeState(3, 3, n + 8, n + 64, DEVICE, config=config, block_size=BLOCK)
     state.init_prefill_pruned(1, prompt)
     for k, mask in enumerate(vector["retention_masks"]):
         state.set_retention_mask(1, k, mask)
@@ -578,7 +594,7 @@ def test_mask_rows_on_the_device():
     prompt = PrunedPrompt(config, ids, video_grid_thw=[[t, 14, 18]], second_per_grid_ts=[1.3])
     layout = prompt.layout([mask])
     assert (layout.rows[:, C.COL_KIND] == C.KIND_GRID_BITS).any()
-    state = RopeState(3, 2, len(ids) + 4, len(ids) + 16, DEVICE, config=config, block_size=BLOCK)
+    state = PrunedRopeState(3, 2, len(ids) + 4, len(ids) + 16, DEVICE, config=config, block_size=BLOCK)
     state.init_prefill_pruned(0, prompt, retention_masks=[mask])
     state.apply_staged_writes()
     np.testing.assert_array_equal(_serve_all(state, 0, len(ids), 13)[:, : len(ids)], layout.positions())

@@ -26,7 +26,7 @@ from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
 from triton_support import require_triton
 
 from mrope_tracker import MRopeConfig
-from mrope_tracker.device.rope_state import RopeState
+from mrope_tracker.device.evs_rows import PrunedRopeState
 from mrope_tracker.evs import PendingPrune, PrunedPrompt
 from mrope_tracker.vllm import evs_plugin as vllm_evs_plugin
 
@@ -140,7 +140,7 @@ def _drive(modules, masks, case, boundaries, semantics, store):
     placeholders = _placeholders(prompt, ids)
     features = _features(case, placeholders)
     if store == "ours":  # our RopeState, admitting as MRV2's add_request does with pruning on
-        rope = RopeState(3, 2, len(ids) + 8, len(ids) + 64, "cpu", config=config, video_pruning=True)
+        rope = PrunedRopeState(3, 2, len(ids) + 8, len(ids) + 64, "cpu", config=config)
         rope.init_prefill_positions(0, model, ids, features)
         rope.apply_staged_writes()
     else:

@@ -4,7 +4,7 @@ A drop-in for ``vllm.v1.worker.gpu.mm.rope.RopeState``: the same
 constructor, methods and `positions` buffer, called at the same points by
 MRV2. Where vLLM keeps a pinned int32 table of every slot's prompt positions
 ([max_num_reqs * 3, max_model_len], read over UVA), this keeps each prompt's
-layout rows (device/rows.py) in a device row pool sized by a row budget, and
+layout rows (device/rows.py) in a device row pool that grows on demand, and
 one Triton kernel per step (device/triton_step.py) writes every scheduled token's
 positions from them, with integer arithmetic and no host sync.
 
@@ -16,23 +16,32 @@ Lifecycle (as MRV2 calls it):
   dropped (MRV2 never removes a request from its RopeState: a slot is
   simply admitted again).
 - `apply_staged_writes()` moves every staged row and slot record to the
-  device: one copy and one scatter launch (device/staging.py).
-- `prepare_positions(...)` launches the step kernel once; `get_positions(n)`
+  device: one copy and one scatter launch (device/staging.py). The runner
+  calls it before a step, as vLLM's does; `prepare_positions` never does.
+- `prepare_positions(...)` launches the step kernel once, nothing else; `get_positions(n)`
   is the buffer's first n columns.
 - EVS: `read_prefill_positions` materialises a slot's positions on the
   device; `update_prefill_positions` gives the slot a dense override of its
   own (positions need not fit layout rows), freed when the slot is admitted
   again or removed (`remove_request`).
 
-Memory: the pool's rows are allocated at the free top; when the top runs
-out, live rows are slid down (one gather on the device, at admission only);
-only when the live rows of all slots leave too little room is an admission
-refused (ValueError naming max_num_rows).
+Memory: a request's rows are O(items), never O(tokens): a run of text or
+one grid of an image or frame is one row (44 bytes). The pool starts at 64
+rows a slot and grows on demand: rows are taken at the free top; when it
+runs out the live rows slide down (one gather on the device), into a pool of
+twice the size when they would fill more than 3/4 of it. Growth happens at
+admission, staged before the runner's `apply_staged_writes`, never in a
+step. Every request that fits max_model_len is accepted: the one bound is
+the pool's int32 addressing, `MAX_POOL_ROWS` (about 194 million rows, 8 GiB;
+each row covers at least one token, so only prompts that are one row per
+token across every slot at once could reach it). docs/engine.md gives the
+figures.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import torch
@@ -43,20 +52,23 @@ from ..core.config import MRopeConfig
 from ..core.features import read_features, sequence_length
 from ..core.inputs import as_index
 from ..core.layout import PromptLayout, build_rows_from_ranges
-from ..evs.pruned import PRUNABLE, PendingPrune, PrunedPrompt
-from ..evs.recompute import pruned_prompt_from_features
 from ..kernels import layout_codes as C
 from . import rows as D
+from .checks import as_slot, check_index_tensor, checked_override, config_mismatch
+from .overrides import DenseOverrides
+from .pool import MAX_POOL_ROWS, SlotRows
 from .staging import StagedWrites
 
-__all__ = ["RopeState", "get_rope_state", "load_kernels", "planned_nbytes", "video_pruning_enabled"]
+__all__ = ["DEFAULT_ROWS_PER_REQ", "DEFAULT_STAGING_BYTES", "RopeState", "load_kernels"]
 
-DEFAULT_ROWS_PER_REQ = 64
+DEFAULT_ROWS_PER_REQ = 64  # the pool's first size per slot; it grows by doubling when admissions need more
+# the pool is addressed by int32 element offsets (records first): the most rows it can ever hold
 _SCRATCH_ROWS = 1024  # layout rows an admission builds in place (a long video: a few hundred)
 DEFAULT_STAGING_BYTES = 256 * 1024
 # position rows: 3 (T, H, W) for M-RoPE, 4 for HunYuan-VL's XD-RoPE (the family's num_dims)
 SUPPORTED_NUM_DIMS = (3, 4)
-_INDEX_DTYPES = (torch.int32, torch.int64)
+# host checks of every step (and of pending writes), for tests and debugging; `debug=` overrides it
+DEBUG_ENV = "MROPE_TRACKER_DEBUG"
 
 
 def load_kernels():
@@ -87,10 +99,13 @@ class RopeState:
             model object's `.config` is read once, under `semantics`.
         semantics: the preset a model's config is read with (default
             "vllm-0.33": vLLM 0.33's positions, bit for bit).
-        max_num_rows: the device row pool's size, layout rows and tau tables
+        max_num_rows: the device row pool's first size, layout rows and tau tables
             of all slots together (default 64 per slot).
         staging_bytes: size of each of the two host staging buffers.
         block_size: tokens per kernel block (1024; smaller in tests).
+        debug: check each step's tensors on the host, and that no write is
+            pending, before the launch (default: the MROPE_TRACKER_DEBUG
+            environment variable, off unless set to 1).
     """
 
     def __init__(
@@ -106,7 +121,7 @@ class RopeState:
         max_num_rows: int | None = None,
         staging_bytes: int = DEFAULT_STAGING_BYTES,
         block_size: int = 1024,
-        video_pruning: bool = False,
+        debug: bool | None = None,
     ) -> None:
         num_dims = as_index(num_dims, "num_dims")
         if num_dims not in SUPPORTED_NUM_DIMS:
@@ -132,40 +147,30 @@ class RopeState:
             raise TypeError(f"config: expected an MRopeConfig or None, got {type(config).__name__}")
         self.config = config
         self.semantics = semantics
-        if not isinstance(video_pruning, bool):
-            raise TypeError(f"video_pruning: expected a bool, got {type(video_pruning).__name__}")
-        # vLLM's --video-pruning-rate: a Qwen2.5-VL / Qwen3-VL video is admitted as a PrunedPrompt
-        self.video_pruning = video_pruning
         if max_num_rows is None:
             max_num_rows = self.max_num_reqs * DEFAULT_ROWS_PER_REQ
-        self.max_num_rows = as_index(max_num_rows, "max_num_rows", minimum=1, maximum=(D.INT32_MAX // 64))
+        # the pool's first size: it grows as admissions need (device/pool.py)
+        max_num_rows = as_index(max_num_rows, "max_num_rows", minimum=1, maximum=MAX_POOL_ROWS)
         staging_bytes = as_index(staging_bytes, "staging_bytes", minimum=1024, maximum=2**30)
         self.block_size = as_index(block_size, "block_size", minimum=16, maximum=8192)
         if self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size: expected a power of two, got {self.block_size}")
+        if debug is None:
+            debug = os.environ.get(DEBUG_ENV, "0") not in ("", "0")
+        if not isinstance(debug, bool):
+            raise TypeError(f"debug: expected a bool or None, got {type(debug).__name__}")
+        self.debug = debug
         self._kernels = load_kernels()
 
         # the buffer the model reads, as vLLM's: one extra column keeps [:, :n] views non-contiguous
         self.positions = torch.zeros((num_dims, self.max_num_tokens + 1), dtype=torch.int64, device=self.device)
-        # slot records, then the row pool, in one flat int32 tensor: every staged write is an offset into it
-        records_size = self.max_num_reqs * D.NUM_SLOT_COLS
-        self._pool_at = records_size
-        self._state = torch.zeros(
-            records_size + self.max_num_rows * D.NUM_DEVICE_COLS, dtype=torch.int32, device=self.device
-        )
-        self._records_dev = self._state[:records_size].view(self.max_num_reqs, D.NUM_SLOT_COLS)
-        self._pool_dev = self._state[records_size:].view(self.max_num_rows, D.NUM_DEVICE_COLS)
+        self._positions_stride, self._positions_width = self.positions.stride(0), self.positions.shape[1]  # fixed
+        # slot records and the row pool (device/pool.py), written through staging
         self._staging = StagedWrites(staging_bytes // 4, self.device, self._kernels.scatter_kernel)
-        # host side: the records as staged, and the pool rows each slot holds (0: none)
-        self._records = np.zeros((self.max_num_reqs, D.NUM_SLOT_COLS), np.int32)
-        self._rows_held = np.zeros(self.max_num_reqs, np.int64)
-        self._top = 0  # pool rows [0, top) may be held, [top, max_num_rows) are free
+        self._rows = SlotRows(self.max_num_reqs, max_num_rows, self.device, self._staging)
+        self._records = self._rows.records  # the host's copy of the records, as staged
         # EVS: slot -> its dense [num_dims, length] int32 positions; all of them, flattened, in one arena
-        self._overrides: dict[int, torch.Tensor] = {}
-        self._arena = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self._arena_dirty = False
-        # EVS by our rule: slot -> the pruned prompt and the masks known so far
-        self._pruned: dict[int, PendingPrune] = {}
+        self._overrides = DenseOverrides(self.device)
         self._model = None
         self._model_config: MRopeConfig | None = None
         # the admission's scratch layout table (a larger prompt builds into a table of its own)
@@ -194,11 +199,11 @@ class RopeState:
         if config.spec.canvas:  # MiniCPM-V 4.7: its canvas reads the ids (the markers)
             self._admit(slot, canvas_layout_from_features(config, prefill_token_ids, mm_features))
             return
-        if self.video_pruning and config.family in PRUNABLE:
-            prompt, _ = pruned_prompt_from_features(config, prefill_token_ids, mm_features)
-            if prompt is not None:  # its videos' masks come with their encoder outputs
-                self.init_prefill_pruned(slot, prompt)
-                return
+        self._admit_features(slot, config, prefill_token_ids, mm_features)
+
+    def _admit_features(self, slot: int, config: MRopeConfig, prefill_token_ids, mm_features) -> None:
+        """The checked admission of `init_prefill_positions` (device/evs_rows.py adds pruned videos)."""
+        num_tokens = len(prefill_token_ids)
         items, ranges = read_features(config, mm_features)  # what layout_from_features reads
         # the rows built straight into this state's scratch table: no layout object on the admission path
         rows, scales, n, top = build_rows_from_ranges(
@@ -241,64 +246,16 @@ class RopeState:
         rows, taus = D.device_rows(rows, scales)
         n = rows.shape[0]
         total = n + math.ceil(taus.shape[0] / D.NUM_DEVICE_COLS)
-        start = self._allocate(slot, total)  # the last check: nothing has changed if it raises
+        start = self._rows.allocate(slot, total)  # the last check: nothing has changed if it raises
         if taus.shape[0]:
             block = np.zeros(total * D.NUM_DEVICE_COLS, np.int32)
             block[: n * D.NUM_DEVICE_COLS] = rows.reshape(-1)
             block[n * D.NUM_DEVICE_COLS : n * D.NUM_DEVICE_COLS + taus.shape[0]] = taus
         else:  # the usual case: the rows alone, staged as they are
             block = rows.reshape(-1)
-        self._staging.stage(self._pool_at + start * D.NUM_DEVICE_COLS, block, self._state)
+        self._rows.stage_rows(slot, start, block, total)
         self._drop_override(slot)
-        self._pruned.pop(slot, None)
-        self._rows_held[slot] = total
-        self._set_record(slot, start, n, num_tokens, max_position + 1 - num_tokens)
-
-    def _allocate(self, slot: int, total: int) -> int:
-        """First pool row of `total` free rows for `slot`, whose current rows
-        (if any) are given up; raises, changing nothing, when they do not fit."""
-        if self._top + total > self.max_num_rows:
-            live = int(self._rows_held.sum() - self._rows_held[slot])
-            if live + total > self.max_num_rows:
-                raise ValueError(
-                    f"max_num_rows: the device row pool of {self.max_num_rows} rows is exhausted: live requests "
-                    f"hold {live}, this one needs {total}; build the RopeState with a larger max_num_rows"
-                )
-            self._compact(slot)
-        start = self._top
-        self._top += total
-        return start
-
-    def _compact(self, dropped: int) -> None:
-        """Slide every live slot's rows (but `dropped`'s) to the bottom of the pool."""
-        self._staging.apply(self._state)  # every staged row is where the records say
-        self._rows_held[dropped] = 0
-        live = np.flatnonzero(self._rows_held)
-        live = live[np.argsort(self._records[live, D.S_ROW_START], kind="stable")]
-        held = self._rows_held[live]
-        new_starts = np.cumsum(held) - held
-        total = int(held.sum())
-        if total:
-            old_starts = self._records[live, D.S_ROW_START].astype(np.int64)
-            source = np.repeat(old_starts - new_starts, held) + np.arange(total)
-            index = torch.from_numpy(source).to(self.device)
-            self._pool_dev[:total] = self._pool_dev.index_select(0, index)
-            self._records[live, D.S_ROW_START] = new_starts
-            # every record in one write (nothing else is staged: the apply above emptied the buffer)
-            self._staging.stage(0, self._records.reshape(-1).copy(), self._state)
-            self._staging.apply(self._state)
-        self._top = total
-
-    def _set_record(self, slot: int, row_start: int, num_rows: int, prompt_len: int, delta: int) -> None:
-        record = self._records[slot]
-        record[D.S_ROW_START] = row_start
-        record[D.S_NUM_ROWS] = num_rows
-        record[D.S_PROMPT_LEN] = prompt_len
-        record[D.S_DELTA] = delta
-        self._stage_record(slot)
-
-    def _stage_record(self, slot: int) -> None:
-        self._staging.stage(slot * D.NUM_SLOT_COLS, self._records[slot].copy(), self._state)
+        self._rows.set_record(slot, start, n, num_tokens, max_position + 1 - num_tokens)
 
     def remove_request(self, req_idx: int) -> None:
         """Free slot `req_idx`'s rows and override now (MRV2 never calls it:
@@ -306,16 +263,17 @@ class RopeState:
         gives index + 0 for every token, as a slot never admitted."""
         slot = self._slot(req_idx)
         self._drop_override(slot)
-        self._pruned.pop(slot, None)
-        self._rows_held[slot] = 0
-        self._set_record(slot, 0, 0, 0, 0)
+        self._rows.release(slot)
 
     def apply_staged_writes(self) -> None:
         """Move every staged admission and EVS update to the device: one copy,
         one scatter launch (nothing when nothing is staged)."""
-        if self._arena_dirty:
-            self._rebuild_arena()
-        self._staging.apply(self._state)
+        if self._overrides.dirty:
+            for slot, at, length in self._overrides.rebuild():
+                self._records[slot, D.S_OVERRIDE_AT] = at
+                self._records[slot, D.S_OVERRIDE_LEN] = length
+                self._rows.stage_record(slot)
+        self._rows.apply()
 
     # ------------------------------------------------------------------ steps
     def get_positions(self, num_tokens: int) -> torch.Tensor:
@@ -331,33 +289,30 @@ class RopeState:
         prefill_lens: torch.Tensor,
         num_computed_tokens: torch.Tensor,
     ) -> None:
-        """Write the positions of every scheduled token into `positions`, in
-        one kernel launch and without waiting for the device.
+        """Write the positions of every scheduled token into `positions`: one
+        kernel launch, no host check, no host sync (as vLLM's).
 
         `idx_mapping` [num_reqs]: batch entry -> slot; `query_start_loc`
         [>= num_reqs + 1]: each entry's first column; `prefill_lens` and
         `num_computed_tokens` [max_num_reqs]: per slot, as MRV2's request
-        states hold them. Only what the host knows is checked (devices,
-        dtypes, shapes). The caller guarantees the values: every slot of
-        `idx_mapping` admitted, and the queries inside the buffer; the
-        kernel still keeps every access in bounds whatever they hold (a slot
-        outside [0, max_num_reqs) writes nothing, no column past the buffer
-        is written)."""
-        num_reqs = self._check_index_tensor(idx_mapping, "idx_mapping", 0, self.max_num_reqs)
-        self._check_index_tensor(query_start_loc, "query_start_loc", num_reqs + 1, None)
-        self._check_index_tensor(prefill_lens, "prefill_lens", self.max_num_reqs, None)
-        self._check_index_tensor(num_computed_tokens, "num_computed_tokens", self.max_num_reqs, None)
-        if self._staging.pending or self._arena_dirty:
-            self.apply_staged_writes()
+        states hold them. The runner calls `apply_staged_writes` first, as
+        vLLM's does: writes still pending here are not seen by this step
+        (a ValueError in debug mode). Whatever the tensors hold, the kernel
+        stays in bounds: a slot outside [0, max_num_reqs) writes nothing, and
+        its loops never run past the positions buffer. With `debug` on, the
+        tensors' types, devices and shapes are checked on the host first."""
+        if self.debug:
+            self._check_step(idx_mapping, query_start_loc, prefill_lens, num_computed_tokens)
+        num_reqs = idx_mapping.shape[0]
         if num_reqs == 0:
             return
         self._kernels.prepare_kernel[(num_reqs,)](
             self.positions,
-            self.positions.stride(0),
-            self.positions.shape[1],
-            self._records_dev,
-            self._pool_dev,
-            self._arena,
+            self._positions_stride,
+            self._positions_width,
+            self._rows.records_dev,
+            self._rows.pool_dev,
+            self._overrides.arena,
             self.max_num_reqs,
             idx_mapping,
             query_start_loc,
@@ -367,49 +322,17 @@ class RopeState:
             NUM_DIMS=self.num_dims,
         )
 
-    # ------------------------------------------------------------------ EVS, our rule
-    def init_prefill_pruned(self, req_idx: int, prompt: PrunedPrompt, retention_masks=None) -> None:
-        """Admit slot `req_idx` with a prompt whose videos vLLM pruned
-        (`mrope_tracker.evs.PrunedPrompt`), before or with its masks. Until a
-        video's mask comes (`set_retention_mask`), the tokens it decides carry
-        stand-in positions: the caller schedules them only after the mask, as
-        vLLM does (the encoder runs before its tokens' positions are used).
-        Every other token is exact from admission."""
-        slot = self._slot(req_idx)
-        if not isinstance(prompt, PrunedPrompt):
-            raise TypeError(f"prompt: expected an mrope_tracker.evs.PrunedPrompt, got {type(prompt).__name__}")
-        pending = PendingPrune(prompt, retention_masks)
-        self.init_prefill_layout(slot, pending.layout())
-        self._pruned[slot] = pending
-
-    def set_retention_mask(self, req_idx: int, video_index: int, retention_mask) -> None:
-        """Video `video_index`'s retention mask for slot `req_idx`: the slot's
-        rows are rebuilt (the mask's bits, 192 to a host row) and staged;
-        tokens outside what the mask decides keep their positions."""
-        slot = self._slot(req_idx)
-        pending = self._pruned.get(slot)
-        if pending is None:
-            raise ValueError(f"req_idx: expected a slot admitted with init_prefill_pruned, got {req_idx!r}")
-        updated = pending.with_mask(video_index, retention_mask)
-        self.init_prefill_layout(slot, updated.layout())
-        self._pruned[slot] = updated
-
-    def _check_index_tensor(self, value, name: str, minimum: int, maximum: int | None) -> int:
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
-        if value.dtype not in _INDEX_DTYPES:
-            raise TypeError(f"{name}: expected an int32 or int64 tensor, got {value.dtype}")
-        if value.device != self.device and not (
-            value.device.type == self.device.type == "cuda" and self.device.index is None
-        ):
-            raise ValueError(f"{name}: expected a tensor on {self.device}, got one on {value.device}")
-        if value.ndim != 1 or (value.shape[0] > 1 and value.stride(0) != 1):
-            raise ValueError(f"{name}: expected a contiguous 1-D tensor, got shape {tuple(value.shape)}")
-        size = value.shape[0]
-        if size < minimum or (maximum is not None and size > maximum):
-            bounds = f"{minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
-            raise ValueError(f"{name}: expected {bounds} elements, got {size}")
-        return size
+    def _check_step(self, idx_mapping, query_start_loc, prefill_lens, num_computed_tokens) -> None:
+        """Debug mode's host checks of a step (about 12 us: off the served path)."""
+        num_reqs = check_index_tensor(idx_mapping, "idx_mapping", 0, self.max_num_reqs, self.device)
+        check_index_tensor(query_start_loc, "query_start_loc", num_reqs + 1, None, self.device)
+        check_index_tensor(prefill_lens, "prefill_lens", self.max_num_reqs, None, self.device)
+        check_index_tensor(num_computed_tokens, "num_computed_tokens", self.max_num_reqs, None, self.device)
+        if self._staging.pending or self._overrides.dirty:
+            raise ValueError(
+                "apply_staged_writes: expected the runner to apply staged writes before prepare_positions, "
+                "got writes still pending (this step would not see them)"
+            )
 
     # ------------------------------------------------------------------ EVS
     def read_prefill_positions(self, req_idx: int, length: int) -> torch.Tensor:
@@ -417,7 +340,7 @@ class RopeState:
         as a new int32 [num_dims, length] tensor (vLLM's table dtype)."""
         slot = self._slot(req_idx)
         length = as_index(length, "length", maximum=self.max_model_len)
-        if self._staging.pending or self._arena_dirty:
+        if self._staging.pending or self._overrides.dirty:
             self.apply_staged_writes()
         out = torch.empty((self.num_dims, length), dtype=torch.int32, device=self.device)
         if length:
@@ -425,9 +348,9 @@ class RopeState:
             self._kernels.read_kernel[grid](
                 out,
                 length,
-                self._records_dev,
-                self._pool_dev,
-                self._arena,
+                self._rows.records_dev,
+                self._rows.pool_dev,
+                self._overrides.arena,
                 slot,
                 BLOCK_SIZE=self.block_size,
                 NUM_DIMS=self.num_dims,
@@ -443,83 +366,55 @@ class RopeState:
         other tokens keep their rows. The override is freed when the slot is
         admitted again or removed."""
         slot = self._slot(req_idx)
-        if not isinstance(positions, torch.Tensor):
-            raise TypeError(f"positions: expected a torch.Tensor, got {type(positions).__name__}")
-        if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
-            raise TypeError(f"positions: expected an integer tensor, got {positions.dtype}")
         prompt_len = int(self._records[slot, D.S_PROMPT_LEN])
-        if positions.ndim != 2 or positions.shape[0] != self.num_dims or positions.shape[1] > prompt_len:
-            raise ValueError(
-                f"positions: expected shape ({self.num_dims}, n) with n at most the slot's {prompt_len} prefill "
-                f"tokens, got {tuple(positions.shape)}"
-            )
-        if isinstance(delta, (bool, np.bool_)) or not isinstance(delta, (int, np.integer)):
-            raise TypeError(f"delta: expected an int, got {type(delta).__name__}")
-        if not -D.INT32_MAX <= delta <= D.INT32_MAX:
-            raise ValueError(f"delta: expected an int32, got {delta}")
-        if positions.numel():  # an EVS update, not a step: reading two numbers back is fine here
-            low, high = int(positions.min()), int(positions.max())
-            if low < 0 or high > D.INT32_MAX:
-                raise ValueError(
-                    f"positions: expected values in [0, {D.INT32_MAX}] (the device keeps int32), got {low} to {high}"
-                )
-        self._overrides[slot] = positions.to(device=self.device, dtype=torch.int32).contiguous().clone()
-        self._arena_dirty = True
+        dense = checked_override(positions, delta, self.num_dims, prompt_len, self.device)
+        self._overrides.set(slot, dense)
         self._records[slot, D.S_DELTA] = delta
-        self._stage_record(slot)
+        self._rows.stage_record(slot)
         self.apply_staged_writes()
 
     def _drop_override(self, slot: int) -> None:
-        if self._overrides.pop(slot, None) is not None:
+        if self._overrides.drop(slot):
             self._records[slot, D.S_OVERRIDE_AT] = 0
             self._records[slot, D.S_OVERRIDE_LEN] = 0
-            self._arena_dirty = True
-            self._stage_record(slot)
-
-    def _rebuild_arena(self) -> None:
-        at = 0
-        for slot, dense in self._overrides.items():
-            self._records[slot, D.S_OVERRIDE_AT] = at
-            self._records[slot, D.S_OVERRIDE_LEN] = dense.shape[1]
-            self._stage_record(slot)
-            at += dense.numel()
-        if self._overrides:
-            self._arena = torch.cat([dense.reshape(-1) for dense in self._overrides.values()])
-        else:
-            self._arena = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self._arena_dirty = False
+            self._rows.stage_record(slot)
 
     # ------------------------------------------------------------------ helpers
     def _slot(self, req_idx) -> int:
-        if isinstance(req_idx, (bool, np.bool_)) or not isinstance(req_idx, (int, np.integer)):
-            raise TypeError(f"req_idx: expected an int slot, got {type(req_idx).__name__}")
-        if not 0 <= req_idx < self.max_num_reqs:
-            raise ValueError(f"req_idx: expected a slot in [0, {self.max_num_reqs}), got {req_idx}")
-        return int(req_idx)
+        return as_slot(req_idx, self.max_num_reqs)
 
     def _config_of(self, model) -> MRopeConfig:
+        """The config `model` (a vLLM model, its `.config` read once per model
+        object, or an `MRopeConfig`) gives; a state built for one config (its
+        `config`, or the first model's) refuses a model of another, naming both."""
         if isinstance(model, MRopeConfig):
-            return model
-        if self.config is not None:
-            return self.config
-        if model is not self._model:
+            config = model
+        elif model is self._model:
+            config = self._model_config
+        else:
             hf_config = getattr(model, "config", None)
             if hf_config is None:
                 raise TypeError(
                     f"model: expected a vLLM model (with .config) or an MRopeConfig, got {type(model).__name__}"
                 )
-            self._model_config = MRopeConfig.from_hf_config(hf_config, semantics=self.semantics)
-            self._model = model
-        return self._model_config
+            semantics = self.config.semantics if self.config is not None else self.semantics
+            config = MRopeConfig.from_hf_config(hf_config, semantics=semantics)
+        bound = self.config if self.config is not None else self._model_config
+        error = config_mismatch(bound, config) if bound is not None else None
+        if error is not None:
+            raise error
+        if not isinstance(model, MRopeConfig) and model is not self._model:
+            self._model, self._model_config = model, config
+        return self.config if self.config is not None else config
 
     def nbytes(self) -> dict[str, int]:
         """Every buffer this state holds, in bytes (`device_nbytes` and
         `pinned_nbytes` sum them by where they live)."""
         sizes = {
             "positions": self.positions.nbytes,
-            "slot_records": self._records_dev.nbytes,
-            "row_pool": self._pool_dev.nbytes,
-            "evs_arena": self._arena.nbytes,
+            "slot_records": self._rows.records_dev.nbytes,
+            "row_pool": self._rows.pool_dev.nbytes,
+            "evs_arena": self._overrides.arena.nbytes,
         }
         sizes.update(self._staging.nbytes())
         return sizes
@@ -530,81 +425,17 @@ class RopeState:
     def pinned_nbytes(self) -> int:
         return self.nbytes().get("staging_pinned", 0)
 
+    @property
+    def max_num_rows(self) -> int:
+        """The row pool's size now (it grows as admissions need)."""
+        return self._rows.capacity
+
     def check_invariants(self) -> None:
         """Raise AssertionError if the host bookkeeping is inconsistent (for tests)."""
-        held = [(int(self._records[s, D.S_ROW_START]), int(n)) for s, n in enumerate(self._rows_held) if n]
-        held.sort()
-        for (start, n), (next_start, _) in zip(held, held[1:]):
-            assert start + n <= next_start, "two slots share pool rows"
-        assert all(start + n <= self._top <= self.max_num_rows for start, n in held)
+        self._rows.check_invariants()
         for slot in range(self.max_num_reqs):
-            assert self._records[slot, D.S_NUM_ROWS] <= self._rows_held[slot]
-            assert (slot in self._overrides) or self._records[slot, D.S_OVERRIDE_LEN] == 0 or self._arena_dirty
-
-
-def planned_nbytes(
-    max_num_reqs: int,
-    max_num_tokens: int,
-    *,
-    on_cuda: bool = True,
-    max_num_rows: int | None = None,
-    staging_bytes: int = DEFAULT_STAGING_BYTES,
-    num_dims: int = 3,
-) -> dict[str, int]:
-    """What `RopeState(...).nbytes()` will be (with no EVS override), computed
-    without building one (or importing triton): its memory is fixed at
-    construction, whatever the requests and max_model_len."""
-    if max_num_rows is None:
-        max_num_rows = max_num_reqs * DEFAULT_ROWS_PER_REQ
-    staging = 4 * (staging_bytes // 4)
-    return {
-        "positions": num_dims * (max_num_tokens + 1) * 8,
-        "slot_records": max_num_reqs * D.NUM_SLOT_COLS * 4,
-        "row_pool": max_num_rows * D.NUM_DEVICE_COLS * 4,
-        "evs_arena": 4,
-        "staging_pinned" if on_cuda else "staging_host": 2 * staging,
-        "staging_device": staging,
-    }
+            assert slot in self._overrides or self._records[slot, D.S_OVERRIDE_LEN] == 0 or self._overrides.dirty
 
 
 def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def get_rope_state(
-    model_config,
-    model,
-    max_num_reqs: int,
-    max_num_tokens: int,
-    max_model_len: int,
-    device,
-    *,
-    semantics: str = "vllm-0.33",
-    config: MRopeConfig | None = None,
-) -> RopeState | None:
-    """vLLM 0.33's `get_rope_state`, returning our `RopeState`: None when the
-    model does not use M-RoPE, as vLLM's; the model's config read under
-    `semantics` unless `config` is given (already read). A model this package
-    does not know raises ValueError (the plugin then falls back to vLLM's
-    own, see vllm/plugin.py)."""
-    if not model_config.uses_mrope:
-        return None
-    if config is None:
-        config = MRopeConfig.from_hf_config(model_config.hf_config, semantics=semantics)
-    return RopeState(
-        model_config.mrope_num_dims,
-        max_num_reqs,
-        max_num_tokens,
-        max_model_len,
-        device,
-        config=config,
-        video_pruning=video_pruning_enabled(model_config),
-    )
-
-
-def video_pruning_enabled(model_config) -> bool:
-    """Whether vLLM prunes this model's videos (``--video-pruning-rate``), as
-    its MRV2 decides to build a pruner."""
-    multimodal = getattr(model_config, "multimodal_config", None)
-    check = getattr(multimodal, "is_multimodal_pruning_enabled", None)
-    return bool(check()) if callable(check) else False

@@ -233,14 +233,18 @@ def prepare_kernel(
     slot = tl.load(idx_mapping_ptr + batch_idx)
     in_range = (slot >= 0) & (slot < max_num_reqs)
     slot = tl.where(in_range, slot, 0)
-    query_start = tl.load(query_start_loc_ptr + batch_idx)
-    query_len = tl.load(query_start_loc_ptr + batch_idx + 1) - query_start
+    query_start = tl.load(query_start_loc_ptr + batch_idx).to(tl.int64)
+    query_len = tl.load(query_start_loc_ptr + batch_idx + 1).to(tl.int64) - query_start
     query_len = tl.where(in_range, query_len, 0)
     num_computed = tl.load(num_computed_tokens_ptr + slot)
     # the rows cover the tokens of init_prefill_positions; vLLM's prefill_len
     # says where its prefill ends: below both, positions come from the rows
     bound = tl.minimum(tl.load(records_ptr + slot * SLOT_WIDTH + S_PROMPT_LEN), tl.load(prefill_lens_ptr + slot))
-    for i in range(0, query_len, BLOCK_SIZE):
+    # the loop covers only the query's columns inside the buffer, whatever query_start_loc claims
+    first = tl.maximum(-query_start, 0)
+    last = tl.minimum(query_len, num_columns - query_start)
+    first = tl.minimum(first - first % BLOCK_SIZE, tl.maximum(last, 0))
+    for i in range(first, last, BLOCK_SIZE):
         block = i + tl.arange(0, BLOCK_SIZE)
         column = query_start + block
         lanes = (block < query_len) & (column >= 0) & (column < num_columns)

@@ -15,7 +15,20 @@ import numpy as np
 from ..kernels import layout_codes as C
 from ..kernels.pool import compact_pool
 
-__all__ = ["LayoutRowPool"]
+__all__ = ["LayoutRowPool", "grown_capacity"]
+
+
+def grown_capacity(capacity: int, rows: int, *, fill: float = 1.0, limit: int | None = None) -> int:
+    """The size of a row pool that is to hold `rows` live rows: `capacity`
+    while they fill at most `fill` of it, else doubled until they do (never
+    past `limit`). Both row pools grow by this rule: the tracker's (fill 1:
+    it compacts in place on the host) and `RopeState`'s (device/pool.py,
+    fill 3/4: a compaction there is a device gather, so it keeps a quarter
+    free and each row moves O(1) times on average)."""
+    capacity = max(capacity, 1)
+    while rows > fill * capacity and (limit is None or capacity < limit):
+        capacity = 2 * capacity if limit is None else min(2 * capacity, limit)
+    return capacity
 
 
 class LayoutRowPool:
@@ -39,7 +52,7 @@ class LayoutRowPool:
             return self.top
         self.top = compact_pool(self.rows, self.scales, slot_state)
         if self.top + needed > self.rows.shape[0]:
-            capacity = max(2 * self.rows.shape[0], self.top + needed)
+            capacity = grown_capacity(self.rows.shape[0], self.top + needed)
             rows = np.zeros((capacity, C.NUM_COLS), np.int64)
             scales = np.zeros((capacity, C.NUM_SCALE_COLS), np.float32)
             rows[: self.top] = self.rows[: self.top]

@@ -8,7 +8,7 @@ works with vLLM's own classes and with any stand-in that has the same
 attributes. `PositionTracker.add_request_from_features` admits a request
 from the same features.
 
-For Model Runner V2, `RopeState` and `get_rope_state` (device/rope_state.py) keep
+For Model Runner V2, `RopeState` and `get_rope_state` (device/rope_state.py, device/factory.py) keep
 these layouts on the device, and `install()` (vllm/plugin.py) makes MRV2
 use them.
 
@@ -31,7 +31,8 @@ from ..core.canvas import canvas_layout_from_features
 from ..core.features import read_features, sequence_length
 from ..core.inputs import as_config, as_index
 from ..core.layout import PromptLayout
-from ..device.rope_state import RopeState, get_rope_state
+from ..device.factory import get_rope_state
+from ..device.rope_state import RopeState
 from ..evs.recompute import EvsRecompute, write_identity_columns
 from .plugin import install
 

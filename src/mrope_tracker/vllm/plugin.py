@@ -34,7 +34,7 @@ import os
 import warnings
 
 from ..core.config import MRopeConfig
-from ..device import rope_state
+from ..device import factory
 from ..device.warm import warm_rope_state
 from .evs_plugin import check_evs_targets, install_evs
 
@@ -62,7 +62,7 @@ def _patched_get_rope_state(original, semantics: str):
         # the family's position rows must be the model's (3; HunYuan-VL's 4)
         if config is None or model_config.mrope_num_dims != config.num_dims:
             return original(model_config, model, max_num_reqs, max_num_tokens, max_model_len, device)
-        state = rope_state.get_rope_state(
+        state = factory.get_rope_state(
             model_config, model, max_num_reqs, max_num_tokens, max_model_len, device, config=config
         )
         warm_rope_state(config)  # this model's kernels, before the first request: no other model's
