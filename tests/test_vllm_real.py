@@ -228,6 +228,6 @@ def _run_schedule(data, family: str) -> None:
 
 @pytest.mark.parametrize("family", sorted(vllm_real.MODEL_CLASSES))
 @given(data=st.data())
-@settings(max_examples=examples(40, minimum=5))
+@settings(max_examples=examples(20, minimum=5))
 def test_same_positions_as_vllms_rope_state(family, data):
     _run_schedule(data, family)
