@@ -179,5 +179,8 @@ def test_hook_in_vllms_pruner_gives_our_rule(index, seed, data):
     bounds = [0, *sorted(cuts), n]
     got = _drive(record, embeddings, bounds, ours=True)
     np.testing.assert_array_equal(got, _expected(record, embeddings))
-    if record["chunk_independent"]:  # vLLM's own result, whatever the chunks (docs/semantics.md, section 7)
-        np.testing.assert_array_equal(got, _drive(record, embeddings, bounds, ours=False))
+    if record["chunk_independent"]:
+        # vLLM's own result, which does not depend on the chunking here (docs/semantics.md, section 7), on the
+        # schedule it was recorded with: other schedules may raise inside vLLM's own recompute (record 16 cut
+        # at token 12 alone: IndexError in vllm/multimodal/video_prune/evs.py)
+        np.testing.assert_array_equal(got, _drive(record, embeddings, record["chunks"], ours=False))
