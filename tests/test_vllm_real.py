@@ -1,0 +1,233 @@
+"""Inside vLLM 0.33's own code (CI stage "vllm" of .ci/run; skipped where vLLM 0.33 is not installed).
+
+- `install()` patches the real modules, and vLLM's own `DefaultModelState`
+  then builds our `RopeState` through its own call to `get_rope_state`.
+- vLLM's own `RopeState` (its positions from its model classes'
+  ``get_mrope_input_positions``) and ours run the same random MRV2 schedules:
+  admissions with prefix-cache hits and resumed outputs, chunked prefill,
+  decode with speculative tokens, requests finishing without any call to
+  the state and their slots admitted again, `num_computed_tokens` moved
+  ahead by the device as async scheduling leaves it. The `positions`
+  columns of every step must be equal. The prompts are vLLM 0.33.0's own
+  (tests/data/vllm-0.33.0*.jsonl), every family both support.
+tests/vllm_real.py says what makes vLLM's modules run on a CPU.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import examples
+from triton_support import require_triton
+
+vllm = pytest.importorskip("vllm", reason="needs vLLM 0.33 installed (the CI stage 'vllm' of .ci/run)")
+if not vllm.__version__.startswith("0.33."):
+    pytest.skip(f"these tests run vLLM 0.33's modules, found vLLM {vllm.__version__}", allow_module_level=True)
+
+import test_vllm_adapter  # noqa: E402
+import vllm_families  # noqa: E402
+import vllm_real  # noqa: E402
+
+from mrope_tracker import MRopeConfig  # noqa: E402
+from mrope_tracker.core.config import ConfigDefaultWarning  # noqa: E402
+from mrope_tracker.vllm import RopeState  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def _family_pools() -> dict[str, list[tuple[dict, list]]]:
+    """Per family, the recorded prompts of its most common config, with their stand-in features."""
+    vectors = [(v, test_vllm_adapter.vector_features(v)) for v in test_vllm_adapter.load_vectors()]
+    with open(vllm_families.MORE_VECTORS_PATH, encoding="utf-8") as f:
+        more = [json.loads(line) for line in f]
+    vectors += [(v, vllm_families.vector_features(v)) for v in more]
+    groups = collections.defaultdict(list)
+    for vector, features in vectors:
+        groups[(vector["family"], json.dumps(vector["config"], sort_keys=True))].append((vector, features))
+    pools = {}
+    for (family, _), group in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        pools.setdefault(family, group)
+    return pools
+
+
+POOLS = _family_pools()
+
+
+@pytest.fixture(autouse=True)
+def _runnable():
+    vllm_real.check_triton()
+    require_triton()
+
+
+def our_config(config: dict) -> MRopeConfig:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigDefaultWarning)
+        return MRopeConfig.from_hf_config(config, semantics="vllm-0.33")
+
+
+def test_every_family_has_prompts():
+    assert sorted(POOLS) == sorted(vllm_real.MODEL_CLASSES)
+
+
+# ---------------------------------------------------------------------------------------------- the plugin
+def _model_config(hf_config, max_model_len: int):
+    """What `DefaultModelState` reads of vLLM's ModelConfig, its M-RoPE answers
+    given by vLLM's own functions of the HF config (as ModelConfig's properties)."""
+    from vllm.transformers_utils.config import mrope_num_dims, uses_mrope
+
+    return type(
+        "ModelConfigView",
+        (),
+        {
+            "hf_config": hf_config,
+            "uses_mrope": uses_mrope(hf_config),
+            "mrope_num_dims": mrope_num_dims(hf_config),
+            "max_model_len": max_model_len,
+            "enable_prompt_embeds": False,
+            "multimodal_config": None,
+            "dtype": torch.float32,
+            "get_inputs_embeds_size": lambda self: hf_config.get_text_config().hidden_size,
+        },
+    )()
+
+
+def test_install_makes_vllms_default_model_state_build_ours():
+    """install() patches the modules vLLM imported, and vLLM's own
+    DefaultModelState.__init__ reaches our get_rope_state by its own call."""
+    import transformers
+
+    from mrope_tracker.vllm import plugin
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from vllm.v1.worker.gpu.model_states import default
+
+    plugin.install()
+    assert plugin.install() is False  # a second call (every vLLM process loads plugins) changes nothing
+    for module_name, name in plugin.PATCH_TARGETS:
+        patched = getattr(__import__(module_name, fromlist=[name]), name)
+        assert getattr(patched, "mrope_tracker_original", None) is not None, module_name
+    assert default.get_rope_state is vllm_real.rope.get_rope_state  # one function in both modules
+
+    hf_config = transformers.Qwen2_5_VLConfig.from_dict(vllm_families.load_config("qwen2_5_vl"))  # published
+    model = vllm_real.model_instance("qwen2_5_vl", hf_config)
+    vllm_config = type("VllmConfigView", (), {})()
+    vllm_config.model_config = _model_config(hf_config, max_model_len=4096)
+    vllm_config.scheduler_config = type("S", (), {"max_num_seqs": 8, "max_num_batched_tokens": 512})()
+    state = default.DefaultModelState(vllm_config, model, None, CPU)
+    assert isinstance(state.rope_state, RopeState)
+    assert (state.rope_state.max_num_reqs, state.rope_state.max_num_tokens) == (8, 512)
+    assert state.rope_state.max_model_len == 4096 and state.rope_state.config.family == "qwen2_5_vl"
+    assert state.mm_pruner is None  # no encoder cache: vLLM builds no pruner either
+
+
+# ---------------------------------------------------------------------------------------------- schedules
+class TwoStates:
+    """vLLM's RopeState and ours, with the per-slot arrays MRV2's runner keeps."""
+
+    def __init__(self, family: str, max_num_reqs: int, max_num_tokens: int, max_model_len: int):
+        vector, _ = POOLS[family][0]
+        self.config = our_config(vector["config"])
+        self.model = vllm_real.model_instance(family, vllm_real.namespace(vector["config"]))
+        dims = self.config.num_dims
+        self.theirs = vllm_real.vllm_rope_state(dims, max_num_reqs, max_num_tokens, max_model_len)
+        self.ours = RopeState(dims, max_num_reqs, max_num_tokens, max_model_len, CPU, config=self.config)
+        self.max_num_reqs, self.max_num_tokens, self.max_model_len = max_num_reqs, max_num_tokens, max_model_len
+        self.prefill_len = np.zeros(max_num_reqs, np.int32)
+        self.num_computed = np.zeros(max_num_reqs, np.int32)
+        self.live = [False] * max_num_reqs
+
+    def admit(self, slot: int, token_ids: list[int], features, num_cached: int) -> None:
+        self.theirs.init_prefill_positions(slot, self.model, token_ids, vllm_real.real_features(features))
+        self.ours.init_prefill_positions(slot, self.model, token_ids, vllm_real.real_features(features))
+        self.prefill_len[slot], self.num_computed[slot] = len(token_ids), num_cached
+        self.live[slot] = True
+
+    def step(self, entries: list[tuple[int, int]], pad: int) -> None:
+        """One step of (slot, tokens) in batch order; `pad` extra query_start_loc entries, as a padded batch."""
+        self.theirs.apply_staged_writes()
+        self.ours.apply_staged_writes()
+        counts = np.array([n for _, n in entries], np.int32)
+        query_start_loc = np.zeros(len(entries) + 1 + pad, np.int32)
+        np.cumsum(counts, out=query_start_loc[1 : len(entries) + 1])
+        query_start_loc[len(entries) + 1 :] = counts.sum()
+        args = (
+            torch.tensor([s for s, _ in entries], dtype=torch.int64),
+            torch.from_numpy(query_start_loc),
+            torch.from_numpy(self.prefill_len.copy()),
+            torch.from_numpy(self.num_computed.copy()),
+        )
+        self.theirs.prepare_positions(*args)
+        self.ours.prepare_positions(*args)
+        total = int(counts.sum())
+        want, got = self.theirs.get_positions(total), self.ours.get_positions(total)
+        assert torch.equal(got, want), f"positions differ on step {entries} (computed {self.num_computed.tolist()})"
+
+
+def _admit(data, states: TwoStates, family: str, slot: int) -> None:
+    vector, features = data.draw(st.sampled_from(POOLS[family]), label="prompt")
+    # a resumed request's prefill holds its earlier outputs too: text past the last item
+    outputs = data.draw(st.lists(st.integers(1000, 1099), max_size=6), label="outputs")
+    token_ids = list(vector["token_ids"]) + outputs
+    cached = data.draw(st.one_of(st.just(0), st.integers(0, len(token_ids) - 1)), label="prefix-cache hit")
+    states.admit(slot, token_ids, features, cached)
+
+
+def _schedule(data, states: TwoStates) -> list[tuple[int, int]]:
+    live = [s for s in range(states.max_num_reqs) if states.live[s]]
+    order = data.draw(st.permutations(live), label="batch order")
+    entries, budget = [], states.max_num_tokens
+    for slot in order[: data.draw(st.integers(1, len(order)))]:
+        left = int(states.prefill_len[slot] - states.num_computed[slot])
+        room = states.max_model_len - int(states.num_computed[slot])
+        wanted = data.draw(st.integers(1, 40)) if left > 0 else data.draw(st.integers(1, 4))  # chunk / spec decode
+        n = min(wanted, left if left > 0 else room, budget)
+        if n > 0:
+            entries.append((slot, n))
+            budget -= n
+    return entries
+
+
+def _advance(data, states: TwoStates, entries) -> None:
+    for slot, n in entries:
+        states.num_computed[slot] += n
+        if states.num_computed[slot] >= states.prefill_len[slot] and data.draw(st.integers(0, 3)) == 0:
+            # async scheduling: the device has moved past tokens the host has not seen yet
+            ahead = data.draw(st.integers(1, 3))
+            states.num_computed[slot] = min(states.num_computed[slot] + ahead, states.max_model_len - 1)
+
+
+def _run_schedule(data, family: str) -> None:
+    longest = max(len(v["token_ids"]) for v, _ in POOLS[family])
+    states = TwoStates(family, max_num_reqs=3, max_num_tokens=64, max_model_len=longest + 32)
+    for _ in range(data.draw(st.integers(3, 14), label="events")):
+        free = [s for s in range(states.max_num_reqs) if not states.live[s]]
+        event = data.draw(st.sampled_from(("admit", "step", "step", "finish")), label="event")
+        if free and (event == "admit" or not any(states.live)):
+            _admit(data, states, family, data.draw(st.sampled_from(free), label="slot"))
+        elif event == "finish":
+            # MRV2 tells its RopeState nothing when a request ends: the slot is simply admitted again later
+            states.live[data.draw(st.sampled_from([s for s in range(states.max_num_reqs) if states.live[s]]))] = False
+        if not any(states.live):
+            continue
+        entries = _schedule(data, states)
+        if entries:
+            states.step(entries, pad=data.draw(st.integers(0, 2), label="padding"))
+            _advance(data, states, entries)
+        for slot, _ in entries:  # a request that reached max_model_len finishes
+            if states.num_computed[slot] >= states.max_model_len - 1:
+                states.live[slot] = False
+
+
+@pytest.mark.parametrize("family", sorted(vllm_real.MODEL_CLASSES))
+@given(data=st.data())
+@settings(max_examples=examples(20, minimum=5))
+def test_same_positions_as_vllms_rope_state(family, data):
+    _run_schedule(data, family)
