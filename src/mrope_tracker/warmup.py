@@ -243,7 +243,7 @@ def _num_jobs(jobs: int | None) -> int:
 
 def _cache_is_cold() -> bool:
     """Whether numba's cache lacks an index file for any of the main entry
-    points: both prompt entries, both builders, the step kernel (the best
+    points: the prompt entry, both builders, the step kernel (the best
     sign of a first start; a cache lacking only lesser kernels is completed
     in process). numba names its index files ``<module>.<function>-<line>.
     py<version>.nbi``, in the folder numba uses (the last of
@@ -255,7 +255,7 @@ def _cache_is_cold() -> bool:
     folder = cache_folders()[-1]
     suffix = f"py{sys.version_info[0]}{sys.version_info[1]}.nbi"
     for module, names in (
-        (prompt, ("prompt_from_arrays", "prompt_from_records")),
+        (prompt, ("prompt_from_arrays",)),
         (layout_build, ("build_from_tokens", "build_from_ranges")),
         (tracker_step, ("prepare_step",)),
     ):
