@@ -22,6 +22,10 @@ from .config import MRopeConfig
 
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
+# numpy's array flag bits (NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_ALIGNED and
+# NPY_ARRAY_WRITEABLE, fixed in its C API): `flags.num` tests all three in
+# one attribute read, where `flags.c_contiguous` and the like take one each.
+READY_FLAGS = 0x0001 | 0x0100 | 0x0400
 # Shared empty inputs. Writable on purpose: numba types read-only arrays
 # differently, and a zero-size array cannot be written anyway.
 EMPTY_GRID = np.zeros((0, 3), np.int64)
@@ -105,7 +109,7 @@ def _to_numpy(value, name: str) -> np.ndarray:
 
 def _as_int64(arr: np.ndarray) -> np.ndarray:
     """C-contiguous, writable, aligned, native int64 (a copy only when needed)."""
-    if arr.dtype is _INT64 and arr.flags.c_contiguous and arr.flags.writeable and arr.flags.aligned:
+    if arr.dtype is _INT64 and arr.flags.num & READY_FLAGS == READY_FLAGS:
         return arr
     return arr.astype(np.int64, order="C")
 
@@ -155,12 +159,13 @@ def ready(arr, dtype: np.dtype, ndim: int, width: int = 0) -> bool:
     C-contiguous, writable and aligned. Anything else is converted (or
     refused), so numba never compiles a new specialisation in the middle of
     serving."""
-    if type(arr) is not np.ndarray or arr.dtype is not dtype or arr.ndim != ndim:
-        return False
-    if width and arr.shape[1] != width:
-        return False
-    flags = arr.flags
-    return flags.c_contiguous and flags.writeable and flags.aligned
+    return (
+        type(arr) is np.ndarray
+        and arr.dtype is dtype
+        and arr.ndim == ndim
+        and arr.flags.num & READY_FLAGS == READY_FLAGS
+        and (not width or arr.shape[1] == width)
+    )
 
 
 def true_runs(flags: np.ndarray) -> np.ndarray:
@@ -184,6 +189,8 @@ def as_grid(value, name: str) -> np.ndarray:
         return EMPTY_GRID
     if ready(value, _INT64, 2, 3):
         return value
+    if type(value) is np.ndarray and value.ndim == 2 and value.shape[1] == 3 and value.dtype.kind == "i":
+        return value.astype(_INT64, order="C")  # any other signed integer array of the right shape: one copy
     if type(value) is list or type(value) is tuple:
         fast = _plain_ints(value, 3)
         if fast is not None:
@@ -315,7 +322,11 @@ def normalize_items(
         video_sp = EMPTY_FLOAT
     else:
         video_sp = as_second_per_grid_ts(second_per_grid_ts, video_grid.shape[0], config)
-    audio_lengths = EMPTY_INT if audio_feature_lengths is None else as_audio_lengths(audio_feature_lengths, config)
+    if audio_feature_lengths is None:
+        audio_lengths = audio_tokens = EMPTY_INT
+    else:
+        audio_lengths = as_audio_lengths(audio_feature_lengths, config)
+        audio_tokens = audio_token_counts(config, audio_lengths)
     if use_audio_in_video is False:
         av = False
     else:
@@ -325,7 +336,7 @@ def normalize_items(
                 "use_audio_in_video: only the Omni families interleave audio with video; expected False for "
                 f"{config.family}"
             )
-    return (image_grid, video_grid, video_sp, audio_token_counts(config, audio_lengths), av), audio_lengths
+    return (image_grid, video_grid, video_sp, audio_tokens, av), audio_lengths
 
 
 def canvas_error(config) -> ValueError:

@@ -20,11 +20,12 @@ from ..kernels.next_positions import next_positions_kernel
 from ..kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
 from .config import MRopeConfig
 from .errors import layout_error
-from .inputs import Items, as_config, as_index, as_token_ids, canvas_error, normalize_items
+from .inputs import READY_FLAGS, Items, as_config, as_index, as_token_ids, canvas_error, normalize_items
 
 __all__ = ["prompt_positions", "next_positions"]
 
 _INT64 = np.dtype(np.int64)
+_NDARRAY = np.ndarray
 _empty = np.empty
 # The builder's state, shared by every call: the kernel keeps the GIL for
 # its whole run and calls no Python. (A free-threaded CPython build, without
@@ -61,7 +62,15 @@ def prompt_positions(
         config = as_config(config)
     if config.canvas:
         raise canvas_error(config)
-    ids = as_token_ids(token_ids)
+    ids = token_ids
+    if (  # as_token_ids' own test, inline: a call costs a good part of a small prompt's
+        type(ids) is not _NDARRAY
+        or ids.dtype is not _INT64
+        or ids.ndim != 1
+        or ids.flags.num & READY_FLAGS != READY_FLAGS
+        or not ids.shape[0]
+    ):
+        ids = as_token_ids(token_ids)
     items, audio_lengths = normalize_items(
         config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
     )
