@@ -1,6 +1,8 @@
 """Results as Markdown tables (terminal and docs/benchmarks.md) and a PNG chart,
 and the check of the output paths before any suite runs (`check_outputs`)."""
 
+# Over 500 lines: one short renderer per table of every suite, beside the cell formats they share.
+
 from __future__ import annotations
 
 import importlib
@@ -205,6 +207,8 @@ def prompt_tables(result: dict) -> str:
             out.append(table(["family", "case", "tokens", "transformers", "vs transformers"], rows))
     if result.get("input_forms"):
         out.append(input_form_tables(result["input_forms"]))
+    if result.get("seed_forms"):
+        out.append(seed_form_tables(result["seed_forms"], result["input_forms"]["forms"]))
     if result.get("breakdown"):
         out.append(
             paragraph(
@@ -250,6 +254,27 @@ def input_form_tables(forms: dict) -> str:
             if r["call"] == call
         ]
         out.append(f"`{call}`\n\n" + table(headers, rows))
+    return "\n\n".join(out)
+
+
+def seed_form_tables(rows: list[dict], forms: list) -> str:
+    """The seed's cases with every argument in one form: ours over our
+    canonical call, and the seed design's speedup, a column per form."""
+    labels = [("canonical", "canonical"), *forms]
+    out = [
+        paragraph(
+            "**Seed cases by form** (Qwen2.5-VL): every argument of the seed's six cases in one form at once "
+            "(token ids, grids, `second_per_grid_ts`; forms as in the input-forms table). First table: our call "
+            "over our call with canonical inputs; second: the seed design given the same form over our call "
+            "(target >= 1.5x). Medians over rounds (the spreads are in the JSON results)."
+        )
+    ]
+    for key, header in (("vs_canonical", "ours / canonical"), ("speedup", "speedup over the seed design")):
+        body = [
+            [_case(r["case"]), *(_x(r[key][form]["median"]) if form in r[key] else "–" for form, _ in labels)]
+            for r in rows
+        ]
+        out.append(f"{header}\n\n" + table(["case", *(label for _, label in labels)], body))
     return "\n\n".join(out)
 
 
