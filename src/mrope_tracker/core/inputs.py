@@ -187,14 +187,14 @@ def as_grid(value, name: str) -> np.ndarray:
     """(n, 3) integer grids; None or empty means no items."""
     if value is None:
         return EMPTY_GRID
-    if ready(value, _INT64, 2, 3):
-        return value
-    if type(value) is np.ndarray and value.ndim == 2 and value.shape[1] == 3 and value.dtype.kind == "i":
-        return value.astype(_INT64, order="C")  # any other signed integer array of the right shape: one copy
-    if type(value) is list or type(value) is tuple:
+    if type(value) is list or type(value) is tuple:  # (first: the commonest form besides canonical arrays)
         fast = _plain_ints(value, 3)
         if fast is not None:
             return fast
+    elif ready(value, _INT64, 2, 3):
+        return value
+    elif type(value) is np.ndarray and value.ndim == 2 and value.shape[1] == 3 and value.dtype.kind == "i":
+        return value.astype(_INT64, order="C")  # any other signed integer array of the right shape: one copy
     arr = _to_numpy(value, name)
     if arr.size == 0 and (arr.ndim == 1 or arr.shape[-1:] == (3,)):
         return EMPTY_GRID
@@ -312,10 +312,33 @@ def normalize_items(
 ):
     """(image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video),
     each ready for the kernels, and the audio lengths in mel frames (for
-    messages). None is the common case for most arguments, so it is tested
-    inline rather than through a call."""
-    image_grid = EMPTY_GRID if image_grid_thw is None else as_grid(image_grid_thw, "image_grid_thw")
-    video_grid = EMPTY_GRID if video_grid_thw is None else as_grid(video_grid_thw, "video_grid_thw")
+    messages): every item argument of `prompt_positions`, `PromptLayout`
+    and the tracker is brought to the kernels' canonical form here, once.
+    None and canonical grids are the common cases, so they are tested
+    inline (`ready`'s test of a grid), not through a call: on a small
+    prompt a call is a good part of the time."""
+    image_grid = image_grid_thw
+    if image_grid is None:
+        image_grid = EMPTY_GRID
+    elif not (
+        type(image_grid) is np.ndarray
+        and image_grid.dtype is _INT64
+        and image_grid.ndim == 2
+        and image_grid.shape[1] == 3
+        and image_grid.flags.num & READY_FLAGS == READY_FLAGS
+    ):
+        image_grid = as_grid(image_grid, "image_grid_thw")
+    video_grid = video_grid_thw
+    if video_grid is None:
+        video_grid = EMPTY_GRID
+    elif not (
+        type(video_grid) is np.ndarray
+        and video_grid.dtype is _INT64
+        and video_grid.ndim == 2
+        and video_grid.shape[1] == 3
+        and video_grid.flags.num & READY_FLAGS == READY_FLAGS
+    ):
+        video_grid = as_grid(video_grid, "video_grid_thw")
     if config.video_token_id is None or config.image_token_id is None:
         check_served_modalities(config, image_grid, video_grid)
     if second_per_grid_ts is None and video_grid_thw is None:
