@@ -1,6 +1,8 @@
 """Results as Markdown tables (terminal and docs/benchmarks.md) and a PNG chart,
 and the check of the output paths before any suite runs (`check_outputs`)."""
 
+# Over 500 lines: one short renderer per table of every suite, beside the cell formats they share.
+
 from __future__ import annotations
 
 import importlib
@@ -133,92 +135,110 @@ def prompt_tables(result: dict) -> str:
         )
         out.append(table(["case", "tokens", "reference", "ours", "speedup", "ours / floor", "ceiling"], rows))
     if result.get("families"):
-        hf = result.get("transformers")
-        hf_name = f"transformers {hf}" if hf else "transformers (not installed)"
-        out.append(
-            paragraph(
-                f"**Qwen3-VL and GLM-4.1V**: `prompt_positions` vs the torch reference (one thread) and vs "
-                f"`get_rope_index` of {hf_name} (called without a model; its tensors prepared outside the timed "
-                "call). Speedups: their time / ours."
-            )
-        )
-        rows = [
-            [
-                r["family"],
-                _case(r["case"]),
-                f"{r['num_tokens']:,}",
-                _us(r["reference_us"]),
-                "–" if r["transformers_us"] is None else _us(r["transformers_us"]),
-                _us(r["ours_us"]),
-                _spread(r["speedup"]),
-                _spread(r["speedup_transformers"]),
-            ]
-            for r in result["families"]
-        ]
-        out.append(
-            table(
-                ["family", "case", "tokens", "reference", "transformers", "ours", "vs reference", "vs transformers"],
-                rows,
-            )
-        )
+        out += _family_tables(result["families"], result.get("transformers"))
     if result.get("more_families"):
-        more = result["more_families"]
-        hf = result.get("transformers")
-        with_hf = any(r.get("transformers_us") is not None for r in more)
-        if with_hf:
-            hf_note = (
-                f" The second table: `get_rope_index` of transformers {hf} against ours under its preset, where it "
-                "has the family (– where not)."
-            )
-        else:
-            hf_note = f" {f'transformers {hf}' if hf else 'The installed transformers'} has none of them."
-        out.append(
-            paragraph(
-                '**Families served to vLLM 0.33\'s rules** (`semantics="vllm-0.33"`): `prompt_positions` vs the torch '
-                f"reference (one thread). Speedup: its time / ours.{hf_note}"
-            )
+        out += _more_family_tables(result["more_families"], result.get("transformers"))
+    if result.get("input_forms"):
+        out.append(input_form_tables(result["input_forms"]))
+    if result.get("seed_forms"):
+        out.append(seed_form_tables(result["seed_forms"], result["input_forms"]["forms"]))
+    if result.get("breakdown"):
+        out += _breakdown_tables(result["breakdown"])
+    return "\n\n".join(out)
+
+
+def _family_tables(families: list[dict], hf) -> list[str]:
+    """Qwen3-VL and GLM-4.1V against the reference and transformers."""
+    out = []
+    hf_name = f"transformers {hf}" if hf else "transformers (not installed)"
+    out.append(
+        paragraph(
+            f"**Qwen3-VL and GLM-4.1V**: `prompt_positions` vs the torch reference (one thread) and vs "
+            f"`get_rope_index` of {hf_name} (called without a model; its tensors prepared outside the timed "
+            "call). Speedups: their time / ours."
         )
+    )
+    rows = [
+        [
+            r["family"],
+            _case(r["case"]),
+            f"{r['num_tokens']:,}",
+            _us(r["reference_us"]),
+            "–" if r["transformers_us"] is None else _us(r["transformers_us"]),
+            _us(r["ours_us"]),
+            _spread(r["speedup"]),
+            _spread(r["speedup_transformers"]),
+        ]
+        for r in families
+    ]
+    out.append(
+        table(
+            ["family", "case", "tokens", "reference", "transformers", "ours", "vs reference", "vs transformers"],
+            rows,
+        )
+    )
+    return out
+
+
+def _more_family_tables(more: list[dict], hf) -> list[str]:
+    """The families served to vLLM 0.33's rules: against the reference, and against transformers where it has them."""
+    out = []
+    with_hf = any(r.get("transformers_us") is not None for r in more)
+    if with_hf:
+        hf_note = (
+            f" The second table: `get_rope_index` of transformers {hf} against ours under its preset, where it "
+            "has the family (– where not)."
+        )
+    else:
+        hf_note = f" {f'transformers {hf}' if hf else 'The installed transformers'} has none of them."
+    out.append(
+        paragraph(
+            '**Families served to vLLM 0.33\'s rules** (`semantics="vllm-0.33"`): `prompt_positions` vs the torch '
+            f"reference (one thread). Speedup: its time / ours.{hf_note}"
+        )
+    )
+    rows = [
+        [
+            r["family"],
+            _case(r["case"]),
+            f"{r['num_tokens']:,}",
+            _us(r["reference_us"]),
+            _us(r["ours_us"]),
+            _spread(r["speedup"]),
+            _spread(r["vs_floor"]),
+        ]
+        for r in more
+    ]
+    out.append(table(["family", "case", "tokens", "reference", "ours", "vs reference", "ours / floor"], rows))
+    if with_hf:
         rows = [
             [
                 r["family"],
                 _case(r["case"]),
                 f"{r['num_tokens']:,}",
-                _us(r["reference_us"]),
-                _us(r["ours_us"]),
-                _spread(r["speedup"]),
-                _spread(r["vs_floor"]),
+                "–" if r.get("transformers_us") is None else _us(r["transformers_us"]),
+                _spread(r.get("speedup_transformers")),
             ]
             for r in more
         ]
-        out.append(table(["family", "case", "tokens", "reference", "ours", "vs reference", "ours / floor"], rows))
-        if with_hf:
-            rows = [
-                [
-                    r["family"],
-                    _case(r["case"]),
-                    f"{r['num_tokens']:,}",
-                    "–" if r.get("transformers_us") is None else _us(r["transformers_us"]),
-                    _spread(r.get("speedup_transformers")),
-                ]
-                for r in more
-            ]
-            out.append(table(["family", "case", "tokens", "transformers", "vs transformers"], rows))
-    if result.get("input_forms"):
-        out.append(input_form_tables(result["input_forms"]))
-    if result.get("breakdown"):
-        out.append(
-            paragraph(
-                "**Where the time goes** (Qwen2.5-VL, medians): whole calls, each design's kernel alone writing a "
-                "preallocated output, allocation, and converting Python lists."
-            )
+        out.append(table(["family", "case", "tokens", "transformers", "vs transformers"], rows))
+    return out
+
+
+def _breakdown_tables(breakdown: list[dict]) -> list[str]:
+    """Where the time of three seed cases goes."""
+    out = []
+    out.append(
+        paragraph(
+            "**Where the time goes** (Qwen2.5-VL, medians): whole calls, each design's kernel alone writing a "
+            "preallocated output, allocation, and converting Python lists."
         )
-        cases = [_case(r["case"]) for r in result["breakdown"]]
-        parts = list(dict.fromkeys(k for r in result["breakdown"] for k in r["us"]))
-        rows = [
-            [part, *(_us(r["us"][part]) if part in r["us"] else "–" for r in result["breakdown"])] for part in parts
-        ]
-        out.append(table(["part", *cases], rows))
-    return "\n\n".join(out)
+    )
+    cases = [_case(r["case"]) for r in breakdown]
+    parts = list(dict.fromkeys(k for r in breakdown for k in r["us"]))
+    rows = [[part, *(_us(r["us"][part]) if part in r["us"] else "–" for r in breakdown)] for part in parts]
+    out.append(table(["part", *cases], rows))
+    return out
 
 
 def input_form_tables(forms: dict) -> str:
@@ -250,6 +270,27 @@ def input_form_tables(forms: dict) -> str:
             if r["call"] == call
         ]
         out.append(f"`{call}`\n\n" + table(headers, rows))
+    return "\n\n".join(out)
+
+
+def seed_form_tables(rows: list[dict], forms: list) -> str:
+    """The seed's cases with every argument in one form: ours over our
+    canonical call, and the seed design's speedup, a column per form."""
+    labels = [("canonical", "canonical"), *forms]
+    out = [
+        paragraph(
+            "**Seed cases by form** (Qwen2.5-VL): every argument of the seed's six cases in one form at once "
+            "(token ids, grids, `second_per_grid_ts`; forms as in the input-forms table). First table: our call "
+            "over our call with canonical inputs; second: the seed design given the same form over our call "
+            "(target >= 1.5x). Medians over rounds (the spreads are in the JSON results)."
+        )
+    ]
+    for key, header in (("vs_canonical", "ours / canonical"), ("speedup", "speedup over the seed design")):
+        body = [
+            [_case(r["case"]), *(_x(r[key][form]["median"]) if form in r[key] else "–" for form, _ in labels)]
+            for r in rows
+        ]
+        out.append(f"{header}\n\n" + table(["case", *(label for _, label in labels)], body))
     return "\n\n".join(out)
 
 
@@ -486,6 +527,32 @@ def _title(ax, text: str) -> None:
     ax.set_title("\n".join(textwrap.fill(line, 90, break_on_hyphens=False) for line in text.split("\n")))
 
 
+def _plot_seed(ax, r: dict) -> None:
+    """The seed panel: speedups over the seed design, grids as lists and as arrays."""
+    labels = [x["case"].split(",")[0] for x in r["seed"]]
+    xs = list(range(len(labels)))
+    for shift, key, tag, color in (
+        (-0.2, "speedup_lists", "grids as lists", "#e08e3c"),
+        (0.2, "speedup_arrays", "grids as arrays", "#3b75af"),
+    ):
+        spreads = [x[key] for x in r["seed"]]
+        ax.bar(
+            [x + shift for x in xs],
+            [_med(v) for v in spreads],
+            width=0.4,
+            color=color,
+            label=tag,
+            yerr=_errors(spreads),
+            capsize=2,
+        )
+    ax.axhline(1.5, color="grey", lw=0.8, ls="--")
+    ax.axhline(1.0, color="black", lw=0.6)
+    ax.legend(loc="upper left", fontsize=7)
+    _title(ax, "prompt_positions: speedup over the seed PR's design (dashed: 1.5x target)")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
+
+
 def plot(results: dict, path: str) -> None:
     """A chart of the headline ratios, one panel per suite that ran (two for
     `prompt`); error bars span the min and max over rounds."""
@@ -504,28 +571,7 @@ def plot(results: dict, path: str) -> None:
     for ax, (panel, r) in zip(axes[:, 0], panels):
         log, yerr = True, None
         if panel == "seed":
-            labels = [x["case"].split(",")[0] for x in r["seed"]]
-            xs = list(range(len(labels)))
-            for shift, key, tag, color in (
-                (-0.2, "speedup_lists", "grids as lists", "#e08e3c"),
-                (0.2, "speedup_arrays", "grids as arrays", "#3b75af"),
-            ):
-                spreads = [x[key] for x in r["seed"]]
-                ax.bar(
-                    [x + shift for x in xs],
-                    [_med(v) for v in spreads],
-                    width=0.4,
-                    color=color,
-                    label=tag,
-                    yerr=_errors(spreads),
-                    capsize=2,
-                )
-            ax.axhline(1.5, color="grey", lw=0.8, ls="--")
-            ax.axhline(1.0, color="black", lw=0.6)
-            ax.legend(loc="upper left", fontsize=7)
-            _title(ax, "prompt_positions: speedup over the seed PR's design (dashed: 1.5x target)")
-            ax.set_xticks(xs)
-            ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
+            _plot_seed(ax, r)
             continue
         if panel == "prompt":
             rows = r["rows"] + r.get("families", [])

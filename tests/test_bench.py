@@ -188,6 +188,20 @@ def test_input_forms_cover_every_argument_in_every_form():
     assert max(len(line) for line in text.splitlines()) <= report.WIDTH
 
 
+def test_seed_forms_cover_every_form(seed_cases):
+    """seed_form_rows checks and times the seed cases with every argument in each form, as ratios to our canonical
+    call and speedups over the seed design given the same form, and the report renders them within 120 columns."""
+    rows = suite_prompt.seed_form_rows(seed_cases[:2], qwen2_5_vl(), **TINY)
+    forms = {"canonical", *(key for key, _ in suite_prompt.FORMS)}
+    assert [r["case"] for r in rows] == [name for name, _ in seed_cases[:2]]
+    for r in rows:
+        assert r["canonical_us"] > 0 and set(r["vs_canonical"]) == forms == set(r["speedup"])
+        assert all(_is_spread(v) for v in [*r["vs_canonical"].values(), *r["speedup"].values()])
+    text = report.seed_form_tables(json.loads(json.dumps(rows)), [list(form) for form in suite_prompt.FORMS])
+    assert "speedup over the seed design" in text and "tensor, 32-bit" in text
+    assert max(len(line) for line in text.splitlines()) <= report.WIDTH
+
+
 def test_in_form_keeps_the_values():
     """Every form holds the canonical values: strided views are not contiguous, read-only arrays not writable."""
     grid = np.array([[1, 4, 6], [2, 8, 8]], np.int64)

@@ -1,11 +1,10 @@
 """`prompt_positions` against its checked path, in every input form.
 
 `prompt_positions` brings its arguments to the kernels' canonical form
-(int64 arrays of one layout; grids and times given as lists go as their
-marshal bytes, decoded inside the kernel) and makes one kernel call
-(`mrope_tracker.kernels.prompt`); an error found there is explained by the
-checked path (every argument checked and converted, then the builder
-again). These tests hold the two to the same results: equal positions on
+(int64 arrays of one layout, float32 times) and makes one kernel call
+(`mrope_tracker.kernels.prompt`); `checked_prompt_positions` runs the same
+arguments through the layout builder's own entry instead, and explains an
+error found there. These tests hold the two to the same results: equal positions on
 every valid prompt, under every semantics preset and input form, and the
 checked path's exact error on every bad one. test_prompt_positions.py
 checks both against the reference.
@@ -27,7 +26,7 @@ from strategies import prompts
 from mrope_tracker import MRopeConfig, prompt_positions, reference
 from mrope_tracker.core import positions as positions_module
 from mrope_tracker.families import SEMANTICS
-from mrope_tracker.kernels.prompt import SCRATCH_SIZE, prompt_from_arrays, prompt_from_records
+from mrope_tracker.kernels.prompt import prompt_from_arrays
 
 
 def _checked(config, token_ids, **kwargs):
@@ -249,9 +248,10 @@ def test_family_without_time_scale_refuses_second_per_grid_ts(sp):
             assert outcome[0] is ValueError
 
 
-def test_more_items_than_the_scratch_holds():
-    """A prompt with more items than the records kernel's scratch takes the checked path."""
-    num_images = SCRATCH_SIZE // 3 + 1
+def test_many_items_as_lists():
+    """A prompt of 1,366 images given as a list (the records kernel this
+    replaced took them another way past 1,365)."""
+    num_images = 1366
     ids = [1] + [IMG] * num_images + [2]
     grids = [[1, 2, 2]] * num_images
     positions, delta = _assert_same(QWEN2_5, ids, image_grid_thw=grids)
@@ -259,9 +259,9 @@ def test_more_items_than_the_scratch_holds():
     assert positions == expected.tolist() and delta == expected_delta
 
 
-def test_threads_share_the_records_scratch():
-    """The records kernel decodes into one module buffer and keeps the GIL:
-    threads calling it at once each get their own prompt's positions."""
+def test_threads_share_the_scratch():
+    """The prompt kernel keeps its state in one module buffer and keeps the
+    GIL: threads calling it at once each get their own prompt's positions."""
     prompts_ = []
     for k in range(1, 9):
         ids = [1] + [VS] + [IMG] * (2 * k) + [VE] + [VS] + [VID] * (4 * k) + [VE] + [2]
@@ -301,7 +301,6 @@ def test_kernels_compile_one_signature_each():
     _assert_same(QWEN2_5, TWO_IMAGE_IDS, image_grid_thw=narrow)
     _assert_same(QWEN2_5, TWO_IMAGE_IDS, image_grid_thw=np.array([[1, 2, 4], [1, 4, 2]])[:, :2])  # refused
     assert len(prompt_from_arrays.signatures) == 1
-    assert len(prompt_from_records.signatures) == 1
 
 
 def _array_layouts(values, dtype) -> dict[str, np.ndarray]:
@@ -353,9 +352,9 @@ def _ids_layouts(ids: list[int]) -> dict[str, np.ndarray]:
     ],
     ids=("images only", "video"),
 )
-def test_records_kernel_reads_only_its_compiled_layout(prompt, layout):
-    """Grids as lists go to the records kernel with the ids in its one
-    layout: ids in every other layout come out as the checked path says."""
+def test_ids_in_every_layout_with_grid_lists(prompt, layout):
+    """Grids as lists with ids in every layout: each comes out as the
+    checked path says."""
     ids, kwargs = prompt
     _assert_same(QWEN2_5, _ids_layouts(ids)[layout], **kwargs)
 

@@ -22,6 +22,10 @@ from .config import MRopeConfig
 
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
+# numpy's array flag bits (NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_ALIGNED and
+# NPY_ARRAY_WRITEABLE, fixed in its C API): `flags.num` tests all three in
+# one attribute read, where `flags.c_contiguous` and the like take one each.
+READY_FLAGS = 0x0001 | 0x0100 | 0x0400
 # Shared empty inputs. Writable on purpose: numba types read-only arrays
 # differently, and a zero-size array cannot be written anyway.
 EMPTY_GRID = np.zeros((0, 3), np.int64)
@@ -105,7 +109,7 @@ def _to_numpy(value, name: str) -> np.ndarray:
 
 def _as_int64(arr: np.ndarray) -> np.ndarray:
     """C-contiguous, writable, aligned, native int64 (a copy only when needed)."""
-    if arr.dtype is _INT64 and arr.flags.c_contiguous and arr.flags.writeable and arr.flags.aligned:
+    if arr.dtype is _INT64 and arr.flags.num & READY_FLAGS == READY_FLAGS:
         return arr
     return arr.astype(np.int64, order="C")
 
@@ -155,12 +159,13 @@ def ready(arr, dtype: np.dtype, ndim: int, width: int = 0) -> bool:
     C-contiguous, writable and aligned. Anything else is converted (or
     refused), so numba never compiles a new specialisation in the middle of
     serving."""
-    if type(arr) is not np.ndarray or arr.dtype is not dtype or arr.ndim != ndim:
-        return False
-    if width and arr.shape[1] != width:
-        return False
-    flags = arr.flags
-    return flags.c_contiguous and flags.writeable and flags.aligned
+    return (
+        type(arr) is np.ndarray
+        and arr.dtype is dtype
+        and arr.ndim == ndim
+        and arr.flags.num & READY_FLAGS == READY_FLAGS
+        and (not width or arr.shape[1] == width)
+    )
 
 
 def true_runs(flags: np.ndarray) -> np.ndarray:
@@ -182,12 +187,14 @@ def as_grid(value, name: str) -> np.ndarray:
     """(n, 3) integer grids; None or empty means no items."""
     if value is None:
         return EMPTY_GRID
-    if ready(value, _INT64, 2, 3):
-        return value
-    if type(value) is list or type(value) is tuple:
+    if type(value) is list or type(value) is tuple:  # (first: the commonest form besides canonical arrays)
         fast = _plain_ints(value, 3)
         if fast is not None:
             return fast
+    elif ready(value, _INT64, 2, 3):
+        return value
+    elif type(value) is np.ndarray and value.ndim == 2 and value.shape[1] == 3 and value.dtype.kind == "i":
+        return value.astype(_INT64, order="C")  # any other signed integer array of the right shape: one copy
     arr = _to_numpy(value, name)
     if arr.size == 0 and (arr.ndim == 1 or arr.shape[-1:] == (3,)):
         return EMPTY_GRID
@@ -305,17 +312,44 @@ def normalize_items(
 ):
     """(image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video),
     each ready for the kernels, and the audio lengths in mel frames (for
-    messages). None is the common case for most arguments, so it is tested
-    inline rather than through a call."""
-    image_grid = EMPTY_GRID if image_grid_thw is None else as_grid(image_grid_thw, "image_grid_thw")
-    video_grid = EMPTY_GRID if video_grid_thw is None else as_grid(video_grid_thw, "video_grid_thw")
+    messages): every item argument of `prompt_positions`, `PromptLayout`
+    and the tracker is brought to the kernels' canonical form here, once.
+    None and canonical grids are the common cases, so they are tested
+    inline (`ready`'s test of a grid), not through a call: on a small
+    prompt a call is a good part of the time."""
+    image_grid = image_grid_thw
+    if image_grid is None:
+        image_grid = EMPTY_GRID
+    elif not (
+        type(image_grid) is np.ndarray
+        and image_grid.dtype is _INT64
+        and image_grid.ndim == 2
+        and image_grid.shape[1] == 3
+        and image_grid.flags.num & READY_FLAGS == READY_FLAGS
+    ):
+        image_grid = as_grid(image_grid, "image_grid_thw")
+    video_grid = video_grid_thw
+    if video_grid is None:
+        video_grid = EMPTY_GRID
+    elif not (
+        type(video_grid) is np.ndarray
+        and video_grid.dtype is _INT64
+        and video_grid.ndim == 2
+        and video_grid.shape[1] == 3
+        and video_grid.flags.num & READY_FLAGS == READY_FLAGS
+    ):
+        video_grid = as_grid(video_grid, "video_grid_thw")
     if config.video_token_id is None or config.image_token_id is None:
         check_served_modalities(config, image_grid, video_grid)
     if second_per_grid_ts is None and video_grid_thw is None:
         video_sp = EMPTY_FLOAT
     else:
         video_sp = as_second_per_grid_ts(second_per_grid_ts, video_grid.shape[0], config)
-    audio_lengths = EMPTY_INT if audio_feature_lengths is None else as_audio_lengths(audio_feature_lengths, config)
+    if audio_feature_lengths is None:
+        audio_lengths = audio_tokens = EMPTY_INT
+    else:
+        audio_lengths = as_audio_lengths(audio_feature_lengths, config)
+        audio_tokens = audio_token_counts(config, audio_lengths)
     if use_audio_in_video is False:
         av = False
     else:
@@ -325,7 +359,7 @@ def normalize_items(
                 "use_audio_in_video: only the Omni families interleave audio with video; expected False for "
                 f"{config.family}"
             )
-    return (image_grid, video_grid, video_sp, audio_token_counts(config, audio_lengths), av), audio_lengths
+    return (image_grid, video_grid, video_sp, audio_tokens, av), audio_lengths
 
 
 def canvas_error(config) -> ValueError:

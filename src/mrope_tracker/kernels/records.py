@@ -5,32 +5,26 @@ into numpy costs a Python-level look at every element when bools must be
 refused (numpy silently takes True as 1). marshal writes each element's
 exact type in one C pass instead: format 2 writes a list or tuple as a type
 byte and a 4-byte count, each int that fits in 32 bits as the byte "i"
-and 4 little-endian bytes, and each float as "g" and its 8 IEEE 754
-bytes. Anything else (a bool, a float, a bigger int, a nested sequence of
-another length) is another record, and the decoders stop there so the
-caller can take its checked path with precise messages.
+and 4 little-endian bytes. Anything else (a bool, a float, a bigger int,
+a nested sequence of another length) is another record, and the decoders
+stop there so the caller can take its checked path with precise messages.
 """
 
 import marshal
-import struct
 
 import numpy as np
 
 from .jit_options import helper, inner, tiny
 
 _RECORD_INT = 105  # ord("i")
-_RECORD_FLOAT = 103  # ord("g"): a float as its 8 little-endian IEEE 754 bytes
 _RECORD_LIST = 91  # ord("[")
 _RECORD_TUPLE = 40  # ord("(")
-RECORD_NONE = 78  # ord("N")
 
 # Whether this Python writes the records above (checked once; else callers
 # never use the decoders).
 MARSHAL_INTS = (
     marshal.dumps([7, -2], 2) == b"[\x02\x00\x00\x00i\x07\x00\x00\x00i\xfe\xff\xff\xff"
     and marshal.dumps(((1,),), 2) == b"(\x01\x00\x00\x00(\x01\x00\x00\x00i\x01\x00\x00\x00"
-    and marshal.dumps((None, [(1,)]), 2) == b"(\x02\x00\x00\x00N[\x01\x00\x00\x00(\x01\x00\x00\x00i\x01\x00\x00\x00"
-    and marshal.dumps([0.5, 3], 2) == b"[\x02\x00\x00\x00g" + struct.pack("<d", 0.5) + b"i\x03\x00\x00\x00"
 )
 
 
@@ -68,11 +62,8 @@ def read_u32(data, p):
 
 @inner
 def sequence_header(data, p):
-    """The element count of the list or tuple record at data[p], 0 for a
-    None record, or -1 for anything else; it is followed by its elements at
-    p + 5 (p + 1 after None)."""
-    if p < len(data) and data[p] == RECORD_NONE:
-        return 0
+    """The element count of the list or tuple record at data[p], or -1 for
+    anything else; its elements follow at p + 5."""
     if p + 5 > len(data) or (data[p] != _RECORD_LIST and data[p] != _RECORD_TUPLE):
         return -1
     return read_u32(data, p + 1)
@@ -85,7 +76,7 @@ def read_int_rows_at(data, p, out):
     plain ints. Returns the offset just past the record, or -1 when anything
     differs (the caller then takes its checked path)."""
     n, width = out.shape
-    if sequence_header(data, p) != n or data[p] == RECORD_NONE:
+    if sequence_header(data, p) != n:
         return -1
     p += 5
     if p + n * (5 + 5 * width) > len(data):
@@ -109,28 +100,3 @@ def read_int_rows(data, out):
     lists or tuples of plain ints into the (n, width) `out`. Returns -1 when
     it all matched, else 0 (the caller takes its checked path)."""
     return -1 if read_int_rows_at(data, np.int64(0), out) == len(data) else 0
-
-
-@inner
-def read_real_records_at(data, p, bits, out):
-    """Decode the list or tuple record at data[p] of len(out) plain ints and
-    floats into the float32 `out` (rounded as numpy's float32 conversion
-    does), with `bits` an int64 scratch of at least len(out) elements.
-    Returns the offset just past the record, or -1 for anything else."""
-    n = out.shape[0]
-    if sequence_header(data, p) != n or data[p] == RECORD_NONE:
-        return -1
-    p += 5
-    as_double = bits.view(np.float64)
-    for k in range(n):
-        kind = data[p]
-        if kind == _RECORD_INT and p + 5 <= len(data):
-            out[k] = np.float32(read_u32(data, p + 1) - ((np.int64(data[p + 4]) >> 7) << 32))
-            p += 5
-        elif kind == _RECORD_FLOAT and p + 9 <= len(data):
-            bits[k] = read_u32(data, p + 1) | (read_u32(data, p + 5) << 32)
-            out[k] = np.float32(as_double[k])
-            p += 9
-        else:
-            return -1
-    return p
