@@ -26,10 +26,10 @@ rounds:
   `add_request` / `add_request_from_ranges`, one at a time, as a list, a
   tuple, an int32 (float32) array, a strided and a read-only array, and
   torch tensors, each against the same call with canonical inputs
-  (C-contiguous int64 arrays, float64 times) (bench/suite_forms.py).
+  (C-contiguous int64 arrays, float64 times) (bench/prompt_forms.py).
 - `seed_forms`: the seed's six cases with every argument in each of those
   forms at once, against our canonical call and against the seed design
-  given the same form (bench/suite_forms.py).
+  given the same form (bench/prompt_forms.py).
 - `breakdown`: where the time of three seed cases goes: each design's
   kernel alone on a preallocated output, allocating the output, and turning
   Python lists into arrays (our checked conversion and plain numpy's).
@@ -45,8 +45,8 @@ import numpy as np
 from mrope_tracker import canvas_positions, prompt_positions, reference
 
 from . import seed_design, transformers_rope
-from .suite_forms import FORMS, TIME_ARGS, as_form, in_form, input_form_rows, seed_form_rows  # noqa: F401 (re-exported)
-from .suite_forms import same_result as _same
+from .prompt_forms import FORMS, TIME_ARGS, as_form, in_form, input_form_rows, seed_form_rows  # noqa: F401 (re-exported)
+from .prompt_forms import same_result as _same
 from .timing import measure, medians_us, ratio, torch_threads
 from .workloads import (
     canvas_cases,
