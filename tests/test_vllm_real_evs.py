@@ -45,8 +45,9 @@ import vllm_real  # noqa: E402
 from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange  # noqa: E402
 
 from mrope_tracker import MRopeConfig  # noqa: E402
+from mrope_tracker.device.evs_rows import PrunedRopeState  # noqa: E402
 from mrope_tracker.evs import PrunedPrompt  # noqa: E402
-from mrope_tracker.vllm import RopeState, plugin  # noqa: E402
+from mrope_tracker.vllm import plugin  # noqa: E402
 from mrope_tracker.vllm.evs_plugin import MARK, PATCHED  # noqa: E402
 
 with warnings.catch_warnings():
@@ -106,7 +107,7 @@ def _drive(record, embeddings, bounds, ours: bool):
     features = _features(record)
     if ours:
         config = MRopeConfig.from_hf_config(record["config"], semantics="vllm-0.33")
-        state = RopeState(3, 2, n + 8, n + 64, CPU, config=config, video_pruning=True)
+        state = PrunedRopeState(3, 2, n + 8, n + 64, CPU, config=config)
     else:
         state = vllm_real.vllm_rope_state(3, 2, n + 8, n + 64)
     pruner = _pruner(model, state, features, ours)
