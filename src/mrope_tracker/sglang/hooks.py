@@ -69,7 +69,7 @@ def _with_layout(function, layout_of):
         floats = layout.config.family == "qwen3_omni"  # SGLang's Omni positions and delta are float32
         dtype, delta_dtype = (torch.float32, torch.float32) if floats else (input_ids.dtype, torch.int64)
         positions = layout.positions().reshape(layout.num_dims, 1, layout.num_tokens)
-        result = rope_index._result(positions, np.array([layout.delta], np.int64), input_ids, dtype, delta_dtype)
+        result = rope_index.as_result(positions, np.array([layout.delta], np.int64), input_ids, dtype, delta_dtype)
         _remember(layout, result[0])
         return result
 
@@ -96,7 +96,7 @@ def _qwen_layout(*args, semantics=None, **kwargs):
         rope_index.qwen_config(
             bound["spatial_merge_size"], bound["image_token_id"], bound["video_token_id"],
             bound["vision_start_token_id"], bound["model_type"], bound.get("tokens_per_second"), kwargs,
-            rope_index._check_semantics(semantics),
+            rope_index.check_semantics(semantics),
         ),
         bound.get("input_ids"), bound.get("image_grid_thw"), bound.get("video_grid_thw"),
         bound.get("second_per_grid_ts"), kwargs.get("audio_seqlens"), bool(kwargs.get("use_audio_in_video", False)),
@@ -111,7 +111,7 @@ def _omni_layout(*args, semantics=None, **kwargs):
 def _hf_layout(input_ids, hf_config, image_grid_thw, video_grid_thw, attention_mask=None, semantics=None, **kwargs):
     if attention_mask is not None and not bool((attention_mask == 1).all()):
         return None  # a padded batch: no one prompt to keep
-    config = rope_index.hf_config_of(hf_config, rope_index._check_semantics(semantics))
+    config = rope_index.hf_config_of(hf_config, rope_index.check_semantics(semantics))
     return _layout(config, input_ids, image_grid_thw, video_grid_thw, None, None, False)
 
 
@@ -127,9 +127,9 @@ def _layout(config, input_ids, images, videos, times, audio, use_av) -> PromptLa
     return PromptLayout.from_tokens(
         config,
         input_ids[0].cpu().numpy(),
-        image_grid_thw=rope_index._grid(images, "image_grid_thw"),
-        video_grid_thw=rope_index._grid(videos, "video_grid_thw"),
-        second_per_grid_ts=rope_index._floats(times),
+        image_grid_thw=rope_index.grid_arg(images, "image_grid_thw"),
+        video_grid_thw=rope_index.grid_arg(videos, "video_grid_thw"),
+        second_per_grid_ts=rope_index.floats_arg(times),
         audio_feature_lengths=audio,
         use_audio_in_video=use_av,
     )

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from . import hooks
-from .rope_index import _check_semantics
+from .rope_index import check_semantics
 
 __all__ = ["FUNCTIONS", "METHODS", "install", "uninstall", "installed"]
 
@@ -126,7 +126,7 @@ def installed() -> bool:
 def install(*, semantics: str | None = None, batch: bool = True) -> bool:
     """Patch SGLang 0.5's call sites (see the module docstring); False when
     already installed or switched off (MROPE_TRACKER_SGLANG=0)."""
-    semantics = _check_semantics(semantics)
+    semantics = check_semantics(semantics)
     if not isinstance(batch, bool):
         raise TypeError(f"batch: expected True or False, got {batch!r}")
     if os.environ.get(ENV_SWITCH, "1") == "0" or _patched:

@@ -53,7 +53,7 @@ def default_semantics() -> str:
     return "sglang-0.5" if "sglang-0.5" in SEMANTICS else "reference"
 
 
-def _check_semantics(semantics) -> str:
+def check_semantics(semantics) -> str:
     if semantics is None:
         return default_semantics()
     if semantics not in SEMANTICS:
@@ -149,7 +149,7 @@ def _input_ids(input_ids) -> torch.Tensor:
     return input_ids
 
 
-def _grid(value, name: str) -> np.ndarray | None:
+def grid_arg(value, name: str) -> np.ndarray | None:
     if value is None:
         return None
     if (  # SGLang's usual form, read in place (nothing here writes to it)
@@ -172,7 +172,7 @@ def _grid(value, name: str) -> np.ndarray | None:
     return np.ascontiguousarray(grid)
 
 
-def _floats(value) -> np.ndarray | None:
+def floats_arg(value) -> np.ndarray | None:
     if value is None:
         return None
     if type(value) is torch.Tensor and value.dtype == torch.float32 and value.device.type == "cpu" and value.ndim == 1:
@@ -251,7 +251,7 @@ def _batch(config, input_ids, images, videos, times, audio=None, use_av=False, m
     return out, deltas
 
 
-def _result(positions: np.ndarray, deltas: np.ndarray, input_ids: torch.Tensor, dtype, delta_dtype=torch.int64):
+def as_result(positions: np.ndarray, deltas: np.ndarray, input_ids: torch.Tensor, dtype, delta_dtype=torch.int64):
     """Tensors in SGLang's dtypes on `input_ids`' device, converted only where they differ."""
     out, delta = torch.from_numpy(positions), torch.from_numpy(deltas).view(-1, 1)
     if out.dtype != dtype:
@@ -281,7 +281,7 @@ def get_rope_index(
     """SGLang 0.5's ``get_rope_index``: ``(positions (3, B, L), deltas (B, 1))``.
 
     `semantics` (ours, keyword only): the preset (default `default_semantics()`)."""
-    semantics = _check_semantics(semantics)
+    semantics = check_semantics(semantics)
     if model_type == "qwen3_omni_moe":
         return get_rope_index_qwen3_omni(
             spatial_merge_size,
@@ -301,12 +301,12 @@ def get_rope_index(
         spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second,
         kwargs, semantics,
     )  # fmt: skip
-    images = _grid(image_grid_thw, "image_grid_thw")
-    videos = _grid(video_grid_thw, "video_grid_thw")
+    images = grid_arg(image_grid_thw, "image_grid_thw")
+    videos = grid_arg(video_grid_thw, "video_grid_thw")
     if images is None and videos is None:
         return _index_result(input_ids, torch.int64)
-    positions, deltas = _batch(config, input_ids, images, videos, _floats(second_per_grid_ts))
-    return _result(positions, deltas, input_ids, input_ids.dtype)
+    positions, deltas = _batch(config, input_ids, images, videos, floats_arg(second_per_grid_ts))
+    return as_result(positions, deltas, input_ids, input_ids.dtype)
 
 
 def get_rope_index_qwen3_omni(
@@ -325,14 +325,14 @@ def get_rope_index_qwen3_omni(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang 0.5's ``get_rope_index_qwen3_omni``: float32 positions (3, B, L)
     and float32 deltas (B, 1); ``audio_seqlens`` are mel frames per track."""
-    semantics = _check_semantics(semantics)
+    semantics = check_semantics(semantics)
     input_ids = _input_ids(input_ids)
     config = qwen_config(
         spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, "qwen3_omni_moe",
         tokens_per_second, kwargs, semantics,
     )  # fmt: skip
-    images = _grid(image_grid_thw, "image_grid_thw")
-    videos = _grid(video_grid_thw, "video_grid_thw")
+    images = grid_arg(image_grid_thw, "image_grid_thw")
+    videos = grid_arg(video_grid_thw, "video_grid_thw")
     if images is None and videos is None:
         return _index_result(input_ids, torch.int64)
     audio = kwargs.get("audio_seqlens")
@@ -341,8 +341,8 @@ def get_rope_index_qwen3_omni(
     use_av = bool(kwargs.get("use_audio_in_video", False))
     if input_ids.shape[0] != 1:
         raise ValueError(f"input_ids: expected one row for qwen3_omni_moe, got {input_ids.shape[0]}")
-    positions, deltas = _batch(config, input_ids, images, videos, _floats(second_per_grid_ts), audio, use_av)
-    return _result(positions, deltas, input_ids, torch.float32, torch.float32)
+    positions, deltas = _batch(config, input_ids, images, videos, floats_arg(second_per_grid_ts), audio, use_av)
+    return as_result(positions, deltas, input_ids, torch.float32, torch.float32)
 
 
 def get_rope_index_glm4v(
@@ -350,11 +350,11 @@ def get_rope_index_glm4v(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang 0.5's ``get_rope_index_glm4v``: tokens where `attention_mask`
     is 1 get positions, the others 1; deltas count the padded row."""
-    semantics = _check_semantics(semantics)
+    semantics = check_semantics(semantics)
     input_ids = _input_ids(input_ids)
     config = hf_config_of(hf_config, semantics)
-    images = _grid(image_grid_thw, "image_grid_thw")
-    videos = _grid(video_grid_thw, "video_grid_thw")
+    images = grid_arg(image_grid_thw, "image_grid_thw")
+    videos = grid_arg(video_grid_thw, "video_grid_thw")
     rows, length = input_ids.shape
     if images is None and videos is None:
         device = input_ids.device
@@ -373,19 +373,19 @@ def get_rope_index_glm4v(
         if mask.all():
             mask = None
     positions, deltas = _batch(config, input_ids, images, videos, None, mask=mask)
-    return _result(positions, deltas, input_ids, input_ids.dtype)
+    return as_result(positions, deltas, input_ids, input_ids.dtype)
 
 
 def get_rope_index_ernie45(
     input_ids, hf_config, image_grid_thw, video_grid_thw, *, semantics: str | None = None, **kwargs
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang 0.5's ``get_rope_index_ernie45``."""
-    semantics = _check_semantics(semantics)
+    semantics = check_semantics(semantics)
     input_ids = _input_ids(input_ids)
     config = hf_config_of(hf_config, semantics)
-    images = _grid(image_grid_thw, "image_grid_thw")
-    videos = _grid(video_grid_thw, "video_grid_thw")
+    images = grid_arg(image_grid_thw, "image_grid_thw")
+    videos = grid_arg(video_grid_thw, "video_grid_thw")
     if images is None and videos is None:
         return _index_result(input_ids, torch.int64)
     positions, deltas = _batch(config, input_ids, images, videos, None)
-    return _result(positions, deltas, input_ids, input_ids.dtype)
+    return as_result(positions, deltas, input_ids, input_ids.dtype)
