@@ -133,10 +133,10 @@ def test_a_vllm_that_differs_fails_loudly_and_is_left_alone(fake_vllm, monkeypat
 
 def test_register_can_be_switched_off(fake_vllm, monkeypatch):
     modules, original = fake_vllm
-    monkeypatch.setenv(vllm_plugin.ENV_SWITCH, "0")
+    monkeypatch.setenv(vllm_plugin.VLLM_ENV_SWITCH, "0")
     vllm_plugin.register()
     assert modules[RECORD["defining_module"]].get_rope_state is original
-    monkeypatch.delenv(vllm_plugin.ENV_SWITCH)
+    monkeypatch.delenv(vllm_plugin.VLLM_ENV_SWITCH)
     vllm_plugin.register()
     assert modules[RECORD["defining_module"]].get_rope_state is not original
 

@@ -15,7 +15,7 @@ import numpy as np
 from ..kernels import layout_check as check
 from ..kernels import layout_codes as C
 from ..kernels.layout_build import build_from_ranges, build_from_tokens
-from ..kernels.layout_emit import NUM_STATE, S_MAX, S_NUM_ROWS
+from ..kernels.layout_emit import NUM_STATE, S_MAX, S_ROWS_EMITTED
 from ..kernels.layout_fill import fill_positions
 from . import float_carry, layout_bytes
 from .config import MRopeConfig
@@ -85,9 +85,9 @@ def build_rows_from_tokens(config: MRopeConfig, ids: np.ndarray, items: Items, r
             return float_carry.rows_from_tokens(config, ids, items)
         if config.float_carry:  # the integer rows are the rule's; it still reads every item's brackets
             float_carry.check_brackets(config, ids, items)
-        if state[S_NUM_ROWS] <= rows.shape[0]:
-            return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])
-        rows, scales = _new_table(int(state[S_NUM_ROWS]))
+        if state[S_ROWS_EMITTED] <= rows.shape[0]:
+            return rows, scales, int(state[S_ROWS_EMITTED]), int(state[S_MAX])
+        rows, scales = _new_table(int(state[S_ROWS_EMITTED]))
 
 
 def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, ranges: Ranges, rows=None, scales=None):
@@ -118,10 +118,10 @@ def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, r
             raise layout_error(code, a, b, c, d, config, items, ranges=ranges.by_modality(), num_tokens=num_tokens)
         if config.float_carry and _float_rows(config, items, state):  # placed by SGLang 0.5's float32 rule
             return float_carry.rows_from_ranges(config, num_tokens, items, ranges)
-        if state[S_NUM_ROWS] <= rows.shape[0]:
+        if state[S_ROWS_EMITTED] <= rows.shape[0]:
             ranges.check_inside(num_tokens)  # the builder saw the embedding runs alone, not a range's tail
-            return rows, scales, int(state[S_NUM_ROWS]), int(state[S_MAX])
-        rows, scales = _new_table(int(state[S_NUM_ROWS]))
+            return rows, scales, int(state[S_ROWS_EMITTED]), int(state[S_MAX])
+        rows, scales = _new_table(int(state[S_ROWS_EMITTED]))
 
 
 def check_ranges_against_tokens(config: MRopeConfig, items: Items, ranges: Ranges, token_ids) -> None:

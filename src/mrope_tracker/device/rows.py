@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import layout_codes as C
-from ..kernels.device_cast import CAST_PLAIN, CAST_TOO_LARGE, cast_rows
+from ..kernels.device_cast import CAST_PLAIN, CAST_TOO_LARGE, INT32_MAX, cast_rows
 from ..kernels.layout_fill import fill_positions
 
 __all__ = [
@@ -69,8 +69,6 @@ TAU_FROM_TABLE = -1
 # CANVAS rows (DCOL_TAU_STEP): cells at the row's first (a point run), or at (i, j) (not stretched)
 CANVAS_POINT = 0
 CANVAS_IDENTITY = 1
-
-INT32_MAX = 2**31 - 1
 
 # --- per-slot record (int32), one row per request slot ------------------------
 S_ROW_START = 0  # the request's first pool row

@@ -30,35 +30,37 @@ import triton.language as tl
 from ..kernels import layout_codes as C
 from . import rows as D
 
-# Triton reads module-level integers only when they are constexpr.
-COL_TOK_START = tl.constexpr(C.COL_TOK_START)
-COL_KIND = tl.constexpr(C.COL_KIND)
-COL_BASE = tl.constexpr(C.COL_BASE)
-COL_GRID_OFFSET = tl.constexpr(C.COL_GRID_OFFSET)
-COL_H = tl.constexpr(C.COL_H)
-COL_W = tl.constexpr(C.COL_W)
-KIND_LINEAR = tl.constexpr(C.KIND_LINEAR)
-KIND_CONST = tl.constexpr(C.KIND_CONST)
-KIND_GRID = tl.constexpr(C.KIND_GRID)
-KIND_GRID_RAW = tl.constexpr(C.KIND_GRID_RAW)
-KIND_XD_GRID = tl.constexpr(C.KIND_XD_GRID)
-COL_ORDINAL = tl.constexpr(C.COL_ORDINAL)
-KIND_GRID_BITS = tl.constexpr(C.KIND_GRID_BITS)
-KIND_CANVAS = tl.constexpr(C.KIND_CANVAS)
-COL_CANVAS_TOP = tl.constexpr(C.COL_CANVAS_TOP)
-COL_CANVAS_LEFT = tl.constexpr(C.COL_CANVAS_LEFT)
-DCOL_BITS_LO = tl.constexpr(D.DCOL_BITS_LO)
-DCOL_BITS_HI = tl.constexpr(D.DCOL_BITS_HI)
-DCOL_TAU_STEP = tl.constexpr(D.DCOL_TAU_STEP)
-DCOL_TAU_AT = tl.constexpr(D.DCOL_TAU_AT)
-WIDTH = tl.constexpr(D.NUM_DEVICE_COLS)
-S_ROW_START = tl.constexpr(D.S_ROW_START)
-S_NUM_ROWS = tl.constexpr(D.S_NUM_ROWS)
-S_PROMPT_LEN = tl.constexpr(D.S_PROMPT_LEN)
-S_DELTA = tl.constexpr(D.S_DELTA)
-S_OVERRIDE_AT = tl.constexpr(D.S_OVERRIDE_AT)
-S_OVERRIDE_LEN = tl.constexpr(D.S_OVERRIDE_LEN)
-SLOT_WIDTH = tl.constexpr(D.NUM_SLOT_COLS)
+# Triton reads module-level integers only when they are constexpr: so these are this module's
+# constexpr copies (TL_ + the name) of kernels/layout_codes.py's and device/rows.py's one definitions
+# (tests/test_constants.py checks that each equals its original).
+TL_COL_TOK_START = tl.constexpr(C.COL_TOK_START)
+TL_COL_KIND = tl.constexpr(C.COL_KIND)
+TL_COL_BASE = tl.constexpr(C.COL_BASE)
+TL_COL_GRID_OFFSET = tl.constexpr(C.COL_GRID_OFFSET)
+TL_COL_H = tl.constexpr(C.COL_H)
+TL_COL_W = tl.constexpr(C.COL_W)
+TL_KIND_LINEAR = tl.constexpr(C.KIND_LINEAR)
+TL_KIND_CONST = tl.constexpr(C.KIND_CONST)
+TL_KIND_GRID = tl.constexpr(C.KIND_GRID)
+TL_KIND_GRID_RAW = tl.constexpr(C.KIND_GRID_RAW)
+TL_KIND_XD_GRID = tl.constexpr(C.KIND_XD_GRID)
+TL_COL_ORDINAL = tl.constexpr(C.COL_ORDINAL)
+TL_KIND_GRID_BITS = tl.constexpr(C.KIND_GRID_BITS)
+TL_KIND_CANVAS = tl.constexpr(C.KIND_CANVAS)
+TL_COL_CANVAS_TOP = tl.constexpr(C.COL_CANVAS_TOP)
+TL_COL_CANVAS_LEFT = tl.constexpr(C.COL_CANVAS_LEFT)
+TL_DCOL_BITS_LO = tl.constexpr(D.DCOL_BITS_LO)
+TL_DCOL_BITS_HI = tl.constexpr(D.DCOL_BITS_HI)
+TL_DCOL_TAU_STEP = tl.constexpr(D.DCOL_TAU_STEP)
+TL_DCOL_TAU_AT = tl.constexpr(D.DCOL_TAU_AT)
+TL_WIDTH = tl.constexpr(D.NUM_DEVICE_COLS)
+TL_S_ROW_START = tl.constexpr(D.S_ROW_START)
+TL_S_NUM_ROWS = tl.constexpr(D.S_NUM_ROWS)
+TL_S_PROMPT_LEN = tl.constexpr(D.S_PROMPT_LEN)
+TL_S_DELTA = tl.constexpr(D.S_DELTA)
+TL_S_OVERRIDE_AT = tl.constexpr(D.S_OVERRIDE_AT)
+TL_S_OVERRIDE_LEN = tl.constexpr(D.S_OVERRIDE_LEN)
+TL_SLOT_WIDTH = tl.constexpr(D.NUM_SLOT_COLS)
 
 
 @triton.jit
@@ -70,7 +72,7 @@ def _find_rows(pool_ptr, row_start, num_rows, tok):
     while size > 1:
         half = size // 2
         mid = lo + half
-        start = tl.load(pool_ptr + mid * WIDTH + COL_TOK_START)
+        start = tl.load(pool_ptr + mid * TL_WIDTH + TL_COL_TOK_START)
         lo = tl.where(start <= tok, mid, lo)
         size = size - half
     return lo
@@ -81,35 +83,35 @@ def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr)
     """(T, H, W, X) of prompt tokens `tok` in pool rows `row`, int64; `valid`
     masks the lanes whose token lies in the prompt (only they read a table).
     X, the fourth axis, is T except in an XD_GRID row (4-axis states only)."""
-    at = pool_ptr + row * WIDTH
-    kind = tl.load(at + COL_KIND)
-    n = tok - tl.load(at + COL_TOK_START)
-    base = tl.load(at + COL_BASE).to(tl.int64)
+    at = pool_ptr + row * TL_WIDTH
+    kind = tl.load(at + TL_COL_KIND)
+    n = tok - tl.load(at + TL_COL_TOK_START)
+    base = tl.load(at + TL_COL_BASE).to(tl.int64)
 
-    # KIND_LINEAR: base + n on the three rows (text, audio, decode-like runs)
+    # TL_KIND_LINEAR: base + n on the three rows (text, audio, decode-like runs)
     t = base + n
     h = t
     w = t
 
-    # KIND_CONST: every token at base (Omni's shared bos/eos pair)
-    is_const = kind == KIND_CONST
+    # TL_KIND_CONST: every token at base (Omni's shared bos/eos pair)
+    is_const = kind == TL_KIND_CONST
     t = tl.where(is_const, base, t)
     h = tl.where(is_const, base, h)
     w = tl.where(is_const, base, w)
 
-    # KIND_GRID: token g of a (t', h', w') grid at (base + tau(f), base + i, base + j);
-    # KIND_GRID_RAW: the same at (base + tau(f), i, j) (Isaac);
-    # KIND_GRID_BITS: the kept tokens of a pruned grid, token n at the n-th set bit of the row's word
-    is_raw = kind == KIND_GRID_RAW
-    is_bits = kind == KIND_GRID_BITS
-    is_grid = (kind == KIND_GRID) | is_raw | is_bits
+    # TL_KIND_GRID: token g of a (t', h', w') grid at (base + tau(f), base + i, base + j);
+    # TL_KIND_GRID_RAW: the same at (base + tau(f), i, j) (Isaac);
+    # TL_KIND_GRID_BITS: the kept tokens of a pruned grid, token n at the n-th set bit of the row's word
+    is_raw = kind == TL_KIND_GRID_RAW
+    is_bits = kind == TL_KIND_GRID_BITS
+    is_grid = (kind == TL_KIND_GRID) | is_raw | is_bits
     reads_grid = is_grid
-    if NUM_DIMS > 3:  # KIND_XD_GRID reads the same grid columns (w' + 1 wide, t' = 1)
-        is_xd = kind == KIND_XD_GRID
+    if NUM_DIMS > 3:  # TL_KIND_XD_GRID reads the same grid columns (w' + 1 wide, t' = 1)
+        is_xd = kind == TL_KIND_XD_GRID
         reads_grid = is_grid | is_xd
-    grid_h = tl.where(reads_grid, tl.load(at + COL_H), 1)
-    grid_w = tl.where(reads_grid, tl.load(at + COL_W), 1)
-    g = tl.load(at + COL_GRID_OFFSET) + n
+    grid_h = tl.where(reads_grid, tl.load(at + TL_COL_H), 1)
+    grid_w = tl.where(reads_grid, tl.load(at + TL_COL_W), 1)
+    g = tl.load(at + TL_COL_GRID_OFFSET) + n
     if tl.max(is_bits.to(tl.int32), axis=0) > 0:
         g = tl.where(is_bits, g - n + _select_bit(at, n), g)
     hw = grid_h * grid_w
@@ -117,41 +119,41 @@ def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr)
     rem = g - f * hw
     i = rem // grid_w
     j = rem - i * grid_w
-    step = tl.load(at + DCOL_TAU_STEP)
+    step = tl.load(at + TL_DCOL_TAU_STEP)
     from_table = is_grid & valid & (step < 0)
-    table = pool_ptr + row_start * WIDTH + tl.load(at + DCOL_TAU_AT) + f
+    table = pool_ptr + row_start * TL_WIDTH + tl.load(at + TL_DCOL_TAU_AT) + f
     tau = tl.where(from_table, tl.load(table, mask=from_table, other=0), f * step)
     hw_base = tl.where(is_raw, 0, base)
     t = tl.where(is_grid, base + tau, t)
     h = tl.where(is_grid, hw_base + i, h)
     w = tl.where(is_grid, hw_base + j, w)
 
-    # KIND_CANVAS (MiniCPM-V 4.7): cell (i, j) of an h' x w' grid at T = base,
+    # TL_KIND_CANVAS (MiniCPM-V 4.7): cell (i, j) of an h' x w' grid at T = base,
     # (top + s_h(i), left + s_w(j)); the step column says s: 0 (a run at one
     # point), the identity (1), or TAU_FROM_TABLE: the row's h' + w'
     # coordinates, stretched at admission by the CPU kernels' float32 rule
-    is_canvas = kind == KIND_CANVAS
+    is_canvas = kind == TL_KIND_CANVAS
     if tl.max(is_canvas.to(tl.int32), axis=0) > 0:
-        canvas_h = tl.where(is_canvas, tl.load(at + COL_H), 1)
-        canvas_w = tl.where(is_canvas, tl.load(at + COL_W), 1)
-        cell = tl.load(at + COL_GRID_OFFSET) + n
+        canvas_h = tl.where(is_canvas, tl.load(at + TL_COL_H), 1)
+        canvas_w = tl.where(is_canvas, tl.load(at + TL_COL_W), 1)
+        cell = tl.load(at + TL_COL_GRID_OFFSET) + n
         ci = cell // canvas_w
         cj = cell - ci * canvas_w
         stretched = is_canvas & valid & (step < 0)
-        coords = pool_ptr + row_start * WIDTH + tl.load(at + DCOL_TAU_AT)
+        coords = pool_ptr + row_start * TL_WIDTH + tl.load(at + TL_DCOL_TAU_AT)
         si = tl.where(stretched, tl.load(coords + ci, mask=stretched, other=0), ci * step)
         sj = tl.where(stretched, tl.load(coords + canvas_h + cj, mask=stretched, other=0), cj * step)
-        top = tl.load(at + COL_CANVAS_TOP).to(tl.int64)
-        left = tl.load(at + COL_CANVAS_LEFT).to(tl.int64)
+        top = tl.load(at + TL_COL_CANVAS_TOP).to(tl.int64)
+        left = tl.load(at + TL_COL_CANVAS_LEFT).to(tl.int64)
         t = tl.where(is_canvas, base, t)
         h = tl.where(is_canvas, top + si, h)
         w = tl.where(is_canvas, left + sj, w)
 
     # a 3-axis kind repeats T on the fourth axis, as the CPU writers do;
-    # KIND_XD_GRID (HunYuan-VL): (base + n, j, i, ordinal)
+    # TL_KIND_XD_GRID (HunYuan-VL): (base + n, j, i, ordinal)
     x = t
     if NUM_DIMS > 3:
-        ordinal = tl.load(at + COL_ORDINAL).to(tl.int64)
+        ordinal = tl.load(at + TL_COL_ORDINAL).to(tl.int64)
         h = tl.where(is_xd, j, h)
         w = tl.where(is_xd, i, w)
         x = tl.where(is_xd, ordinal, x)
@@ -163,8 +165,8 @@ def _select_bit(at, n):
     """Per lane, the index of the n-th set bit (from 0) of the 64-bit mask word
     that GRID_BITS row `at` keeps in two int32 columns; a lane of another
     kind gets whatever its columns say, and is not used."""
-    lo = tl.load(at + DCOL_BITS_LO)
-    hi = tl.load(at + DCOL_BITS_HI)
+    lo = tl.load(at + TL_DCOL_BITS_LO)
+    hi = tl.load(at + TL_DCOL_BITS_HI)
     seen = tl.zeros_like(n)
     found = tl.zeros_like(n) - 1
     for b in tl.static_range(32):
@@ -184,26 +186,26 @@ def _token_positions(records_ptr, pool_ptr, arena_ptr, slot, tok, lanes, bound, 
     covers them, the layout rows below `bound`, index + delta elsewhere.
     `first_tok` is the smallest token of the block (a scalar); X, the fourth
     axis, is read only when NUM_DIMS > 3."""
-    rec = records_ptr + slot * SLOT_WIDTH
-    delta = tl.load(rec + S_DELTA)
+    rec = records_ptr + slot * TL_SLOT_WIDTH
+    delta = tl.load(rec + TL_S_DELTA)
     t = tok.to(tl.int64) + delta
     h = t
     w = t
     x = t
     if first_tok < bound:  # any prompt token in this block: find their rows
         in_prompt = lanes & (tok >= 0) & (tok < bound)
-        row_start = tl.load(rec + S_ROW_START)
-        row = _find_rows(pool_ptr, row_start, tl.load(rec + S_NUM_ROWS), tok)
+        row_start = tl.load(rec + TL_S_ROW_START)
+        row = _find_rows(pool_ptr, row_start, tl.load(rec + TL_S_NUM_ROWS), tok)
         lt, lh, lw, lx = _row_positions(pool_ptr, row_start, row, tok, in_prompt, NUM_DIMS)
         t = tl.where(in_prompt, lt, t)
         h = tl.where(in_prompt, lh, h)
         w = tl.where(in_prompt, lw, w)
         x = tl.where(in_prompt, lx, x)
-    override_len = tl.minimum(tl.load(rec + S_OVERRIDE_LEN), bound)
+    override_len = tl.minimum(tl.load(rec + TL_S_OVERRIDE_LEN), bound)
     if first_tok < override_len:  # EVS: the request's dense positions
         dense = lanes & (tok >= 0) & (tok < override_len)
-        full_len = tl.load(rec + S_OVERRIDE_LEN)
-        src = arena_ptr + tl.load(rec + S_OVERRIDE_AT) + tok
+        full_len = tl.load(rec + TL_S_OVERRIDE_LEN)
+        src = arena_ptr + tl.load(rec + TL_S_OVERRIDE_AT) + tok
         t = tl.where(dense, tl.load(src, mask=dense, other=0).to(tl.int64), t)
         h = tl.where(dense, tl.load(src + full_len, mask=dense, other=0).to(tl.int64), h)
         w = tl.where(dense, tl.load(src + 2 * full_len, mask=dense, other=0).to(tl.int64), w)
@@ -239,7 +241,7 @@ def prepare_kernel(
     num_computed = tl.load(num_computed_tokens_ptr + slot)
     # the rows cover the tokens of init_prefill_positions; vLLM's prefill_len
     # says where its prefill ends: below both, positions come from the rows
-    bound = tl.minimum(tl.load(records_ptr + slot * SLOT_WIDTH + S_PROMPT_LEN), tl.load(prefill_lens_ptr + slot))
+    bound = tl.minimum(tl.load(records_ptr + slot * TL_SLOT_WIDTH + TL_S_PROMPT_LEN), tl.load(prefill_lens_ptr + slot))
     # the loop covers only the query's columns inside the buffer, whatever query_start_loc claims
     first = tl.maximum(-query_start, 0)
     last = tl.minimum(query_len, num_columns - query_start)
@@ -267,7 +269,7 @@ def read_kernel(
     """A slot's positions of tokens [0, length), as an int32 [NUM_DIMS, length] table."""
     block = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     lanes = block < length
-    bound = tl.load(records_ptr + slot * SLOT_WIDTH + S_PROMPT_LEN)
+    bound = tl.load(records_ptr + slot * TL_SLOT_WIDTH + TL_S_PROMPT_LEN)
     t, h, w, x = _token_positions(
         records_ptr, pool_ptr, arena_ptr, slot, block, lanes, bound, tl.program_id(0) * BLOCK_SIZE, NUM_DIMS
     )

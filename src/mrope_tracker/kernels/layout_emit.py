@@ -25,7 +25,7 @@ TAU_LIMIT = 0.999 * 2.0**31  # tau bound, with room for float32 rounding
 # (0, or a module constant such as C.KIND_GRID) makes numba compile the callee
 # once more for that literal value, which multiplied the cold compile time.
 # state array slots
-S_NUM_ROWS = 0  # rows emitted (or counted, past the table's capacity)
+S_ROWS_EMITTED = 0  # rows emitted (or counted, past the table's capacity)
 S_BASE = 1  # position of the next text token
 S_MAX = 2  # largest position emitted so far
 S_TEXT_START = 3  # first token of the pending text run
@@ -40,7 +40,7 @@ _F32_ZERO = np.float32(0)
 
 @tiny
 def reset(state, num_images, num_videos, num_audio):
-    state[S_NUM_ROWS] = 0
+    state[S_ROWS_EMITTED] = 0
     state[S_BASE] = 0
     state[S_MAX] = -1
     state[S_TEXT_START] = 0
@@ -62,7 +62,7 @@ def push_row(rows, scales, state, out, tok_start, tok_len, kind, base, grid_offs
         return
     if out.shape[1] > 0:
         write_segment(out, tok_start, np.int64(0), tok_len, kind, base, grid_offset, h, w, scaled, sp, r)
-    n = state[S_NUM_ROWS]
+    n = state[S_ROWS_EMITTED]
     if 0 < n <= rows.shape[0]:
         p = n - 1
         if rows[p, C.COL_KIND] == kind and rows[p, C.COL_TOK_START] + rows[p, C.COL_TOK_LEN] == tok_start:
@@ -94,7 +94,7 @@ def push_row(rows, scales, state, out, tok_start, tok_len, kind, base, grid_offs
         rows[n, C.COL_SCALED] = scaled
         scales[n, C.SCALE_SP] = sp
         scales[n, C.SCALE_R] = r
-    state[S_NUM_ROWS] = n + 1
+    state[S_ROWS_EMITTED] = n + 1
 
 
 @tiny
@@ -164,7 +164,7 @@ def emit_checked_grid(rows, scales, state, out, ids, tok_start, t, h, w, mode, s
     if write_t_checked(out, ids, tok_start, s, t, h * w, token, mode, sp, r):
         return check_run(ids, tok_start, tok_start + size, token)
     write_grid_hw(out, tok_start, s, np.int64(0), size, h, w)
-    state[S_NUM_ROWS] += 1  # as push_row counts a row past a table's capacity
+    state[S_ROWS_EMITTED] += 1  # as push_row counts a row past a table's capacity
     _close_block(state, tok_start, s, t, h, w, mode, sp, r, next_rule)
     return np.int64(-1)
 

@@ -52,7 +52,7 @@ P_MAX_MODEL_LEN = 2  # 0: no limit
 P_MAX_POSITION = 3  # the largest value the output dtype holds
 P_MAX_INDEX = 4  # the largest num_computed accepted (keeps sums inside int64)
 P_ERR_INDEX = 5  # out: batch index of the entry a rejected step stopped at
-NUM_PARAMS = 6
+NUM_STEP_PARAMS = 6
 
 STEP_OK = 0
 STEP_ERR_SLOT_RANGE = 1  # a slot outside [0, max_num_reqs)

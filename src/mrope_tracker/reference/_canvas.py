@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import torch
 
-NUM_AXES = 3
+CANVAS_AXES = 3
 
 
 class Markers(NamedTuple):
@@ -194,7 +194,7 @@ def positions(
         if crops != len(sizes):
             raise ValueError(f"{field}: expected one (h, w) per {name} crop ({crops}), got {len(sizes)}")
     grids = {1: iter(image_sizes), 2: iter(video_sizes)}
-    out = torch.zeros(NUM_AXES, length, dtype=torch.int64)
+    out = torch.zeros(CANVAS_AXES, length, dtype=torch.int64)
     counter, cursor = 0, 0
     for group in groups:
         opening = group[0].thumb[0] - 1

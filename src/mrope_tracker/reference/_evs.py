@@ -26,7 +26,7 @@ import torch
 from ._inputs import Rules, as_tensor, describe
 
 # Families whose videos vLLM 0.33 prunes.
-PRUNABLE = ("qwen2_5_vl", "qwen3_vl")
+REFERENCE_PRUNABLE = ("qwen2_5_vl", "qwen3_vl")
 
 
 def masks(name: str, value, videos: list) -> list[torch.Tensor]:
@@ -61,8 +61,8 @@ def _pad_run(ids: torch.Tensor, start: int, n: int, token: int, what: str) -> No
 
 def unpruned(rules: Rules, ids: torch.Tensor, videos: list, kept: list[torch.Tensor]):
     """(unpruned token ids, bool mask of the tokens that survive pruning)."""
-    if rules.family not in PRUNABLE:
-        raise ValueError(f"config.family: expected one of {', '.join(PRUNABLE)} (EVS), got {rules.family!r}")
+    if rules.family not in REFERENCE_PRUNABLE:
+        raise ValueError(f"config.family: expected one of {', '.join(REFERENCE_PRUNABLE)} (EVS), got {rules.family!r}")
     pieces, keep = [], []
     at = 0
 

@@ -18,7 +18,7 @@ import torch
 
 _INT64_MAX = np.iinfo(np.int64).max
 
-FAMILIES = (
+REFERENCE_FAMILIES = (
     "qwen2_vl",
     "qwen2_5_vl",
     "qwen2_5_omni",
@@ -155,8 +155,8 @@ def _token_id(config, name: str, required: bool) -> int | None:
 def read_config(config) -> Rules:
     """The raw fields of `config` that decide positions, checked for its family."""
     family = getattr(config, "family", None)
-    if family not in FAMILIES:
-        raise ValueError(f"config.family: expected one of {', '.join(FAMILIES)}, got {family!r}")
+    if family not in REFERENCE_FAMILIES:
+        raise ValueError(f"config.family: expected one of {', '.join(REFERENCE_FAMILIES)}, got {family!r}")
     merge = getattr(config, "spatial_merge_size", None)
     if not _is_int(merge) or merge < 1:
         raise ValueError(f"config.spatial_merge_size: expected a positive int, got {describe(merge)}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-NUM_AXES = 4
+XD_AXES = 4
 
 
 def _runs(is_image: torch.Tensor) -> list[tuple[int, int]]:
@@ -30,7 +30,7 @@ def positions(ids: torch.Tensor, images: list[tuple[int, int, int]], image_id: i
     """((4, L) int64 positions, delta) of a prompt whose images have the LLM
     grids `images` (t', h', w'), in prompt order."""
     length = ids.numel()
-    out = torch.arange(length, dtype=torch.int64).view(1, -1).repeat(NUM_AXES, 1)
+    out = torch.arange(length, dtype=torch.int64).view(1, -1).repeat(XD_AXES, 1)
     runs = _runs(ids == image_id)
     if len(runs) > len(images):
         start, end = runs[len(images)]

@@ -125,7 +125,7 @@ class PositionTracker:
         # largest position the output dtype holds (int64 positions stay below 2**62)
         self._max_position = 2**31 - 1 if dtype == torch.int32 else 2**62
         # the step kernel's limits and step counter (kernels/tracker_step.py, P_*)
-        self._params = np.zeros(K.NUM_PARAMS, np.int64)
+        self._params = np.zeros(K.NUM_STEP_PARAMS, np.int64)
         self._params[K.P_MAX_TOKENS] = self.max_num_batched_tokens
         self._params[K.P_MAX_MODEL_LEN] = 0 if self.max_model_len is None else self.max_model_len
         self._params[K.P_MAX_POSITION] = self._max_position

@@ -48,7 +48,7 @@ PATCH_TARGETS = (
     ("vllm.v1.worker.gpu.model_states.default", "get_rope_state"),  # `from ...mm.rope import get_rope_state`
 )
 GET_ROPE_STATE_PARAMS = ("model_config", "model", "max_num_reqs", "max_num_tokens", "max_model_len", "device")
-ENV_SWITCH = "MROPE_TRACKER_VLLM_PLUGIN"
+VLLM_ENV_SWITCH = "MROPE_TRACKER_VLLM_PLUGIN"
 
 
 def _patched_get_rope_state(original, semantics: str):
@@ -116,7 +116,7 @@ def register() -> None:
     """The `vllm.general_plugins` entry point: `install()`, unless
     MROPE_TRACKER_VLLM_PLUGIN=0; a vLLM without these names gets a warning
     and is left as it is."""
-    if os.environ.get(ENV_SWITCH, "1") == "0":
+    if os.environ.get(VLLM_ENV_SWITCH, "1") == "0":
         return
     try:
         install()
