@@ -14,9 +14,10 @@ import numpy as np
 
 from ..kernels import layout_check as check
 from ..kernels import layout_codes as C
-from ..kernels.layout_build import build_from_ranges, build_from_tokens
+from ..kernels.layout_build import build_from_tokens
 from ..kernels.layout_emit import NUM_STATE, S_MAX, S_ROWS_EMITTED
 from ..kernels.layout_fill import fill_positions
+from ..kernels.layout_ranges import build_from_ranges
 from . import float_carry, layout_bytes
 from .config import MRopeConfig
 from .errors import layout_error

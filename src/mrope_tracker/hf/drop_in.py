@@ -256,30 +256,45 @@ def get_rope_index(
     `input_ids`' device.
     """
     cfg = _config(config, semantics)
-    if convention is None:
-        convention = default_convention(cfg.semantics)
-    elif convention not in CONVENTIONS:
-        raise ValueError(f"convention: expected one of {', '.join(CONVENTIONS)}, got {convention!r}")
+    convention = _convention(cfg, convention)
     del video_timestamps  # time is text for Qwen3-VL and GLM
     if not isinstance(use_audio_in_video, (bool, np.bool_)):
         raise TypeError(f"use_audio_in_video: expected a bool, got {_describe(use_audio_in_video)}")
     ids, dtype, device = _input_ids(input_ids)
     mask = _mask(attention_mask, ids.shape)
+    canvas_args = (target_sizes, target_sizes_videos, downsample_mode)
     if cfg.spec.canvas:
         if image_grid_thw is not None or video_grid_thw is not None:
             raise ValueError(
                 f"image_grid_thw, video_grid_thw: expected None for {cfg.family} (a canvas: its crops' sizes go in "
                 "target_sizes and target_sizes_videos)"
             )
-        positions, deltas = canvas_rope_index(
-            cfg, ids, mask, mm_token_type_ids, target_sizes, target_sizes_videos, downsample_mode
-        )
+        positions, deltas = canvas_rope_index(cfg, ids, mask, mm_token_type_ids, *canvas_args)
         return positions.to(device), deltas.to(device)
-    for name, value in (
-        ("target_sizes", target_sizes),
-        ("target_sizes_videos", target_sizes_videos),
-        ("downsample_mode", downsample_mode),
-    ):
+    rules = _batch_rules(cfg, convention, canvas_args)
+    images = _grid_or_none(image_grid_thw, "image_grid_thw")
+    videos = _grid_or_none(video_grid_thw, "video_grid_thw")
+    if images is None and videos is None and rules.text_only != "rows":
+        return _fallback(cfg, rules, ids, mask, dtype, device)
+    mask, rule = _kept_mask(mask, ids, rules)
+    if mm_token_type_ids is not None and rules.type_ids:
+        _check_types(cfg, ids, _keep(mask, rule), mm_token_type_ids)
+    items = _items(cfg, images, videos, second_per_grid_ts, audio_feature_lengths)
+    return _batch(cfg, rules, ids, mask, rule, items, bool(use_audio_in_video), dtype, device)
+
+
+def _convention(cfg: MRopeConfig, convention: str | None) -> str:
+    """`convention`, checked, or the default for the config's preset."""
+    if convention is None:
+        return default_convention(cfg.semantics)
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention: expected one of {', '.join(CONVENTIONS)}, got {convention!r}")
+    return convention
+
+
+def _batch_rules(cfg: MRopeConfig, convention: str, canvas_args) -> BatchRules:
+    """The family's batch rules under `convention`; a family without a canvas takes no canvas argument."""
+    for name, value in zip(("target_sizes", "target_sizes_videos", "downsample_mode"), canvas_args):
         if value is not None:
             raise ValueError(f"{name}: expected None for {cfg.family} (only MiniCPM-V 4.7's canvas reads it)")
     rules = cfg.spec.transformers_batch.get(convention)
@@ -288,20 +303,11 @@ def get_rope_index(
             f"convention: expected one of {', '.join(cfg.spec.transformers_batch) or 'none'} for {cfg.family} "
             f"(those transformers has a get_rope_index for), got {convention!r}"
         )
-    images = _grid_or_none(image_grid_thw, "image_grid_thw")
-    videos = _grid_or_none(video_grid_thw, "video_grid_thw")
-    if images is None and videos is None and rules.text_only != "rows":
-        return _fallback(cfg, rules, ids, mask, dtype, device)
-    if mask is None:
-        mask, rule = ids, KEEP_ALL  # (the kernel never reads it)
-    else:
-        rule = KEEP_NONZERO if rules.keep == "nonzero" else KEEP_ONE
-        if mask.dtype.kind == "f":  # the rule on the floats, as transformers applies it
-            mask, rule = (mask != 0 if rule == KEEP_NONZERO else mask == 1).astype(np.int64), KEEP_NONZERO
-        elif mask.dtype != np.int64 or not mask.flags.c_contiguous:
-            mask = np.ascontiguousarray(mask, dtype=np.int64)
-    if mm_token_type_ids is not None and rules.type_ids:
-        _check_types(cfg, ids, _keep(mask, rule), mm_token_type_ids)
+    return rules
+
+
+def _items(cfg: MRopeConfig, images, videos, second_per_grid_ts, audio_feature_lengths) -> tuple:
+    """(images, videos, seconds per grid, audio lengths, audio tokens) in the batch kernel's form."""
     images = EMPTY_GRID if images is None else images
     videos = EMPTY_GRID if videos is None else videos
     if second_per_grid_ts is None and videos.shape[0] == 0:
@@ -309,7 +315,25 @@ def get_rope_index(
     else:
         sp = as_second_per_grid_ts(second_per_grid_ts, videos.shape[0], cfg)
     lengths = EMPTY_INT if audio_feature_lengths is None else as_audio_lengths(audio_feature_lengths, cfg)
-    audio = audio_token_counts(cfg, lengths)
+    return images, videos, sp, lengths, audio_token_counts(cfg, lengths)
+
+
+def _kept_mask(mask: np.ndarray | None, ids: np.ndarray, rules: BatchRules) -> tuple[np.ndarray, int]:
+    """The attention mask in the batch kernel's form, and its KEEP_* rule."""
+    if mask is None:
+        return ids, KEEP_ALL  # (the kernel never reads it)
+    rule = KEEP_NONZERO if rules.keep == "nonzero" else KEEP_ONE
+    if mask.dtype.kind == "f":  # the rule on the floats, as transformers applies it
+        return (mask != 0 if rule == KEEP_NONZERO else mask == 1).astype(np.int64), KEEP_NONZERO
+    if mask.dtype != np.int64 or not mask.flags.c_contiguous:
+        mask = np.ascontiguousarray(mask, dtype=np.int64)
+    return mask, rule
+
+
+def _batch(cfg: MRopeConfig, rules: BatchRules, ids, mask, rule: int, items, use_av: bool, dtype, device):
+    """Every row positioned by one batch_kernel call, as `get_rope_index` returns them
+    (`items`: the images, videos, their seconds per grid, audio lengths and audio tokens)."""
+    images, videos, sp, lengths, audio = items
     num_rows, width = ids.shape
     # times transformers keeps unrounded under this preset (Qwen3-Omni; the others truncate them, D8),
     # or SGLang 0.5 computes unrounded and then truncates every position (`float_carry`, S1)
@@ -320,27 +344,10 @@ def get_rope_index(
     float_deltas = np.empty(num_rows if floats else 0, np.float32)
     kept = np.empty(num_rows, np.int64)
     starts = np.zeros((num_rows + 1, 3), np.int64)
-    use_av = bool(use_audio_in_video)
     row, code, a, b, c, d = batch_kernel(
-        out,
-        deltas,
-        float_out,
-        float_deltas,
-        kept,
-        starts,
-        ids,
-        mask,
-        rule,
-        rules.pad,
-        rules.padded_delta,
-        cfg.kernel_params,
-        images,
-        videos,
-        sp,
-        audio,
-        use_av,
-        WRITE_FLOAT if floats else WRITE_INT,
-    )
+        out, deltas, float_out, float_deltas, kept, starts, ids, mask, rule, rules.pad, rules.padded_delta,
+        cfg.kernel_params, images, videos, sp, audio, use_av, WRITE_FLOAT if floats else WRITE_INT,
+    )  # fmt: skip
     if row < num_rows:
         keep = _keep(mask, rule)
         if code == ERR_FLOAT_LAYOUT:

@@ -12,7 +12,7 @@ array is made in Python. Inputs are validated by `mrope_tracker.hf`.
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import jit
+from .jit_options import jit, tiny
 from .layout_build import build_from_tokens
 from .layout_emit import NUM_STATE, S_COUNT, S_MAX
 
@@ -83,25 +83,9 @@ WRITE_NONE, WRITE_INT, WRITE_FLOAT = 0, 1, 2  # what batch_kernel writes
 
 @jit
 def batch_kernel(
-    out,
-    deltas,
-    float_out,
-    float_deltas,
-    kept,
-    starts,
-    ids,
-    mask,
-    keep_rule,
-    fill,
-    padded_delta,
-    params,
-    image_grid,
-    video_grid,
-    video_sp,
-    audio_tokens,
-    use_av,
-    write,
-):
+    out, deltas, float_out, float_deltas, kept, starts, ids, mask, keep_rule, fill, padded_delta, params,
+    image_grid, video_grid, video_sp, audio_tokens, use_av, write,
+):  # fmt: skip
     """Positions of every row of a padded batch, in one call.
 
     Row b's kept tokens (by `keep_rule` on ``mask[b]``) are positioned by the
@@ -131,10 +115,12 @@ def batch_kernel(
     p_image = 0
     p_video = 0
     p_audio = 0
-    for b in range(num_rows):
+    for b in range(num_rows + 1):
         starts[b, 0] = p_image
         starts[b, 1] = p_video
         starts[b, 2] = p_audio
+        if b == num_rows:
+            break
         n, lo, hi, row = _gather(ids, mask, b, keep_rule, row_ids)
         if n == 0:
             return b, ERR_EMPTY_ROW, 0, 0, 0, 0
@@ -144,19 +130,9 @@ def batch_kernel(
         row_out = out[:, b, lo:hi] if direct else buf[: num_dims * m].reshape((num_dims, m))
         row_params[C.P_ORDINAL_BASE] = p_image
         code, a, bb, c, d = build_from_tokens(
-            no_rows,
-            no_scales,
-            state,
-            row_out,
-            row,
-            row_params,
-            image_grid[p_image:],
-            video_grid[p_video:],
-            video_sp[p_video:],
-            audio_tokens[p_audio:],
-            use_av,
-        )
-        delta = state[S_MAX] + 1 - n
+            no_rows, no_scales, state, row_out, row, row_params, image_grid[p_image:], video_grid[p_video:],
+            video_sp[p_video:], audio_tokens[p_audio:], use_av,
+        )  # fmt: skip
         # Items left over are the next rows' items, not an error here.
         if code != C.OK and code != C.ERR_MISSING_ITEMS:
             return b, code, a, bb, c, d
@@ -165,7 +141,7 @@ def batch_kernel(
         p_video += state[S_COUNT + C.MOD_VIDEO]
         p_audio += state[S_COUNT + C.MOD_AUDIO]
         kept[b] = n
-        deltas[b] = delta + (n - width if padded_delta else 0)
+        deltas[b] = state[S_MAX] + 1 - n + (n - width if padded_delta else 0)
         if direct:
             out[:, b, :lo] = fill
             out[:, b, hi:] = fill
@@ -174,22 +150,13 @@ def batch_kernel(
         elif write == WRITE_FLOAT:
             float_row_out = float_buf[: 3 * n].reshape((3, n))
             top = float_row(
-                float_row_out,
-                row,
-                params,
-                image_grid[i0:p_image],
-                video_grid[v0:p_video],
-                video_sp[v0:p_video],
-                audio_tokens[a0:p_audio],
-                use_av,
-            )
+                float_row_out, row, params, image_grid[i0:p_image], video_grid[v0:p_video], video_sp[v0:p_video],
+                audio_tokens[a0:p_audio], use_av,
+            )  # fmt: skip
             if top < 0:
                 return b, ERR_FLOAT_LAYOUT, 0, 0, 0, 0
             float_deltas[b] = (top + _F32_ONE) - np.float32(n)
             _scatter(float_out, b, float_row_out, n, lo, hi, mask, keep_rule, np.float32(fill))
-    starts[num_rows, 0] = p_image
-    starts[num_rows, 1] = p_video
-    starts[num_rows, 2] = p_audio
     return num_rows, 0, 0, 0, 0, 0
 
 
@@ -197,6 +164,130 @@ def batch_kernel(
 
 _F32_ONE = np.float32(1)
 _F32_ZERO = np.float32(0)
+_F32_NONE = np.float32(-1)  # "no position": the row is not as transformers assumes
+
+
+@tiny
+def _same_on_three(out, start, count, base):
+    """Tokens start .. start + count - 1 at base + k on the three rows (text, bos, eos, audio)."""
+    for k in range(count):
+        value = np.float32(k) + base
+        out[0, start + k] = value
+        out[1, start + k] = value
+        out[2, start + k] = value
+
+
+@tiny
+def _float_grid(out, c, base, t, hh, ww, sp, r):
+    """A (t, hh, ww) vision grid from token c; frame f at base + float32(float32(f * sp) * r).
+    Returns the largest position of its last frame."""
+    last = _F32_NONE
+    k = c
+    for f in range(t):
+        vt = (np.float32(f) * sp) * r + base
+        for i in range(hh):
+            vh = np.float32(i) + base
+            for j in range(ww):
+                vw = np.float32(j) + base
+                out[0, k] = vt
+                out[1, k] = vh
+                out[2, k] = vw
+                k += 1
+        last = max(last, vt, vh, np.float32(ww - 1) + base)
+    return last
+
+
+@tiny
+def _float_merge(out, c, base, num_video, hh, ww, sp, r, m, top):
+    """An audio-in-video block's content from token c: its video and its m
+    audio positions merged by value, a video token first when its value is <=
+    the audio token's. Returns (the largest position of the last piece, `top`
+    raised by the merged part)."""
+    v = 0
+    a = 0
+    k = c
+    while v < num_video and a < m:
+        vt = (np.float32(v // (hh * ww)) * sp) * r + base
+        at = np.float32(a) + base
+        if vt <= at:
+            vh = np.float32((v // ww) % hh) + base
+            vw = np.float32(v % ww) + base
+            out[0, k] = vt
+            out[1, k] = vh
+            out[2, k] = vw
+            top = max(top, vt, vh, vw)
+            v += 1
+        else:
+            out[0, k] = at
+            out[1, k] = at
+            out[2, k] = at
+            top = max(top, at)
+            a += 1
+        k += 1
+    last = _F32_NONE
+    while v < num_video:  # the rest of the video: the last piece
+        vt = (np.float32(v // (hh * ww)) * sp) * r + base
+        vh = np.float32((v // ww) % hh) + base
+        vw = np.float32(v % ww) + base
+        out[0, k] = vt
+        out[1, k] = vh
+        out[2, k] = vw
+        last = max(last, vt, vh, vw)
+        v += 1
+        k += 1
+    while a < m:  # or the rest of the audio
+        at = np.float32(a) + base
+        out[0, k] = at
+        out[1, k] = at
+        out[2, k] = at
+        last = max(last, at)
+        a += 1
+        k += 1
+    return last, top
+
+
+@tiny
+def _float_av(out, ids, c, base, params, grid, sp, m, r, top):
+    """An audio-in-video block's content from token c: a video of (t, h, w)
+    `grid` and m audio tokens, then audio_end vision_end. Returns (the
+    largest position of its last piece, its end (-1: not as transformers
+    assumes), `top` raised by the merge)."""
+    merge = np.int64(params[C.P_MERGE])
+    hh = grid[1] // merge
+    ww = grid[2] // merge
+    num_video = grid[0] * hh * ww
+    end = c + num_video + m
+    n = ids.shape[0]
+    if end + 1 >= n or ids[end] != np.int64(params[C.P_AUDIO_END]) or ids[end + 1] != np.int64(params[C.P_VISION_END]):
+        return _F32_NONE, -1, top
+    last, top = _float_merge(out, c, base, num_video, hh, ww, sp, r, m, top)
+    return last, end, top
+
+
+@tiny
+def _float_vision(out, ids, c, base, params, image_grid, video_grid, video_sp, n_image, n_video, r):
+    """An image or a video block's content from token c. Returns (its largest
+    position, its end (-1: not as transformers assumes), images, videos used)."""
+    n = ids.shape[0]
+    if c >= n:
+        return _F32_NONE, -1, n_image, n_video
+    if ids[c] == np.int64(params[C.P_IMAGE]) and n_image < image_grid.shape[0]:
+        t, h, w = image_grid[n_image, 0], image_grid[n_image, 1], image_grid[n_image, 2]
+        sp = _F32_ZERO
+        n_image += 1
+    elif ids[c] == np.int64(params[C.P_VIDEO]) and n_video < video_grid.shape[0]:
+        t, h, w = video_grid[n_video, 0], video_grid[n_video, 1], video_grid[n_video, 2]
+        sp = video_sp[n_video]
+        n_video += 1
+    else:
+        return _F32_NONE, -1, n_image, n_video
+    merge = np.int64(params[C.P_MERGE])
+    hh = h // merge
+    ww = w // merge
+    end = c + t * hh * ww
+    if end >= n or ids[end] != np.int64(params[C.P_VISION_END]):
+        return _F32_NONE, -1, n_image, n_video
+    return _float_grid(out, c, base, t, hh, ww, sp, r), end, n_image, n_video
 
 
 @jit
@@ -213,11 +304,7 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
     transformers assumes (the caller then asks the torch reference, which
     names the problem)."""
     n = ids.shape[0]
-    merge = np.int64(params[C.P_MERGE])
-    image_id = np.int64(params[C.P_IMAGE])
-    video_id = np.int64(params[C.P_VIDEO])
     vision_start = np.int64(params[C.P_VISION_START])
-    vision_end = np.int64(params[C.P_VISION_END])
     audio_start = np.int64(params[C.P_AUDIO_START])
     audio_end = np.int64(params[C.P_AUDIO_END])
     r = np.float32(params[C.P_SCALE_R])
@@ -235,19 +322,11 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
         if q >= n:
             break
         base = prev_max + _F32_ONE if has_prev else _F32_ZERO
-        for k in range(q - st):
-            value = np.float32(k) + base
-            out[0, st + k] = value
-            out[1, st + k] = value
-            out[2, st + k] = value
+        _same_on_three(out, st, q - st, base)
         base = base + np.float32(q - st)
         paired = ids[q] == vision_start and q + 1 < n and ids[q + 1] == audio_start
         bos = 2 if paired else 1
-        for k in range(bos):
-            value = np.float32(k) + base
-            out[0, q + k] = value
-            out[1, q + k] = value
-            out[2, q + k] = value
+        _same_on_three(out, q, bos, base)
         base = base + np.float32(bos)
         c = q + bos
         eos = 1
@@ -259,115 +338,33 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
             end = c + m
             if end >= n or ids[end] != audio_end:
                 return np.float32(-1)
-            for a in range(m):
-                value = np.float32(a) + base
-                out[0, c + a] = value
-                out[1, c + a] = value
-                out[2, c + a] = value
+            _same_on_three(out, c, m, base)
             last = np.float32(m - 1) + base
         elif paired:  # audio in video: transformers merges by value, whatever the tokens
             if n_video >= video_grid.shape[0] or n_audio >= audio_tokens.shape[0]:
                 return np.float32(-1)
-            hh = video_grid[n_video, 1] // merge
-            ww = video_grid[n_video, 2] // merge
-            num_video = video_grid[n_video, 0] * hh * ww
-            sp = video_sp[n_video]
-            m = audio_tokens[n_audio]
+            last, end, top = _float_av(
+                out, ids, c, base, params, video_grid[n_video], video_sp[n_video], audio_tokens[n_audio], r, top
+            )
+            if end < 0:
+                return np.float32(-1)
             n_video += 1
             n_audio += 1
-            end = c + num_video + m
-            if end + 1 >= n or ids[end] != audio_end or ids[end + 1] != vision_end:
-                return np.float32(-1)
-            v = 0
-            a = 0
-            k = c
-            while v < num_video and a < m:
-                f = v // (hh * ww)
-                vt = (np.float32(f) * sp) * r + base
-                at = np.float32(a) + base
-                if vt <= at:
-                    vh = np.float32((v // ww) % hh) + base
-                    vw = np.float32(v % ww) + base
-                    out[0, k] = vt
-                    out[1, k] = vh
-                    out[2, k] = vw
-                    top = max(top, vt, vh, vw)
-                    v += 1
-                else:
-                    out[0, k] = at
-                    out[1, k] = at
-                    out[2, k] = at
-                    top = max(top, at)
-                    a += 1
-                k += 1
-            last = np.float32(-1)
-            while v < num_video:  # the rest of the video: the last piece
-                f = v // (hh * ww)
-                vt = (np.float32(f) * sp) * r + base
-                vh = np.float32((v // ww) % hh) + base
-                vw = np.float32(v % ww) + base
-                out[0, k] = vt
-                out[1, k] = vh
-                out[2, k] = vw
-                last = max(last, vt, vh, vw)
-                v += 1
-                k += 1
-            while a < m:  # or the rest of the audio
-                at = np.float32(a) + base
-                out[0, k] = at
-                out[1, k] = at
-                out[2, k] = at
-                last = max(last, at)
-                a += 1
-                k += 1
             eos = 2
         else:  # an image or a video: one block
-            if c >= n:
+            last, end, n_image, n_video = _float_vision(
+                out, ids, c, base, params, image_grid, video_grid, video_sp, n_image, n_video, r
+            )
+            if end < 0:
                 return np.float32(-1)
-            if ids[c] == image_id and n_image < image_grid.shape[0]:
-                t, h, w = image_grid[n_image, 0], image_grid[n_image, 1], image_grid[n_image, 2]
-                sp = _F32_ZERO
-                n_image += 1
-            elif ids[c] == video_id and n_video < video_grid.shape[0]:
-                t, h, w = video_grid[n_video, 0], video_grid[n_video, 1], video_grid[n_video, 2]
-                sp = video_sp[n_video]
-                n_video += 1
-            else:
-                return np.float32(-1)
-            hh = h // merge
-            ww = w // merge
-            end = c + t * hh * ww
-            if end >= n or ids[end] != vision_end:
-                return np.float32(-1)
-            last = np.float32(-1)
-            k = c
-            for f in range(t):
-                vt = (np.float32(f) * sp) * r + base
-                for i in range(hh):
-                    vh = np.float32(i) + base
-                    for j in range(ww):
-                        vw = np.float32(j) + base
-                        out[0, k] = vt
-                        out[1, k] = vh
-                        out[2, k] = vw
-                        k += 1
-                last = max(last, vt, vh, np.float32(ww - 1) + base)
         base = last + _F32_ONE
-        for k in range(eos):
-            value = np.float32(k) + base
-            out[0, end + k] = value
-            out[1, end + k] = value
-            out[2, end + k] = value
+        _same_on_three(out, end, eos, base)
         prev_max = np.float32(eos - 1) + base
         top = max(top, prev_max)
         has_prev = True
         st = end + eos
     if st < n:
         base = prev_max + _F32_ONE if has_prev else _F32_ZERO
-        for k in range(n - st):
-            value = np.float32(k) + base
-            out[0, st + k] = value
-            out[1, st + k] = value
-            out[2, st + k] = value
+        _same_on_three(out, st, n - st, base)
         top = max(top, np.float32(n - st - 1) + base)
     return top

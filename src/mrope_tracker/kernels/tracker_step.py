@@ -32,7 +32,7 @@ import numba
 import numpy as np
 from numba import types as nt
 
-from .jit_options import helper
+from .jit_options import helper, tiny
 from .layout_fill import fill_positions, write_next_positions
 
 # slot_state columns
@@ -68,6 +68,87 @@ STEP_ERR_COUNTS_LENGTH = 10  # num_scheduled and slots differ in length
 STEP_ERR_TOO_MANY_REQS = 11  # more entries than slots
 
 
+@tiny
+def _check_entry(b, slots, num_scheduled, num_computed, slot_state, step_id, total, max_tokens, limits):
+    """STEP_OK, or why batch entry b cannot run; stamps its slot with the
+    step (duplicate detection)."""
+    slot = slots[b]
+    count = num_scheduled[b]
+    max_model_len, max_position, max_index = limits
+    if slot < 0 or slot >= slot_state.shape[0]:
+        return STEP_ERR_SLOT_RANGE
+    if slot_state[slot, F_ACTIVE] == 0:
+        return STEP_ERR_SLOT_FREE
+    if slot_state[slot, F_STAMP] == step_id:
+        return STEP_ERR_DUPLICATE
+    slot_state[slot, F_STAMP] = step_id
+    if count < 0:
+        return STEP_ERR_NEGATIVE
+    if count > max_tokens - total:
+        return STEP_ERR_TOO_MANY_TOKENS
+    if num_computed.shape[0] != 0:
+        start = num_computed[b]
+        if start < 0:
+            return STEP_ERR_COMPUTED_NEGATIVE
+        if start > max_index:
+            return STEP_ERR_COMPUTED_LIMIT
+    else:
+        start = slot_state[slot, F_NUM_COMPUTED]
+    # start <= max_index and count <= max_tokens, so no sum below overflows
+    end = start + count
+    if max_model_len > 0 and end > max_model_len:
+        return STEP_ERR_MODEL_LEN
+    if end > slot_state[slot, F_PROMPT_LEN] and end - 1 + slot_state[slot, F_DELTA] > max_position:
+        return STEP_ERR_POSITION_LIMIT
+    return STEP_OK
+
+
+@tiny
+def _check_step(slots, num_scheduled, num_computed, slot_state, params, step_id):
+    """Pass 1: (STEP_OK, n, the step's total), or (an error code, the batch index it stopped at, 0)."""
+    n = slots.shape[0]
+    max_tokens = params[P_MAX_TOKENS]
+    limits = (params[P_MAX_MODEL_LEN], params[P_MAX_POSITION], params[P_MAX_INDEX])
+    total = 0
+    for b in range(n):
+        code = _check_entry(b, slots, num_scheduled, num_computed, slot_state, step_id, total, max_tokens, limits)
+        if code != STEP_OK:
+            return code, b, 0
+        total += num_scheduled[b]
+    return STEP_OK, n, total
+
+
+@tiny
+def _write_entry(out, col, count, start, slot, slot_state, pool_rows, pool_scales):
+    """Positions of one entry's `count` tokens from index `start`, into out[:, col:col + count]."""
+    prompt_len = slot_state[slot, F_PROMPT_LEN]
+    if count == 1 and start >= prompt_len:
+        # a decode token: index + delta on every row (three scalar
+        # stores, and an empty loop, for 3-axis families)
+        value = start + slot_state[slot, F_DELTA]
+        out[0, col] = value
+        out[1, col] = value
+        out[2, col] = value
+        for d in range(3, out.shape[0]):
+            out[d, col] = value
+    elif count > 0:
+        in_prompt = min(count, max(prompt_len - start, 0))
+        if in_prompt > 0:
+            row_start = slot_state[slot, F_ROW_START]
+            fill_positions(
+                out,
+                col,
+                pool_rows,
+                pool_scales,
+                row_start,
+                row_start + slot_state[slot, F_ROW_COUNT],
+                start,
+                start + in_prompt,
+            )
+        if count > in_prompt:
+            write_next_positions(out, col + in_prompt, slot_state[slot, F_DELTA], start + in_prompt, count - in_prompt)
+
+
 @helper  # allocates nothing: without numba's runtime, no reference counting of its 7 arrays
 def prepare_step(out, slots, num_scheduled, num_computed, slot_state, pool_rows, pool_scales, params):
     """Write positions for every scheduled token, batch order, into out[:, :total].
@@ -78,59 +159,13 @@ def prepare_step(out, slots, num_scheduled, num_computed, slot_state, pool_rows,
     changes nothing but the step counter."""
     n = slots.shape[0]
     given = num_computed.shape[0] != 0
-    num_slots = slot_state.shape[0]
     step_id = params[P_STEP_ID] + 1
     params[P_STEP_ID] = step_id
     if num_scheduled.shape[0] != n:
         return -STEP_ERR_COUNTS_LENGTH
-    if n > num_slots:
+    if n > slot_state.shape[0]:
         return -STEP_ERR_TOO_MANY_REQS
-    max_tokens = params[P_MAX_TOKENS]
-    max_model_len = params[P_MAX_MODEL_LEN]
-    max_position = params[P_MAX_POSITION]
-    max_index = params[P_MAX_INDEX]
-    total = 0
-    code = STEP_OK
-    b = 0
-    while b < n:
-        slot = slots[b]
-        count = num_scheduled[b]
-        if slot < 0 or slot >= num_slots:
-            code = STEP_ERR_SLOT_RANGE
-            break
-        if slot_state[slot, F_ACTIVE] == 0:
-            code = STEP_ERR_SLOT_FREE
-            break
-        if slot_state[slot, F_STAMP] == step_id:
-            code = STEP_ERR_DUPLICATE
-            break
-        slot_state[slot, F_STAMP] = step_id
-        if count < 0:
-            code = STEP_ERR_NEGATIVE
-            break
-        if count > max_tokens - total:
-            code = STEP_ERR_TOO_MANY_TOKENS
-            break
-        total += count
-        if given:
-            start = num_computed[b]
-            if start < 0:
-                code = STEP_ERR_COMPUTED_NEGATIVE
-                break
-            if start > max_index:
-                code = STEP_ERR_COMPUTED_LIMIT
-                break
-        else:
-            start = slot_state[slot, F_NUM_COMPUTED]
-        # start <= max_index and count <= max_tokens, so no sum below overflows
-        end = start + count
-        if max_model_len > 0 and end > max_model_len:
-            code = STEP_ERR_MODEL_LEN
-            break
-        if end > slot_state[slot, F_PROMPT_LEN] and end - 1 + slot_state[slot, F_DELTA] > max_position:
-            code = STEP_ERR_POSITION_LIMIT
-            break
-        b += 1
+    code, b, total = _check_step(slots, num_scheduled, num_computed, slot_state, params, step_id)
     if code != STEP_OK:
         params[P_ERR_INDEX] = b
         return -code
@@ -138,38 +173,8 @@ def prepare_step(out, slots, num_scheduled, num_computed, slot_state, pool_rows,
     for b in range(n):
         slot = slots[b]
         count = num_scheduled[b]
-        if given:
-            start = num_computed[b]
-        else:
-            start = slot_state[slot, F_NUM_COMPUTED]
-        prompt_len = slot_state[slot, F_PROMPT_LEN]
-        if count == 1 and start >= prompt_len:
-            # a decode token: index + delta on every row (three scalar
-            # stores, and an empty loop, for 3-axis families)
-            value = start + slot_state[slot, F_DELTA]
-            out[0, col] = value
-            out[1, col] = value
-            out[2, col] = value
-            for d in range(3, out.shape[0]):
-                out[d, col] = value
-        elif count > 0:
-            in_prompt = min(count, max(prompt_len - start, 0))
-            if in_prompt > 0:
-                row_start = slot_state[slot, F_ROW_START]
-                fill_positions(
-                    out,
-                    col,
-                    pool_rows,
-                    pool_scales,
-                    row_start,
-                    row_start + slot_state[slot, F_ROW_COUNT],
-                    start,
-                    start + in_prompt,
-                )
-            if count > in_prompt:
-                write_next_positions(
-                    out, col + in_prompt, slot_state[slot, F_DELTA], start + in_prompt, count - in_prompt
-                )
+        start = num_computed[b] if given else slot_state[slot, F_NUM_COMPUTED]
+        _write_entry(out, col, count, start, slot, slot_state, pool_rows, pool_scales)
         col += count
         slot_state[slot, F_NUM_COMPUTED] = start + count
     return total

@@ -13,7 +13,8 @@ in one step's argument arrays.
 This module orchestrates; each job has a module of its own: core/admission.py
 (slots and the checks before admission), tracker/row_pool.py (the layout-row pool),
 tracker/step_args.py (a step's arguments in the kernel's form), tracker/step_errors.py (a
-refused step's exception) and tracker/staging.py (where positions go).
+refused step's exception), tracker/staging.py (where positions go) and tracker/invariants.py
+(the constructor's placement checks, and `check_invariants`).
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ from ..core.inputs import Items, as_config, as_index, as_token_ids
 from ..core.layout import PromptLayout, build_rows_from_ranges, build_rows_from_tokens, estimate_rows
 from ..core.ranges import Ranges
 from ..evs.pruned import PendingPrune, PrunedPrompt
-from ..kernels import layout_codes as C
 from ..kernels import tracker_step as K
+from .invariants import check_tracker, checked_placement
 from .row_pool import LayoutRowPool
 from .staging import PositionBuffers
 from .step_args import INT64, NOT_GIVEN, StepArgs
-from .step_errors import step_error
+from .step_errors import refuse_pending, step_error
 
 __all__ = ["PositionTracker"]
 
@@ -81,25 +82,7 @@ class PositionTracker:
             max_num_batched_tokens, "max_num_batched_tokens", minimum=1, maximum=_MAX_BATCHED_TOKENS
         )
         self.max_model_len = None if max_model_len is None else as_index(max_model_len, "max_model_len", minimum=1)
-        try:
-            self.device = torch.device(device)
-        except (RuntimeError, TypeError) as exc:
-            raise ValueError(
-                f"device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r} ({exc})"
-            ) from None
-        if self.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"device: expected 'cpu' or a CUDA device, got {device!r}")
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device: {device!r} was asked for but CUDA is not available")
-        if dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"dtype: expected torch.int64 or torch.int32, got {dtype!r}")
-        self.dtype = dtype
-        if staging is not None and not isinstance(staging, bool):
-            raise TypeError(f"staging: expected True, False or None, got {staging!r}")
-        if staging is None:
-            staging = self.device.type == "cuda"
-        elif self.device.type == "cuda" and not staging:
-            raise ValueError("staging: a CUDA tracker always stages through pinned host buffers; expected True or None")
+        self.device, self.dtype, staging = checked_placement(device, dtype, staging)
         num_staging_buffers = as_index(num_staging_buffers, "num_staging_buffers", minimum=1, maximum=64)
         if layout_rows is None:
             layout_rows = self.max_num_reqs * _DEFAULT_ROWS_PER_REQ
@@ -446,7 +429,7 @@ class PositionTracker:
                     computed = None
                 if computed is not None:
                     if self._pending:
-                        self._refuse_pending(slots, num_scheduled_tokens, computed, None)
+                        refuse_pending(self._pending, self.slot_state, slots, num_scheduled_tokens, computed, None)
                     buffers, pool = self.buffers, self._pool
                     try:
                         if num_computed_tokens is not None and len(computed) != len(slots):
@@ -482,7 +465,7 @@ class PositionTracker:
 
     def _step(self, slots: np.ndarray, counts: np.ndarray, computed: np.ndarray, req_ids) -> torch.Tensor:
         if self._pending:
-            self._refuse_pending(slots, counts, computed, req_ids)
+            refuse_pending(self._pending, self.slot_state, slots, counts, computed, req_ids)
         buffers, pool = self.buffers, self._pool
         total = self._kernel(
             buffers.acquire(), slots, counts, computed, self.slot_state, pool.rows, pool.scales, self._params
@@ -490,26 +473,6 @@ class PositionTracker:
         if total < 0:
             raise self._step_error(-total, slots, counts, computed, req_ids)
         return buffers.publish(total)
-
-    def _refuse_pending(self, slots, counts, computed, req_ids) -> None:
-        """Refuse a step that schedules tokens a retention mask still to come
-        decides (only while a pruned request waits for one). Entries the step
-        kernel refuses anyway (bad slots, lengths) are left to it."""
-        if slots.ndim != 1 or counts.ndim != 1 or computed.ndim != 1:
-            return  # not the kernel's form: its checks (or the conversion) come first and say what is wrong
-        n = min(len(slots), len(counts), len(computed) if len(computed) else len(slots))
-        for slot, pending in self._pending.items():
-            for b in np.flatnonzero(np.asarray(slots[:n]) == slot).tolist():
-                start = int(computed[b]) if len(computed) else int(self.slot_state[slot, K.F_NUM_COMPUTED])
-                end = start + int(counts[b])
-                for k, (lo, hi) in pending.spans():
-                    if start < hi and end > lo:
-                        who = f"req_ids[{b}] = {req_ids[b]!r}" if req_ids is not None else f"slots[{b}] = {slot}"
-                        raise ValueError(
-                            f"num_scheduled_tokens[{b}]: {who} schedules tokens [{start}, {end}), but tokens "
-                            f"[{lo}, {hi}) belong to pruned video {k}, whose retention mask has not come "
-                            "(call set_retention_mask first)"
-                        )
 
     def _step_error(self, code, slots, counts, computed, req_ids) -> Exception:
         return step_error(code, slots, counts, computed, req_ids, self._params, self.slot_state, self.dtype)
@@ -532,30 +495,4 @@ class PositionTracker:
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the bookkeeping is inconsistent (for tests)."""
-        slots, pool = self._slots, self._pool
-        assert len(slots.slot_of) + len(slots.free) == self.max_num_reqs
-        assert len(set(slots.free)) == len(slots.free)
-        live = []
-        for req_id, slot in slots.slot_of.items():
-            state = self.slot_state[slot]
-            assert slots.req_of_slot[slot] == req_id
-            assert state[K.F_ACTIVE] == 1 and slot not in slots.free
-            assert 0 <= state[K.F_NUM_COMPUTED]
-            if self.max_model_len is not None:
-                assert state[K.F_NUM_COMPUTED] <= self.max_model_len
-            start, count = int(state[K.F_ROW_START]), int(state[K.F_ROW_COUNT])
-            assert 0 < count and start + count <= pool.top <= pool.capacity
-            rows = pool.rows[start : start + count]
-            # rows tile [0, prompt_len) in order
-            assert rows[0, C.COL_TOK_START] == 0
-            assert (rows[1:, C.COL_TOK_START] == rows[:-1, C.COL_TOK_START] + rows[:-1, C.COL_TOK_LEN]).all()
-            assert rows[-1, C.COL_TOK_START] + rows[-1, C.COL_TOK_LEN] == state[K.F_PROMPT_LEN]
-            assert (rows[:, C.COL_TOK_LEN] > 0).all()
-            live.append((start, start + count))
-        for slot in slots.free:
-            assert self.slot_state[slot, K.F_ACTIVE] == 0 and slots.req_of_slot[slot] is None
-        live.sort()
-        for (_, end), (start, _) in zip(live, live[1:]):
-            assert end <= start, "two requests share layout rows"
-        # what the step path reuses without looking again: the last ids' slots, the lists the buffers hold
-        self._args.check_invariants(slots.slot_of)
+        check_tracker(self._slots, self._pool, self.slot_state, self._args, self.max_model_len)

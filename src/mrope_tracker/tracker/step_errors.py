@@ -15,7 +15,7 @@ import torch
 
 from ..kernels import tracker_step as K
 
-__all__ = ["step_error"]
+__all__ = ["refuse_pending", "step_error"]
 
 
 def step_error(
@@ -73,3 +73,25 @@ def step_error(
             f"{max_model_len} after this step, got {done + count}"
         )
     raise AssertionError(f"unknown step error code {code}")  # internal invariant
+
+
+def refuse_pending(pending: dict, slot_state: np.ndarray, slots, counts, computed, req_ids) -> None:
+    """Refuse a step that schedules tokens a retention mask still to come
+    decides (only while a pruned request waits for one; `pending` maps its
+    slot to its PendingPrune). Entries the step kernel refuses anyway (bad
+    slots, lengths) are left to it."""
+    if slots.ndim != 1 or counts.ndim != 1 or computed.ndim != 1:
+        return  # not the kernel's form: its checks (or the conversion) come first and say what is wrong
+    n = min(len(slots), len(counts), len(computed) if len(computed) else len(slots))
+    for slot, prune in pending.items():
+        for b in np.flatnonzero(np.asarray(slots[:n]) == slot).tolist():
+            start = int(computed[b]) if len(computed) else int(slot_state[slot, K.F_NUM_COMPUTED])
+            end = start + int(counts[b])
+            for k, (lo, hi) in prune.spans():
+                if start < hi and end > lo:
+                    who = f"req_ids[{b}] = {req_ids[b]!r}" if req_ids is not None else f"slots[{b}] = {slot}"
+                    raise ValueError(
+                        f"num_scheduled_tokens[{b}]: {who} schedules tokens [{start}, {end}), but tokens "
+                        f"[{lo}, {hi}) belong to pruned video {k}, whose retention mask has not come "
+                        "(call set_retention_mask first)"
+                    )
