@@ -107,12 +107,12 @@ class RowArena:
     def take(self, slot: int, num_rows: int) -> int:
         """Give slot `slot` the `num_rows` rows at the free top (its previous
         rows, if any, become a hole); returns their first row."""
-        if not self.fits(num_rows):
+        start = self.top
+        if start + num_rows > self.capacity:
             raise ValueError(
-                f"num_rows: expected at most the {self.capacity - self.top} free rows at the arena's top "
+                f"num_rows: expected at most the {self.capacity - start} free rows at the arena's top "
                 f"(plan and adopt a compaction first), got {num_rows}"
             )
-        start = self.top
         self.start[slot] = start
         self.count[slot] = num_rows
         self.top = start + num_rows
@@ -121,7 +121,6 @@ class RowArena:
     def free(self, slot: int) -> None:
         """Slot `slot` holds no rows any more (they are a hole until the next compaction)."""
         self.count[slot] = 0
-        self.start[slot] = 0
 
     def clear(self) -> None:
         """No slot holds rows any more: the whole table is free."""
