@@ -258,8 +258,6 @@ def test_compaction_growth_and_the_addressing_bound(monkeypatch):
     positions stay right; a request that does not fit the live rows' room grows the
     pool (doubling) instead of being refused; only past the pool's addressing bound
     is an admission refused, changing nothing."""
-    from mrope_tracker.device import pool
-
     config = MRopeConfig(family="qwen2_vl", semantics="vllm-0.33")
     rng = np.random.default_rng(0)
 
@@ -284,7 +282,7 @@ def test_compaction_growth_and_the_addressing_bound(monkeypatch):
     h.state.check_invariants()
     h.step([(0, int(h.prefill_len[0]))])
     h.step([(2, int(h.prefill_len[2])), (1, int(h.prefill_len[1]))])
-    monkeypatch.setattr(pool, "MAX_POOL_ROWS", 48)
+    monkeypatch.setattr(h.state._rows.arena, "limit", 48)  # noqa: SLF001
     before = h.state._records.copy(), h.state._rows.rows_held.copy(), h.state.max_num_rows  # noqa: SLF001
     with pytest.raises(ValueError, match="prefill_token_ids: live requests hold 24 device rows and this one needs 25"):
         h.state.init_prefill_layout(1, layout(12))  # 25 rows: 24 live elsewhere + 25 > 48

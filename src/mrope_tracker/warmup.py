@@ -9,7 +9,7 @@ time, so that containers start with a filled cache).
 
 On a cold cache the compile is split in two groups (the builder from tokens
 and the prompt kernels that call it; the builder from ranges with the step,
-decode, fill and pool kernels), each compiled in a forked child process, so
+decode and fill kernels), each compiled in a forked child process, so
 that two cores share it; numba's compiler holds one lock per process, so
 threads would not help. The children only compile and write numba's cache (no torch,
 no device); the parent then runs every stage, which loads what they wrote.
@@ -124,7 +124,7 @@ class _Plan:
     """Which kernels one warm-up reaches."""
 
     tokens: bool  # the builder from tokens and the prompt entries (PositionTracker.add_request, prompt_positions)
-    tracker: bool  # the step kernel, the pool, next_positions
+    tracker: bool  # the step kernel, next_positions
     rope_state: bool  # the device rows' cast and fill
     frames: bool  # the per-frame video locator
     canvas: bool  # MiniCPM-V 4.7's canvas
@@ -235,14 +235,12 @@ def _other_kernels_group(plan, config, dtypes, ids, kwargs, ranges, *, with_rang
     builder from tokens, compile in both groups: the groups balance better
     so), the list decoders, the frame locator, and as the plan needs them
     the device rows' cast, the decode kernel and from their signatures (no
-    tracker, so no torch in the child) the step kernel, the pool compaction
-    and the fill of a layout's rows."""
+    tracker, so no torch in the child) the step kernel and the fill of a layout's rows."""
     from numba import float32, int64
 
     from .kernels.device_cast import cast_rows
     from .kernels.frames import locate_frames
     from .kernels.layout_fill import fill_positions
-    from .kernels.pool import compact_pool
     from .kernels.tracker_step import prepare_step, step_signatures
 
     if with_ranges:
@@ -263,7 +261,6 @@ def _other_kernels_group(plan, config, dtypes, ids, kwargs, ranges, *, with_rang
     for dtype in dtypes:
         for signature in step_signatures(np.int32 if dtype == torch.int32 else np.int64):
             prepare_step.compile(signature)
-    compact_pool.compile((int64[:, ::1], float32[:, ::1], int64[:, ::1]))
 
 
 def _num_jobs(jobs: int | None) -> int:

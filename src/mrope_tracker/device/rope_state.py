@@ -27,20 +27,17 @@ Lifecycle (as MRV2 calls it):
 
 Memory: a request's rows are O(items), never O(tokens): a run of text or
 one grid of an image or frame is one row (44 bytes). The pool starts at 64
-rows a slot and grows on demand: rows are taken at the free top; when it
-runs out the live rows slide down (one gather on the device), into a pool of
-twice the size when they would fill more than 3/4 of it. Growth happens at
-admission, staged before the runner's `apply_staged_writes`, never in a
-step. Every request that fits max_model_len is accepted: the one bound is
-the pool's int32 addressing, `MAX_POOL_ROWS` (about 194 million rows, 8 GiB;
-each row covers at least one token, so only prompts that are one row per
-token across every slot at once could reach it). docs/engine.md gives the
-figures.
+rows a slot and grows on demand, at admission, never in a step
+(device/pool.py, placed by the row allocator the tracker shares,
+core/row_arena.py). Every request that fits max_model_len is accepted: the
+one bound is the pool's int32 addressing, `MAX_POOL_ROWS` (about 194
+million rows, 8 GiB; each row covers at least one token, so only prompts
+that are one row per token across every slot at once could reach it).
+docs/engine.md gives the figures.
 """
 
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -244,18 +241,9 @@ class RopeState:
                 f"row holds ({D.INT32_MAX})"
             )
         rows, taus = D.device_rows(rows, scales)
-        n = rows.shape[0]
-        total = n + math.ceil(taus.shape[0] / D.NUM_DEVICE_COLS)
-        start = self._rows.allocate(slot, total)  # the last check: nothing has changed if it raises
-        if taus.shape[0]:
-            block = np.zeros(total * D.NUM_DEVICE_COLS, np.int32)
-            block[: n * D.NUM_DEVICE_COLS] = rows.reshape(-1)
-            block[n * D.NUM_DEVICE_COLS : n * D.NUM_DEVICE_COLS + taus.shape[0]] = taus
-        else:  # the usual case: the rows alone, staged as they are
-            block = rows.reshape(-1)
-        self._rows.stage_rows(slot, start, block, total)
+        start = self._rows.place(slot, rows, taus)  # the last check: nothing has changed if it raises
         self._drop_override(slot)
-        self._rows.set_record(slot, start, n, num_tokens, max_position + 1 - num_tokens)
+        self._rows.set_record(slot, start, rows.shape[0], num_tokens, max_position + 1 - num_tokens)
 
     def remove_request(self, req_idx: int) -> None:
         """Free slot `req_idx`'s rows and override now (MRV2 never calls it:

@@ -92,7 +92,7 @@ class PositionTracker:
         # [max_num_reqs, NUM_SLOT_FIELDS] int64: every per-request counter
         self.slot_state = np.zeros((self.max_num_reqs, K.NUM_SLOT_FIELDS), np.int64)
         # all layouts' rows: [layout_rows, NUM_COLS] int64 and [layout_rows, 2] float32
-        self._pool = LayoutRowPool(layout_rows)
+        self._pool = LayoutRowPool(layout_rows, self.max_num_reqs)
         self._slots = RequestSlots(self.max_num_reqs)
         self._slot_of = self._slots.slot_of  # the same dict: the step path looks ids up in it
         # [max_num_reqs] int64 each: the step's argument arrays when the
@@ -295,7 +295,7 @@ class PositionTracker:
         state[K.F_ROW_START] = top
         state[K.F_ROW_COUNT] = n
         state[K.F_DELTA] = layout.delta
-        self._pool.commit(top, n)
+        self._pool.commit(slot, top, n)
         if updated.spans():
             self._pending[slot] = updated
         else:
@@ -321,7 +321,7 @@ class PositionTracker:
         state[K.F_ROW_START] = top
         state[K.F_ROW_COUNT] = n
         state[K.F_STAMP] = 0
-        self._pool.commit(top, n)
+        self._pool.commit(slot, top, n)
         return slot
 
     # ------------------------------------------------------------------ lifecycle
@@ -332,6 +332,7 @@ class PositionTracker:
         self._pending.pop(slot, None)
         self._args.last_req_ids = None  # the slot may soon hold another request
         self._slots.release(req_id)
+        self._pool.release(slot)
         if not self._slot_of:
             self._pool.clear()
 
