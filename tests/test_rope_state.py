@@ -30,7 +30,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from rope_sim import SENTINEL, Harness  # noqa: E402
 from strategies import configs, examples, prompts  # noqa: E402
-from test_vllm_adapter import VECTORS, vector_features, vllm_config  # noqa: E402
+from vllm_features import VECTORS, vector_features, vllm_config  # noqa: E402
 
 from mrope_tracker import MRopeConfig, PromptLayout  # noqa: E402
 from mrope_tracker.device.evs_rows import PrunedRopeState  # noqa: E402
