@@ -20,6 +20,7 @@ import os
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+from refusal_checks import SCANNERS
 
 from mrope_tracker import MRopeConfig
 
@@ -46,3 +47,10 @@ def family_config(request) -> MRopeConfig:
     if request.param == "qwen2_5_vl":
         return MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
     return MRopeConfig(family="qwen2_5_omni", tokens_per_second=25, seconds_per_chunk=2)
+
+
+@pytest.fixture(params=sorted(SCANNERS))
+def scan(request):
+    """A token-scanning entry point of the fast path (same inputs, same rules): `prompt_positions`, or
+    `PromptLayout.from_tokens` read back as (positions, delta)."""
+    return SCANNERS[request.param]
