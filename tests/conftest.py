@@ -10,7 +10,8 @@ Without CUDA, TRITON_INTERPRET=1 is set before anything imports triton, so
 the Triton kernels run in triton's interpreter on CPU tensors.
 MROPE_TRACKER_DEBUG=1 turns on RopeState's host checks of each step.
 
-Tests marked `slow` (the subprocess warm-ups, the state machines) are left
+Tests marked `slow` (the subprocess warm-ups, the state machines at length,
+the heaviest Triton-interpreter and subprocess cases) are left
 out of a plain run (pyproject's addopts: -m "not slow"); `python -m pytest
 -m slow` runs only them and `python -m pytest -m ""` runs everything.
 """
