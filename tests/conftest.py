@@ -1,8 +1,14 @@
-"""Test configuration: hypothesis profiles and shared fixtures.
+"""Test configuration: hypothesis profiles and shared fixtures (`family_config`, `scan`).
 
-Profiles: "dev" (default, quick), "ci" (more examples; .ci/run selects it
-with HYPOTHESIS_PROFILE=ci), "stress" (5,000 examples a test, for a long
-hunt on one module). None has a deadline: the first example of a
+Shared helpers live in plain modules beside the tests: vllm_features.py (the
+one builder of stand-in vLLM features, and the recorded vLLM vectors),
+tracker_cases.py (the tracker tests' prompts), refusal_checks.py, strategies.py,
+spec_cases.py, family_prompts.py.
+
+Profiles: "dev" (default, quick: 40 examples a test, so that a plain run
+stays under two minutes on two cores), "ci" (300; .ci/run selects it with
+HYPOTHESIS_PROFILE=ci, so CI runs every test at the full count), "stress"
+(5,000 examples a test, for a long hunt on one module). None has a deadline: the first example of a
 run may include numba loading compiled kernels from its cache. A test that
 sets its own count takes it from `strategies.examples`, scaled by the profile.
 
@@ -10,7 +16,8 @@ Without CUDA, TRITON_INTERPRET=1 is set before anything imports triton, so
 the Triton kernels run in triton's interpreter on CPU tensors.
 MROPE_TRACKER_DEBUG=1 turns on RopeState's host checks of each step.
 
-Tests marked `slow` (the subprocess warm-ups, the state machines) are left
+Tests marked `slow` (the subprocess warm-ups, the state machines at length,
+the heaviest Triton-interpreter and subprocess cases) are left
 out of a plain run (pyproject's addopts: -m "not slow"); `python -m pytest
 -m slow` runs only them and `python -m pytest -m ""` runs everything.
 """
@@ -20,6 +27,7 @@ import os
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
+from refusal_checks import SCANNERS
 
 from mrope_tracker import MRopeConfig
 
@@ -32,7 +40,7 @@ if not torch.cuda.is_available():
 # only in debug mode (a served engine's step is one kernel launch); the tests run with it on
 os.environ.setdefault("MROPE_TRACKER_DEBUG", "1")
 
-settings.register_profile("dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("stress", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
@@ -46,3 +54,10 @@ def family_config(request) -> MRopeConfig:
     if request.param == "qwen2_5_vl":
         return MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
     return MRopeConfig(family="qwen2_5_omni", tokens_per_second=25, seconds_per_chunk=2)
+
+
+@pytest.fixture(params=sorted(SCANNERS))
+def scan(request):
+    """A token-scanning entry point of the fast path (same inputs, same rules): `prompt_positions`, or
+    `PromptLayout.from_tokens` read back as (positions, delta)."""
+    return SCANNERS[request.param]

@@ -27,7 +27,7 @@ TEXT_IDS = np.arange(100, 140)
 def examples(ci_count: int, minimum: int = 1) -> int:
     """A test's own example count, scaled by the active hypothesis profile
     (tests/conftest.py): `ci_count` under "ci", the same fraction of the
-    profile's count under the others ("dev" a fifth, "stress" more), at least `minimum`."""
+    profile's count under the others ("dev" two fifteenths, "stress" more), at least `minimum`."""
     return max(minimum, ci_count * settings.default.max_examples // settings.get_profile("ci").max_examples)
 
 

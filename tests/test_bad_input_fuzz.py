@@ -25,7 +25,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
+from vllm_features import FeatureSpec, feature
 
 from mrope_tracker import (
     MRopeConfig,
@@ -57,13 +57,8 @@ HF_CONFIG = {
 }
 
 
-def _feature(modality, offset, length, **fields):
-    data = {name: FieldElem(torch.tensor(value)) for name, value in fields.items()}
-    return FeatureSpec(modality, PlaceholderRange(offset, length), data)
-
-
 def _features():
-    return [_feature("image", 2, 2, image_grid_thw=[1, 2, 4]), _feature("video", 7, 2, video_grid_thw=[1, 2, 4])]
+    return [feature("image", 2, 2, image_grid_thw=[1, 2, 4]), feature("video", 7, 2, video_grid_thw=[1, 2, 4])]
 
 
 def _layout() -> PromptLayout:
@@ -119,10 +114,10 @@ BAD_VALUES = [
     lambda: torch.tensor([[1.0, 2.0, 4.0]]),
     lambda: torch.zeros(3, dtype=torch.bool),
     lambda: torch.zeros((2, 3, 4), dtype=torch.int64),
-    lambda: [_feature("image", 2, 2)],
-    lambda: [_feature("video", 2**62, 2**62, video_grid_thw=[2**31, 2, 2])],
-    lambda: [_feature("audio", 2, 2, audio_feature_lengths=2**40)],
-    lambda: [_feature("sound", 2, 2)],
+    lambda: [feature("image", 2, 2)],
+    lambda: [feature("video", 2**62, 2**62, video_grid_thw=[2**31, 2, 2])],
+    lambda: [feature("audio", 2, 2, audio_feature_lengths=2**40)],
+    lambda: [feature("sound", 2, 2)],
     lambda: [FeatureSpec("image", None, {})],
     lambda: {"model_type": "qwen2_vl", "vision_config": {"spatial_merge_size": -2}},
     lambda: {"model_type": "qwen2_5_omni", "thinker_config": None},

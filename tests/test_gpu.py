@@ -2,7 +2,7 @@
 
 Skipped without CUDA. Every result is compared with a CPU tracker that ran
 the same plan of steps and rollbacks (the CPU tracker itself is checked
-against the reference in test_tracker.py and the state machine).
+against the reference in test_tracker_steps.py and the state machine).
 """
 
 from __future__ import annotations

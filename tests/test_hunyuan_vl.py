@@ -19,8 +19,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
-from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
 from triton_support import require_triton
+from vllm_features import feature
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, next_positions, prompt_positions, reference
 from mrope_tracker.vllm import get_mrope_input_positions
@@ -62,10 +62,7 @@ def _kwargs(grids) -> dict:
 
 
 def _features(grids, ranges) -> list:
-    return [
-        FeatureSpec("image", PlaceholderRange(offset, length, None), {"image_grid_thw": FieldElem(torch.tensor(g))})
-        for g, (offset, length) in zip(grids, ranges)
-    ]
+    return [feature("image", offset, length, image_grid_thw=g) for g, (offset, length) in zip(grids, ranges)]
 
 
 def test_worked_example():

@@ -22,6 +22,7 @@ def _numba_subfolder(cache_dir: pathlib.Path, monkeypatch) -> pathlib.Path:
     return under
 
 
+@pytest.mark.slow  # a fresh compile in a child process
 def test_numba_cache_dir_folder_is_the_one_numba_writes(tmp_path):
     """The folder numba reports (and the stale-cache drop cleans) is where it writes a compile under
     NUMBA_CACHE_DIR."""

@@ -26,6 +26,7 @@ from test_minicpmv4_7 import (
     prompts,
 )
 from triton_support import require_triton
+from vllm_features import feature
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, reference
 from mrope_tracker.core.canvas import canvas_layout, canvas_positions
@@ -354,8 +355,6 @@ def test_grid_entry_points_refuse_a_canvas_config():
 def _features(record, with_mask: bool):
     """vLLM-like features of a recorded prompt: each item's range from its
     offset to its last crop's closing marker, its sizes in its size field."""
-    import types
-
     ids = record["token_ids"]
     features = []
     for item in record["items"]:
@@ -365,10 +364,8 @@ def _features(record, with_mask: bool):
             end += 1
         field = "tgt_sizes" if item["modality"] == "image" else "video_tgt_sizes"
         mask = torch.tensor([k != 0 for k in record["mm_token_type_ids"][item["offset"] : end]])
-        position = types.SimpleNamespace(offset=item["offset"], length=end - item["offset"])
-        position.is_embed = mask if with_mask else None
-        data = {field: types.SimpleNamespace(data=torch.tensor(item["target_sizes"]))}
-        features.append(types.SimpleNamespace(modality=item["modality"], mm_position=position, data=data))
+        offset, sizes = item["offset"], {field: item["target_sizes"]}
+        features.append(feature(item["modality"], offset, end - offset, mask if with_mask else None, **sizes))
     return features[::-1]  # in any order: read by offset
 
 
@@ -572,7 +569,15 @@ def _step(state, slot: int, start: int, count: int, prefill_len: int):
     return state.get_positions(count).cpu().numpy().copy()  # (a view of the buffer the next step rewrites)
 
 
-@pytest.mark.parametrize("index", range(0, len(RECORDS), 5), ids=[f"vllm-{i}" for i in range(0, len(RECORDS), 5)])
+# every fifth vector; the three longest (most Triton-interpreter steps) under -m slow
+_LONGEST = (0, 25, 40)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [pytest.param(i, marks=pytest.mark.slow) if i in _LONGEST else i for i in range(0, len(RECORDS), 5)],
+    ids=[f"vllm-{i}" for i in range(0, len(RECORDS), 5)],
+)
 def test_rope_state_on_the_vectors(index):
     """init_prefill_positions from vLLM's features, then the prefill in two
     steps and a decode token: vLLM 0.33.0's positions from the Triton step."""

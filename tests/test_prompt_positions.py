@@ -8,8 +8,6 @@ audio-in-video with chunk boundaries). Reference semantics: docs/semantics.md
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 import numpy as np
 import pytest
 import torch
@@ -19,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from spec_cases import tokens
 from strategies import FPS_VALUES, TEXT_IDS, Prompt, audio_tokens, configs, interleave_kinds, prompts, tau_values
+from vllm_features import PlaceholderRange
 
 from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions, reference
 
@@ -393,9 +392,6 @@ def test_input_forms_agree(form, prompt):
     # the inputs are never written
     for before, after in zip(snapshot, [ids, *kwargs.values(), *range_kwargs.values()]):
         np.testing.assert_array_equal(_values(after), before)
-
-
-PlaceholderRange = namedtuple("PlaceholderRange", ["offset", "length"])
 
 
 @given(prompts(max_items=3))

@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 import pytest
 import torch
-from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
+from vllm_features import feature
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout
 from mrope_tracker.core.config import SUPPORTED_MODEL_TYPES
@@ -26,12 +26,6 @@ from mrope_tracker.vllm import get_mrope_input_positions, layout_from_features
 
 QWEN2_5 = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
 QWEN3 = MRopeConfig(family="qwen3_vl")
-
-
-def _feature(modality, offset, length, is_embed=None, **fields):
-    mask = None if is_embed is None else torch.tensor(is_embed, dtype=torch.bool)
-    data = {name: FieldElem(torch.tensor(value)) for name, value in fields.items()}
-    return FeatureSpec(modality, PlaceholderRange(offset, length, mask), data)
 
 
 # --------------------------------------------------------------------------
@@ -207,24 +201,24 @@ def test_video_range_past_the_prompt_is_refused(family):
     (range form and vLLM's features); the same range in a prompt one token longer is taken."""
     config = MRopeConfig(family=family)
     kwargs = dict(video_ranges=[(2, 16, FRAMES_MASK)], video_grid_thw=[[2, 4, 4]])
-    feature = _feature("video", 2, 16, FRAMES_MASK, video_grid_thw=[2, 4, 4])
+    video = feature("video", 2, 16, FRAMES_MASK, video_grid_thw=[2, 4, 4])
     assert PromptLayout.from_ranges(config, 18, **kwargs).num_tokens == 18
-    assert layout_from_features(config, 18, [feature]).num_tokens == 18
+    assert layout_from_features(config, 18, [video]).num_tokens == 18
     match = r"video_ranges\[0\]: expected a range inside the prompt of 17 tokens, got offset 2 and length 16"
     with pytest.raises(ValueError, match=match):
         PromptLayout.from_ranges(config, 17, **kwargs)
     with pytest.raises(ValueError, match=match):
-        layout_from_features(config, 17, [feature])
+        layout_from_features(config, 17, [video])
 
 
 def test_keye_vl1_5_video_range_past_the_prompt_is_refused():
     """Keye-VL-1.5: a video feature whose closing (non-embedding) tokens lie past the prompt is refused."""
     config = MRopeConfig(family="keye_vl1_5")
     mask = [False, *[True] * 4, False, False, *[True] * 4, False]  # <FR V*4 FR ts V*4 VE>
-    feature = _feature("video", 1, 12, mask, video_grid_thw=[[1, 4, 4], [1, 4, 4]])
-    assert layout_from_features(config, 13, [feature]).num_tokens == 13
+    video = feature("video", 1, 12, mask, video_grid_thw=[[1, 4, 4], [1, 4, 4]])
+    assert layout_from_features(config, 13, [video]).num_tokens == 13
     with pytest.raises(ValueError, match=r"video_ranges\[\d\]: expected a range inside the prompt of 12 tokens"):
-        layout_from_features(config, 12, [feature])
+        layout_from_features(config, 12, [video])
 
 
 # --------------------------------------------------------------------------
@@ -280,8 +274,8 @@ def test_refused_omni_request_leaves_the_pool_as_it_was(family, mel):
             use_audio_in_video=True,
         )
     features = [
-        _feature("video", 2, 14, None, video_grid_thw=[2, 4, 4], use_audio_in_video=True),
-        _feature("audio", 2, 14, None, audio_feature_lengths=mel),
+        feature("video", 2, 14, None, video_grid_thw=[2, 4, 4], use_audio_in_video=True),
+        feature("audio", 2, 14, None, audio_feature_lengths=mel),
     ]
     with pytest.raises(ValueError, match="video_ranges|audio_feature_lengths|mm_features"):
         tracker.add_request_from_features("wild", 2**40, features)

@@ -83,6 +83,7 @@ def cpu_positions(config, prompt) -> torch.Tensor:
 # ---------------------------------------------------------------- every request that fits max_model_len
 
 
+@pytest.mark.slow  # 78,669 tokens through the Triton interpreter
 def test_a_192_frame_video_and_4000_images_are_accepted(fake_vllm):  # noqa: F811
     """The issue's two refusals: a 192-frame Qwen3-VL video (78,669 tokens, 385
     layout rows) and 4,000 small images, in RopeState(3, 4, 8192, 131072): both
@@ -155,6 +156,7 @@ def test_a_random_mix_filling_max_num_reqs(fake_vllm):  # noqa: F811
         assert torch.equal(got[:, qsl[k] : qsl[k + 1]], want), slot
 
 
+@pytest.mark.slow  # 1,024 requests admitted
 def test_device_memory_of_a_typical_mix_at_1024_x_262144():
     """1,024 slots x 262,144 max_model_len, every slot holding a typical request (8
     images, or a video, in text): the device state stays under 8 MiB (vLLM's table:

@@ -1,6 +1,6 @@
 """`PositionTracker.add_request_from_features`: admission from vLLM's prompt ids and features.
 
-The features are the stand-ins of test_vllm_adapter.py (exactly the
+The features are the stand-ins of vllm_features.py (exactly the
 attributes vLLM 0.33's objects have); the recorded vLLM 0.33.0 vectors give
 the expected positions, and the token form the expected ones of random prompts.
 """
@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples, prompts
-from test_vllm_adapter import VECTORS, FeatureSpec, FieldElem, PlaceholderRange, prompt_features, vector_features
+from vllm_features import VECTORS, FeatureSpec, feature, prompt_features, vector_features
 
 from mrope_tracker import MRopeConfig, PositionTracker
 
@@ -112,8 +112,7 @@ QWEN3 = MRopeConfig(family="qwen3_vl")
 
 
 def _video(offset, length, is_embed, grid=(2, 4, 4)):
-    data = {"video_grid_thw": FieldElem(torch.tensor(grid))}
-    return FeatureSpec("video", PlaceholderRange(offset, length, is_embed), data)
+    return feature("video", offset, length, is_embed, mask_form="raw", video_grid_thw=grid)
 
 
 # a (2, 4, 4) Qwen3-VL video, each frame of 4 tokens after 3 timestamp tokens, 2 text tokens around

@@ -14,14 +14,16 @@ import pytest
 import torch
 from hypothesis import event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 from strategies import configs, examples, prompts
 
 from mrope_tracker import PromptLayout, reference
 from mrope_tracker.kernels import tracker_step as K
 from mrope_tracker.tracker import PositionTracker
 
-pytestmark = pytest.mark.slow  # each machine runs its examples(...) count of 60-step runs
+# Each machine runs twice: a few short programs in the default run, so the model check is never left out, and
+# its full examples(...) count of 60-step programs under -m slow.
+QUICK = dict(max_examples=examples(20, minimum=4), stateful_step_count=25)
 
 MAX_NUM_REQS = 4
 MAX_NUM_BATCHED_TOKENS = 64
@@ -351,10 +353,16 @@ def prompt_add(tracker, rid, prompt, form, cached) -> int:
     return tracker.add_request_layout(rid, layout, num_computed_tokens=cached)
 
 
-TrackerMachine.TestCase.settings = settings(
-    TrackerMachine.TestCase.settings, max_examples=examples(200), stateful_step_count=60
-)
-test_tracker_state_machine = TrackerMachine.TestCase
+def test_tracker_machine_quick():
+    """A few short random programs of the tracker machine (the default run)."""
+    run_state_machine_as_test(TrackerMachine, settings=settings(TrackerMachine.TestCase.settings, **QUICK))
+
+
+@pytest.mark.slow
+def test_tracker_state_machine():
+    """The tracker machine at length: examples(200) programs of 60 steps."""
+    full = settings(TrackerMachine.TestCase.settings, max_examples=examples(200), stateful_step_count=60)
+    run_state_machine_as_test(TrackerMachine, settings=full)
 
 
 # --- the scheduler as the source of truth --------------------------------------------------------
@@ -580,7 +588,13 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert rid not in tracker
 
 
-SchedulerMachine.TestCase.settings = settings(
-    SchedulerMachine.TestCase.settings, max_examples=examples(150), stateful_step_count=60
-)
-test_scheduler_state_machine = SchedulerMachine.TestCase
+def test_scheduler_machine_quick():
+    """A few short random programs of the scheduler machine (the default run)."""
+    run_state_machine_as_test(SchedulerMachine, settings=settings(SchedulerMachine.TestCase.settings, **QUICK))
+
+
+@pytest.mark.slow
+def test_scheduler_state_machine():
+    """The scheduler machine at length: examples(150) programs of 60 steps."""
+    full = settings(SchedulerMachine.TestCase.settings, max_examples=examples(150), stateful_step_count=60)
+    run_state_machine_as_test(SchedulerMachine, settings=full)

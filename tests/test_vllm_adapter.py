@@ -1,122 +1,30 @@
 """The vLLM adapter (`mrope_tracker.vllm`): features read by duck typing, errors, pairing.
 
-The stand-ins below have exactly the attributes the adapter may read from
-vLLM 0.33's `MultiModalFeatureSpec`, `PlaceholderRange` and field elements;
+The stand-ins for vLLM's features come from tests/vllm_features.py;
 test_vllm_vectors.py builds them from the recorded vLLM placeholder ranges.
 """
 
 from __future__ import annotations
 
-import json
-import os
-
-import attrs
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import prompts
+from vllm_features import (
+    FeatureSpec,
+    FieldElem,
+    PlaceholderRange,
+    feature,
+    first_vector,
+    prompt_features,
+    vector_features,
+    vllm_config,
+)
 
 from mrope_tracker import MRopeConfig, prompt_positions
 from mrope_tracker.vllm import get_mrope_input_positions, layout_from_features
-
-VECTORS_PATH = os.path.join(os.path.dirname(__file__), "data", "vllm-0.33.0.jsonl")
-
-
-@attrs.define(eq=False)
-class FieldElem:
-    """Stand-in for vLLM's MultiModalFieldElem: only `.data` is read."""
-
-    data: object
-
-
-@attrs.define(eq=False)
-class PlaceholderRange:
-    """Stand-in for vLLM's PlaceholderRange."""
-
-    offset: object
-    length: object
-    is_embed: object = None
-
-
-@attrs.define(eq=False)
-class FeatureSpec:
-    """Stand-in for vLLM's MultiModalFeatureSpec."""
-
-    modality: object
-    mm_position: object
-    data: object
-
-
-def load_vectors() -> list[dict]:
-    with open(VECTORS_PATH) as f:
-        return [json.loads(line) for line in f]
-
-
-def _mask(flags, form: str):
-    if flags is None:
-        return None
-    if form == "list":
-        return [bool(x) for x in flags]
-    if form == "numpy":
-        return np.array(flags, dtype=bool)
-    return torch.tensor(flags, dtype=torch.bool)
-
-
-def vector_features(vector: dict, is_embed_form: str = "tensor") -> list[FeatureSpec]:
-    """One stand-in feature per recorded vLLM placeholder, fields as vLLM carries
-    them (int64 grids, float32 second_per_grid_ts, bool use_audio_in_video)."""
-    ranges = vector["vllm_placeholder_ranges"]
-    omni = "audio_start_token_id" in vector["config"]
-    features = []
-    for k, (offset, length, flags) in enumerate(ranges.get("image", [])):
-        data = {"image_grid_thw": FieldElem(torch.tensor(vector["image_grid_thw"][k]))}
-        features.append(FeatureSpec("image", PlaceholderRange(offset, length, _mask(flags, is_embed_form)), data))
-    for k, (offset, length, flags) in enumerate(ranges.get("video", [])):
-        data = {"video_grid_thw": FieldElem(torch.tensor(vector["video_grid_thw"][k]))}
-        if vector["second_per_grid_ts"] is not None:
-            data["second_per_grid_ts"] = FieldElem(torch.tensor(vector["second_per_grid_ts"][k], dtype=torch.float32))
-        if omni:
-            data["use_audio_in_video"] = FieldElem(torch.tensor(vector["use_audio_in_video"]))
-        if vector["video_timestamps"] is not None:
-            data["timestamps"] = FieldElem(list(vector["video_timestamps"][k]))
-        features.append(FeatureSpec("video", PlaceholderRange(offset, length, _mask(flags, is_embed_form)), data))
-    audio = sorted(ranges.get("audio", []), key=lambda r: r[0])
-    for (offset, length, flags), frames in zip(audio, vector["audio_feature_lengths"] or [], strict=True):
-        data = {"audio_feature_lengths": FieldElem(torch.tensor(frames))}
-        features.append(FeatureSpec("audio", PlaceholderRange(offset, length, _mask(flags, is_embed_form)), data))
-    return features
-
-
-def prompt_features(prompt, order) -> list[FeatureSpec]:
-    """Stand-in features for a strategies.Prompt without audio-in-video blocks, in the given order."""
-    features = []
-    sp = prompt.second_per_grid_ts
-    for k, (offset, length) in enumerate(prompt.image_ranges.tolist()):
-        data = {"image_grid_thw": FieldElem(torch.from_numpy(prompt.image_grid_thw[k]))}
-        features.append(FeatureSpec("image", PlaceholderRange(offset, length), data))
-    for k, (offset, length) in enumerate(prompt.video_ranges.tolist()):
-        data = {"video_grid_thw": FieldElem(torch.from_numpy(prompt.video_grid_thw[k]))}
-        if sp is not None:
-            data["second_per_grid_ts"] = FieldElem(torch.tensor(sp[k]))
-        features.append(FeatureSpec("video", PlaceholderRange(offset, length), data))
-    for k, (offset, length) in enumerate(prompt.audio_ranges.tolist()):
-        data = {"audio_feature_lengths": FieldElem(torch.tensor(int(prompt.audio_feature_lengths[k])))}
-        features.append(FeatureSpec("audio", PlaceholderRange(offset, length), data))
-    return [features[i] for i in order(len(features))]
-
-
-VECTORS = load_vectors()
-
-
-def first_vector(predicate) -> dict:
-    return next(v for v in VECTORS if predicate(v))
-
-
-def vllm_config(vector: dict, semantics: str = "vllm-0.33") -> MRopeConfig:
-    return MRopeConfig.from_hf_config(vector["config"], semantics=semantics)
-
 
 QWEN3_VL_VIDEO = first_vector(lambda v: v["family"] == "qwen3_vl" and v["video_grid_thw"] and v["image_grid_thw"])
 GLM_VIDEO = first_vector(lambda v: v["family"] == "glm4_1v" and v["video_grid_thw"])
@@ -283,9 +191,7 @@ def test_audio_in_video_on_a_vision_model_is_refused():
 
 
 def _image(offset=1, length=4, grid=(1, 4, 4), is_embed=None):
-    return FeatureSpec(
-        "image", PlaceholderRange(offset, length, is_embed), {"image_grid_thw": FieldElem(torch.tensor(grid))}
-    )
+    return feature("image", offset, length, is_embed, mask_form="raw", image_grid_thw=grid)
 
 
 IMAGE_PROMPT = [7, 151652] + [151655] * 4 + [151653, 8]
@@ -306,7 +212,7 @@ def test_well_formed_image_feature():
     ("feature", "error", "match"),
     [
         (object(), TypeError, r"mm_features\[0\]: expected a MultiModalFeatureSpec-like object with \.modality"),
-        (FeatureSpec("pixels", PlaceholderRange(2, 4), {}), ValueError, r"mm_features\[0\]\.modality"),
+        (feature("pixels", 2, 4), ValueError, r"mm_features\[0\]\.modality"),
         (FeatureSpec("image", object(), {}), TypeError, r"mm_features\[0\]\.mm_position"),
         (_image(offset=-1), ValueError, r"mm_features\[0\]\.mm_position\.offset: expected an int >= 0"),
         (_image(offset=2.0), TypeError, r"mm_features\[0\]\.mm_position\.offset: expected an int"),
@@ -318,11 +224,7 @@ def test_well_formed_image_feature():
             TypeError,
             r"mm_features\[0\]\.data: expected a mapping",
         ),
-        (
-            FeatureSpec("image", PlaceholderRange(2, 4), {}),
-            ValueError,
-            r"data\['image_grid_thw'\]: a image feature needs",
-        ),
+        (feature("image", 2, 4), ValueError, r"data\['image_grid_thw'\]: a image feature needs"),
         (
             FeatureSpec("image", PlaceholderRange(2, 4), {"image_grid_thw": [1, 4, 4]}),
             TypeError,
@@ -341,25 +243,25 @@ def test_malformed_feature_is_named(feature, error, match):
 def test_error_names_the_index_in_the_callers_list():
     """The index in the message is the feature's place in the caller's list, not in offset order."""
     late = _image(offset=2)
-    broken = FeatureSpec("image", PlaceholderRange(0, 1), {})
+    broken = feature("image", 0, 1)
     with pytest.raises(ValueError, match=r"mm_features\[1\]"):
         _positions([late, broken])
 
 
 def test_audio_feature_needs_its_length():
     """An audio feature without audio_feature_lengths raises, naming the field."""
-    feature = FeatureSpec("audio", PlaceholderRange(1, 5), {})
+    audio = feature("audio", 1, 5)
     with pytest.raises(ValueError, match=r"mm_features\[0\]\.data\['audio_feature_lengths'\]"):
-        get_mrope_input_positions(MRopeConfig(family="qwen2_5_omni"), list(range(8)), [feature])
+        get_mrope_input_positions(MRopeConfig(family="qwen2_5_omni"), list(range(8)), [audio])
 
 
 def test_audio_length_must_be_a_positive_int():
     """A float or zero mel-frame count is refused."""
     config = MRopeConfig(family="qwen2_5_omni")
     for frames, error in ((torch.tensor(20.0), ValueError), (torch.tensor(0), ValueError)):
-        feature = FeatureSpec("audio", PlaceholderRange(1, 5), {"audio_feature_lengths": FieldElem(frames)})
+        audio = feature("audio", 1, 5, audio_feature_lengths=frames)
         with pytest.raises(error, match=r"audio_feature_lengths"):
-            get_mrope_input_positions(config, list(range(8)), [feature])
+            get_mrope_input_positions(config, list(range(8)), [audio])
 
 
 @pytest.mark.parametrize(("features", "error"), [("image", TypeError), (None, TypeError), (_image(), TypeError)])

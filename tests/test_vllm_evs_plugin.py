@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from strategies import examples
 from test_evs import IMAGE, RECORDS, VIDEO, VS, _reference, pruned_prompts
 from test_evs_recompute import _placeholders
-from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
 from triton_support import require_triton
+from vllm_features import feature
 
 from mrope_tracker import MRopeConfig
 from mrope_tracker.device.evs_rows import PrunedRopeState
@@ -104,14 +104,13 @@ def _features(case, placeholders):
     features = []
     for offset, length in placeholders:
         if ids[offset] == IMAGE:
-            data = {"image_grid_thw": FieldElem(torch.tensor(case["images"][next(images)]))}
-            features.append(FeatureSpec("image", PlaceholderRange(offset, length), data))
+            features.append(feature("image", offset, length, image_grid_thw=case["images"][next(images)]))
             continue
         k = next(videos)
-        data = {"video_grid_thw": FieldElem(torch.tensor(case["grids"][k]))}
+        fields = {"video_grid_thw": case["grids"][k]}
         if case["sps"] is not None:
-            data["second_per_grid_ts"] = FieldElem(torch.tensor(case["sps"][k], dtype=torch.float32))
-        features.append(FeatureSpec("video", PlaceholderRange(offset, length), data))
+            fields["second_per_grid_ts"] = torch.tensor(case["sps"][k], dtype=torch.float32)
+        features.append(feature("video", offset, length, **fields))
     return features
 
 
@@ -240,7 +239,7 @@ def test_requests_with_images_only_keep_their_positions(fake):
     assert config["model_type"] == "qwen2_5_vl"
     model = modules[QWEN2_5_MODULE].Qwen2_5_VLForConditionalGeneration(config)
     ids = [1, 2, VS] + [IMAGE] * 4 + [151653, 3]
-    features = [FeatureSpec("image", PlaceholderRange(3, 4), {"image_grid_thw": FieldElem(torch.tensor([1, 4, 4]))})]
+    features = [feature("image", 3, 4, image_grid_thw=[1, 4, 4])]
     rope = RopeStore(torch.arange(len(ids)).repeat(3, 1))
     before = rope.positions.clone()
     pruner = modules[PRUNER_MODULE].MultiModalPruner(

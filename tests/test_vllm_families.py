@@ -16,11 +16,9 @@ import warnings
 import attrs
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
-from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
 from vllm_families import (
     FAMILIES,
     flat_video_grid,
@@ -30,6 +28,7 @@ from vllm_families import (
     token_config,
     vector_features,
 )
+from vllm_features import feature
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions, reference
 from mrope_tracker.core.config import SEMANTICS, ConfigDefaultWarning
@@ -275,9 +274,9 @@ def test_isaac_refuses_videos():
     ):
         with pytest.raises(ValueError, match="video_grid_thw: .*isaac"):
             call()
-    feature = FeatureSpec("video", PlaceholderRange(0, 1), {"video_grid_thw": FieldElem(torch.tensor([1, 2, 2]))})
+    video = feature("video", 0, 1, video_grid_thw=[1, 2, 2])
     with pytest.raises(ValueError, match=r"video_grid_thw: expected None for isaac \(images only"):
-        get_mrope_input_positions(config, [1, 2, 3], [feature])
+        get_mrope_input_positions(config, [1, 2, 3], [video])
 
 
 def test_isaac_placeholder_count_is_checked():
@@ -292,9 +291,8 @@ def test_isaac_placeholder_count_is_checked():
 
 
 def _keye15_feature(rows, is_embed, offset=0):
-    data = {"video_grid_thw": FieldElem(torch.tensor(rows)), "num_frames": FieldElem(torch.tensor(len(rows)))}
-    mask = None if is_embed is None else torch.tensor(is_embed, dtype=torch.bool)
-    return FeatureSpec("video", PlaceholderRange(offset, len(is_embed) if is_embed else 4, mask), data)
+    length = len(is_embed) if is_embed else 4
+    return feature("video", offset, length, is_embed, video_grid_thw=rows, num_frames=len(rows))
 
 
 def test_keye_vl1_5_frames_must_match_the_embed_runs():
@@ -374,7 +372,6 @@ def test_keye_vl1_5_wild_frame_count_is_refused_at_once():
     """A Keye-VL-1.5 feature announcing far more frames than its range holds is refused before any
     per-frame list is made (a frame count of 10**9 must not build a billion-entry list)."""
     config = MRopeConfig(family="keye_vl1_5", semantics="vllm-0.33")
-    grid = FieldElem(torch.tensor([[10**9, 2, 2]]))
-    feature = FeatureSpec("video", PlaceholderRange(2, 8), {"video_grid_thw": grid})
+    video = feature("video", 2, 8, video_grid_thw=[[10**9, 2, 2]])
     with pytest.raises(ValueError, match=r"expected at most 8 frames in all \(the range's length\), got 1000000000"):
-        layout_from_features(config, 16, [feature])
+        layout_from_features(config, 16, [video])

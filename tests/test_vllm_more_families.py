@@ -17,7 +17,7 @@ from family_prompts import CONFIG_NAMES, VLLM_FAMILIES, family_prompts, load_con
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
-from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
+from vllm_features import FeatureSpec, feature
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions, reference
 from mrope_tracker.vllm import get_mrope_input_positions
@@ -30,9 +30,9 @@ def _features(prompt) -> list[FeatureSpec]:
     grids = {"image": iter(prompt.image_grid_thw), "video": iter(prompt.video_grid_thw)}
     out = []
     for r in prompt.vllm_ranges:
-        data = {f"{r.modality}_grid_thw": FieldElem(torch.tensor(next(grids[r.modality])))}
         is_embed = None if r.is_embed is None else torch.tensor(r.is_embed)
-        out.append(FeatureSpec(r.modality, PlaceholderRange(r.offset, r.length, is_embed), data))
+        fields = {f"{r.modality}_grid_thw": next(grids[r.modality])}
+        out.append(feature(r.modality, r.offset, r.length, is_embed, **fields))
     return out
 
 
@@ -180,7 +180,7 @@ def test_text_only_model_types(model_type):
     positions, delta = prompt_positions(config, ids)
     assert positions.tolist() == [list(range(10))] * 3 and delta == 0
     assert reference.prompt_positions(config, ids)[0].tolist() == [list(range(10))] * 3
-    image = FeatureSpec("image", PlaceholderRange(2, 4), {"image_grid_thw": FieldElem(torch.tensor([1, 4, 4]))})
+    image = feature("image", 2, 4, image_grid_thw=[1, 4, 4])
     adapted, delta = get_mrope_input_positions(config, ids, [image])
     assert adapted.tolist() == [list(range(10))] * 3 and delta == 0
 
@@ -204,8 +204,7 @@ def test_ernie_odd_frame_count_is_refused(how):
         elif how == "ranges":
             PromptLayout.from_ranges(config, len(ids), video_ranges=[(1, 3)], video_grid_thw=grid)
         elif how == "adapter":
-            data = {"video_grid_thw": FieldElem(torch.tensor(grid[0]))}
-            get_mrope_input_positions(config, ids, [FeatureSpec("video", PlaceholderRange(1, 3), data)])
+            get_mrope_input_positions(config, ids, [feature("video", 1, 3, video_grid_thw=grid[0])])
         elif how == "reference":
             reference.prompt_positions(config, ids, video_grid_thw=grid)
         else:
@@ -270,9 +269,8 @@ def test_cohere_compass_takes_per_frame_videos(how):
         layout = PromptLayout.from_ranges(config, len(ids), video_ranges=[(1, 15, embed)], video_grid_thw=grid)
         positions, delta = layout.positions(), layout.delta
     elif how == "adapter":
-        data = {"video_grid_thw": FieldElem(torch.tensor(grid[0]))}
-        feature = FeatureSpec("video", PlaceholderRange(1, 15, torch.tensor(embed)), data)
-        positions, delta = get_mrope_input_positions(config, ids, [feature])
+        video = feature("video", 1, 15, torch.tensor(embed), video_grid_thw=grid[0])
+        positions, delta = get_mrope_input_positions(config, ids, [video])
     elif how == "reference":
         positions, delta = reference.prompt_positions(config, ids, video_grid_thw=grid)
     else:

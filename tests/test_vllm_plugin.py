@@ -147,6 +147,7 @@ def test_entry_point_is_declared():
     assert [p.value for p in points if p.name == "mrope_tracker"] == ["mrope_tracker.vllm.plugin:register"]
 
 
+@pytest.mark.slow  # a child process imports torch and the package
 def test_the_package_imports_without_triton():
     """`import mrope_tracker` and `mrope_tracker.vllm` need no triton; RopeState says it needs it."""
     code = (

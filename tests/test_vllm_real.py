@@ -31,8 +31,8 @@ vllm = pytest.importorskip("vllm", reason="needs vLLM 0.33 installed (the CI sta
 if not vllm.__version__.startswith("0.33."):
     pytest.skip(f"these tests run vLLM 0.33's modules, found vLLM {vllm.__version__}", allow_module_level=True)
 
-import test_vllm_adapter  # noqa: E402
 import vllm_families  # noqa: E402
+import vllm_features  # noqa: E402
 import vllm_real  # noqa: E402
 
 from mrope_tracker import MRopeConfig  # noqa: E402
@@ -44,7 +44,7 @@ CPU = torch.device("cpu")
 
 def _family_pools() -> dict[str, list[tuple[dict, list]]]:
     """Per family, the recorded prompts of its most common config, with their stand-in features."""
-    vectors = [(v, test_vllm_adapter.vector_features(v)) for v in test_vllm_adapter.load_vectors()]
+    vectors = [(v, vllm_features.vector_features(v)) for v in vllm_features.load_vectors()]
     with open(vllm_families.MORE_VECTORS_PATH, encoding="utf-8") as f:
         more = [json.loads(line) for line in f]
     vectors += [(v, vllm_families.vector_features(v)) for v in more]

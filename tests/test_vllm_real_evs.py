@@ -42,7 +42,7 @@ if not vllm.__version__.startswith("0.33."):
     pytest.skip(f"these tests run vLLM 0.33's modules, found vLLM {vllm.__version__}", allow_module_level=True)
 
 import vllm_real  # noqa: E402
-from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange  # noqa: E402
+from vllm_features import feature  # noqa: E402
 
 from mrope_tracker import MRopeConfig  # noqa: E402
 from mrope_tracker.device.evs_rows import PrunedRopeState  # noqa: E402
@@ -81,11 +81,9 @@ def _model(record):
 def _features(record):
     out = []
     for k, place in enumerate(record["placeholders"]):
-        data = {
-            "video_grid_thw": FieldElem(torch.tensor(record["video_grid_thw"][k])),
-            "second_per_grid_ts": FieldElem(torch.tensor(record["second_per_grid_ts"][k], dtype=torch.float32)),
-        }
-        out.append(FeatureSpec("video", PlaceholderRange(place["offset"], place["length"]), data))
+        sp = torch.tensor(record["second_per_grid_ts"][k], dtype=torch.float32)
+        fields = {"video_grid_thw": record["video_grid_thw"][k], "second_per_grid_ts": sp}
+        out.append(feature("video", place["offset"], place["length"], **fields))
     return vllm_real.real_features(out)
 
 

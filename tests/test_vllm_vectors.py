@@ -22,7 +22,8 @@ import pytest
 from family_prompts import FAMILIES as RECORDED_FAMILIES
 from family_prompts import MODEL_TYPES
 from strategies import audio_tokens, tau_values
-from test_vllm_adapter import VECTORS, adapter, vector_features
+from test_vllm_adapter import adapter
+from vllm_features import VECTORS, vector_features
 
 from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions
 from mrope_tracker.families import FAMILIES

@@ -20,7 +20,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
+from vllm_features import FeatureSpec, feature
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, prompt_positions, reference
 from mrope_tracker.vllm import get_mrope_input_positions, layout_from_features
@@ -57,9 +57,8 @@ def features(vector: dict) -> list[FeatureSpec]:
     out = []
     for f in vector["mm_features"]:
         name = f"{f['modality']}_grid_thw"
-        data = {name: FieldElem(torch.tensor(f[name], dtype=torch.int64))}
-        is_embed = None if f["is_embed"] is None else torch.tensor(f["is_embed"], dtype=torch.bool)
-        out.append(FeatureSpec(f["modality"], PlaceholderRange(f["offset"], f["length"], is_embed), data))
+        grid = torch.tensor(f[name], dtype=torch.int64)
+        out.append(feature(f["modality"], f["offset"], f["length"], f["is_embed"], **{name: grid}))
     return out
 
 

@@ -27,9 +27,8 @@ import os
 
 import attrs
 import numpy as np
-import torch
 from hypothesis import strategies as st
-from test_vllm_adapter import FeatureSpec, FieldElem, PlaceholderRange
+from vllm_features import FeatureSpec, feature
 
 from mrope_tracker import MRopeConfig
 
@@ -76,9 +75,7 @@ def vector_features(vector: dict) -> list[FeatureSpec]:
     out = []
     for f in vector["mm_features"]:
         fields = {k: v for k, v in f.items() if k not in ("modality", "offset", "length", "is_embed")}
-        data = {k: FieldElem(torch.tensor(v)) for k, v in fields.items()}
-        mask = None if f["is_embed"] is None else torch.tensor(f["is_embed"], dtype=torch.bool)
-        out.append(FeatureSpec(f["modality"], PlaceholderRange(f["offset"], f["length"], mask), data))
+        out.append(feature(f["modality"], f["offset"], f["length"], f["is_embed"], **fields))
     return out
 
 
@@ -122,12 +119,6 @@ class Prompt:
         return kw
 
 
-def _feature(modality: str, offset: int, length: int, is_embed, **data) -> FeatureSpec:
-    mask = None if is_embed is None else torch.tensor(is_embed, dtype=torch.bool)
-    fields = {k: FieldElem(torch.tensor(v)) for k, v in data.items()}
-    return FeatureSpec(modality, PlaceholderRange(offset, length, mask), fields)
-
-
 def _size(draw, small: bool = False) -> tuple[int, int]:
     top = 3 if small else 6
     return 2 * draw(st.integers(1, top)), 2 * draw(st.integers(1, top))
@@ -159,7 +150,7 @@ def prompts(draw, families=FAMILIES, max_items: int = 4) -> Prompt:
             images.append([1, h, w])
             image_ranges.append((offset, n))
             embed = [True] * n if family == "isaac" else None  # as vLLM reports Isaac's
-            features.append(_feature("image", offset, n, embed, image_grid_thw=[1, h, w]))
+            features.append(feature("image", offset, n, embed, image_grid_thw=[1, h, w]))
         elif family == "keye":
             t = draw(st.integers(1, 3))
             h, w = _size(draw)
@@ -170,7 +161,7 @@ def prompts(draw, families=FAMILIES, max_items: int = 4) -> Prompt:
             tokens.append(ids["VE"])
             videos.append([t, h, w])
             video_ranges.append((offset, n))
-            features.append(_feature("video", offset, n, None, video_grid_thw=[t, h, w]))
+            features.append(feature("video", offset, n, None, video_grid_thw=[t, h, w]))
         elif family == "keye_vl1_5":
             slow, fast = _size(draw), _size(draw, small=True)
             kinds_f = draw(st.lists(st.booleans(), min_size=1, max_size=4))  # True: a fast frame
@@ -196,7 +187,7 @@ def prompts(draw, families=FAMILIES, max_items: int = 4) -> Prompt:
             tokens.append(ids["VE"])
             videos.extend(rows)
             length = len(embed)
-            features.append(_feature("video", offset, length, embed, video_grid_thw=rows, num_frames=len(rows)))
+            features.append(feature("video", offset, length, embed, video_grid_thw=rows, num_frames=len(rows)))
         else:  # openpangu_vl
             t = draw(st.integers(1, 3))
             h, w = _size(draw)
@@ -216,7 +207,7 @@ def prompts(draw, families=FAMILIES, max_items: int = 4) -> Prompt:
             # the range form locates the frames either way: by is_embed, or by the 2-token gap
             with_mask = draw(st.booleans())
             video_ranges.append((offset, length, embed) if with_mask else (offset, length))
-            features.append(_feature("video", offset, length, embed, video_grid_thw=[t, h, w]))
+            features.append(feature("video", offset, length, embed, video_grid_thw=[t, h, w]))
     # trailing text more often than not: Isaac's rule for it differs from the rest
     text(0 if kinds and draw(st.booleans()) else 1, 5)
     if not tokens:
