@@ -181,11 +181,24 @@ def test_the_kernel_refuses_other_types_rather_than_compiling():
     assert len(prompt_from_arrays.signatures) == 1
 
 
+def test_tensors_that_need_grad_are_read_through_a_detached_copy():
+    ids = torch.tensor([1, IMAGE, IMAGE, 2], dtype=torch.float64, requires_grad=True)
+    grid = torch.tensor([[1.0, 2.0, 4.0]], requires_grad=True)
+    with pytest.raises(TypeError, match="token_ids"):  # floats: refused after the copy, as without grad
+        prompt_positions(QWEN2_5, ids)
+    expected = prompt_positions(QWEN2_5, [1, IMAGE, IMAGE, 2], image_grid_thw=[[1, 2, 4]])
+    with pytest.raises(TypeError, match="image_grid_thw"):
+        prompt_positions(QWEN2_5, ids.detach().long(), image_grid_thw=grid)
+    _same(prompt_positions(QWEN2_5, ids.detach().long(), image_grid_thw=grid.detach().long()), expected)
+
+
 @pytest.mark.parametrize(
     ("token_ids", "kwargs", "error", "argument"),
     [
         (torch.tensor([1.0, 2.0]), {}, TypeError, "token_ids"),
         (torch.tensor([True, False]), {}, TypeError, "token_ids"),
+        (torch.tensor([1, 2], dtype=torch.bfloat16), {}, TypeError, "token_ids"),
+        (torch.empty(2, dtype=torch.int64, device="meta"), {}, TypeError, "token_ids"),
         (np.array([[1, 2]]), {}, ValueError, "token_ids"),
         (_read_only(np.zeros(0, np.int64)), {}, ValueError, "token_ids"),
         (np.array([2**63], np.uint64), {}, ValueError, "token_ids"),
