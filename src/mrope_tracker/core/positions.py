@@ -4,8 +4,12 @@
 one route for every input form: `as_token_ids` and `normalize_items`
 (core/inputs.py) bring each argument to the kernels' canonical form once,
 then one numba call scans the tokens and writes the (num_dims, L) output
-(kernels/prompt.py). `next_positions` is the in-place decode rule
-(index + delta), the seed PR's `get_next_input_positions`.
+(kernels/prompt.py). The canonical forms are tested inline first, by exact
+type (on a small prompt a function call is a good part of the time); token
+ids and a lone image grid that are read-only but otherwise canonical go to
+the kernel uncopied (its one signature takes read-only inputs).
+`next_positions` is the in-place decode rule (index + delta), the seed PR's
+`get_next_input_positions`.
 """
 
 from __future__ import annotations
