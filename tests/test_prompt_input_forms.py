@@ -3,11 +3,12 @@
 The canonical call passes C-contiguous int64 arrays (float32 times). Every
 other form a caller passes (lists, tuples, numpy arrays of any integer or
 float dtype, strided, read-only, misaligned or byte-swapped, torch tensors)
-is normalised once to that form, or, for read-only C-contiguous arrays,
-handed to the kernel as it is (kernels/prompt.py: one signature that takes
-read-only and writable inputs). These tests draw a form per argument and
-hold the result to the canonical call's, and check that no form makes numba
-compile a second signature of the prompt kernel or of the builder behind it.
+is normalised once to that form, or, for read-only but otherwise canonical
+token ids and a lone image grid, handed to the kernel as it is
+(kernels/prompt.py: one signature that takes read-only and writable
+inputs). These tests draw a form per argument and hold the result to the
+canonical call's, and check that no form makes numba compile a second
+signature of the prompt kernel or of the builder behind it.
 """
 
 from __future__ import annotations
