@@ -273,7 +273,7 @@ def _our_kernel_call(config, ids, kwargs):
     changed."""
     try:
         from mrope_tracker.core.inputs import normalize_items
-        from mrope_tracker.kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
+        from mrope_tracker.kernels.prompt import FAILED, SCRATCH_SIZE, sealed_prompt_entry
 
         out = np.empty((3, ids.shape[0]), np.int64)
         params = config.kernel_params
@@ -286,7 +286,8 @@ def _our_kernel_call(config, ids, kwargs):
             None,
             False,
         )
-        call = lambda: prompt_from_arrays(out, ids, params, *items, scratch)  # noqa: E731
+        kernel = sealed_prompt_entry()
+        call = lambda: kernel(out, ids, params, *items, scratch)  # noqa: E731
         if call() == FAILED:
             return None
         return call

@@ -21,11 +21,15 @@ from ..kernels.records import MARSHAL_INTS, read_int_records, read_int_rows
 from .config import MRopeConfig
 
 _INT64 = np.dtype(np.int64)
+_NDARRAY = np.ndarray
+_TENSOR = torch.Tensor
 _FLOAT32 = np.dtype(np.float32)
 # numpy's array flag bits (NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_ALIGNED and
 # NPY_ARRAY_WRITEABLE, fixed in its C API): `flags.num` tests all three in
 # one attribute read, where `flags.c_contiguous` and the like take one each.
 READY_FLAGS = 0x0001 | 0x0100 | 0x0400
+# The same less WRITEABLE: what `prompt_positions`' kernel takes (kernels/prompt.py reads read-only arrays).
+READABLE_FLAGS = 0x0001 | 0x0100
 # Shared empty inputs. Writable on purpose: numba types read-only arrays
 # differently, and a zero-size array cannot be written anyway.
 EMPTY_GRID = np.zeros((0, 3), np.int64)
@@ -77,8 +81,10 @@ def plain_ndarray(value: np.ndarray, name: str) -> np.ndarray:
 def _to_numpy(value, name: str) -> np.ndarray:
     """Any array-like to numpy, without copying numpy arrays or CPU tensors."""
     tv = type(value)
-    if tv is np.ndarray:
+    if tv is _NDARRAY:
         return value
+    if tv is _TENSOR:
+        return _cpu_numpy(value, name)
     if tv is list or tv is tuple:
         if _has_bool(value):
             raise TypeError(f"{name}: expected integers, got a bool inside {describe(value)}")
@@ -89,12 +95,7 @@ def _to_numpy(value, name: str) -> np.ndarray:
                 f"{name}: expected a rectangular array of numbers, got {describe(value)} ({exc})"
             ) from None
     if isinstance(value, torch.Tensor):
-        try:
-            if value.is_cpu and not value.requires_grad:  # (is_cpu: a tenth of device.type's cost)
-                return value.numpy()  # a view: no detach/cpu round trip (microseconds on small tensors)
-            return value.detach().cpu().numpy()
-        except (RuntimeError, NotImplementedError, TypeError) as exc:  # a meta tensor, an unsupported dtype, ...
-            raise TypeError(f"{name}: expected a tensor numpy can read, got {describe(value)} ({exc})") from None
+        return _cpu_numpy(value, name)
     if isinstance(value, np.ndarray):
         return plain_ndarray(value, name)
     if isinstance(value, (str, bytes, dict, set)) or not hasattr(value, "__len__"):
@@ -175,9 +176,33 @@ def true_runs(flags: np.ndarray) -> np.ndarray:
     return np.stack([edges[0::2], edges[1::2] - edges[0::2]], axis=1)
 
 
+def _cpu_numpy(value: torch.Tensor, name: str) -> np.ndarray:
+    """A tensor's numpy view (a CPU tensor that needs no grad: no copy), or a copy."""
+    try:  # the common case first, asked of torch itself (testing is_cpu and requires_grad first costs more)
+        return value.numpy()  # a view: no detach/cpu round trip (microseconds on small tensors)
+    except (RuntimeError, NotImplementedError, TypeError):  # needs grad, not on the CPU, ...: below
+        pass
+    try:
+        return value.detach().cpu().numpy()
+    except (RuntimeError, NotImplementedError, TypeError) as exc:  # a meta tensor, an unsupported dtype, ...
+        raise TypeError(f"{name}: expected a tensor numpy can read, got {describe(value)} ({exc})") from None
+
+
 def as_token_ids(token_ids) -> np.ndarray:
-    """1-D integer tokens as int64; a ready int64 numpy array passes straight through."""
-    ids = token_ids if ready(token_ids, _INT64, 1) else as_int_array(token_ids, "token_ids", 1, "(num_tokens,)")
+    """1-D integer tokens as int64; a ready int64 numpy array passes straight through.
+
+    The forms engines pass are tested first, by exact type: a tensor becomes
+    its numpy view, and a 1-D numpy array of signed integers (any width,
+    strided, read-only, misaligned or byte-swapped) takes one copy as
+    C-contiguous int64. Everything else goes through `as_int_array`."""
+    ids = token_ids
+    if type(ids) is _TENSOR:
+        ids = _cpu_numpy(ids, "token_ids")
+    if type(ids) is _NDARRAY and ids.ndim == 1 and ids.dtype.kind == "i" and ids.shape[0]:
+        if ids.dtype is not _INT64 or ids.flags.num & READY_FLAGS != READY_FLAGS:
+            ids = ids.astype(_INT64)  # (1-D: the copy is C-contiguous whatever the source's order)
+        return ids
+    ids = as_int_array(token_ids, "token_ids", 1, "(num_tokens,)")  # (the user's own value: messages describe it)
     if ids.shape[0] == 0:
         raise ValueError("token_ids: expected at least one token, got an empty sequence")
     return ids
@@ -187,14 +212,17 @@ def as_grid(value, name: str) -> np.ndarray:
     """(n, 3) integer grids; None or empty means no items."""
     if value is None:
         return EMPTY_GRID
-    if type(value) is list or type(value) is tuple:  # (first: the commonest form besides canonical arrays)
+    tv = type(value)
+    if tv is list or tv is tuple:  # (first: the commonest form besides canonical arrays)
         fast = _plain_ints(value, 3)
         if fast is not None:
             return fast
-    elif ready(value, _INT64, 2, 3):
-        return value
-    elif type(value) is np.ndarray and value.ndim == 2 and value.shape[1] == 3 and value.dtype.kind == "i":
-        return value.astype(_INT64, order="C")  # any other signed integer array of the right shape: one copy
+    else:  # numpy arrays and tensors (as their numpy view) of signed integers, by exact type
+        arr = _cpu_numpy(value, name) if tv is _TENSOR else value
+        if type(arr) is _NDARRAY and arr.ndim == 2 and arr.shape[1] == 3 and arr.dtype.kind == "i":
+            if arr.dtype is _INT64 and arr.flags.num & READY_FLAGS == READY_FLAGS:
+                return arr
+            return arr.astype(_INT64, order="C")  # any other layout or width: one copy
     arr = _to_numpy(value, name)
     if arr.size == 0 and (arr.ndim == 1 or arr.shape[-1:] == (3,)):
         return EMPTY_GRID

@@ -4,8 +4,12 @@
 one route for every input form: `as_token_ids` and `normalize_items`
 (core/inputs.py) bring each argument to the kernels' canonical form once,
 then one numba call scans the tokens and writes the (num_dims, L) output
-(kernels/prompt.py). `next_positions` is the in-place decode rule
-(index + delta), the seed PR's `get_next_input_positions`.
+(kernels/prompt.py). The canonical forms are tested inline first, by exact
+type (on a small prompt a function call is a good part of the time); token
+ids and a lone image grid that are read-only but otherwise canonical go to
+the kernel uncopied (its one signature takes read-only inputs).
+`next_positions` is the in-place decode rule (index + delta), the seed PR's
+`get_next_input_positions`.
 """
 
 from __future__ import annotations
@@ -18,11 +22,23 @@ from ..kernels.layout_build import build_from_tokens
 from ..kernels.layout_emit import NUM_STATE, S_MAX
 from ..kernels.layout_fill import fill_positions
 from ..kernels.next_positions import next_positions_kernel
-from ..kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
+from ..kernels.prompt import FAILED, SCRATCH_SIZE, sealed_prompt_entry
 from . import float_carry
 from .config import MRopeConfig
 from .errors import layout_error
-from .inputs import READY_FLAGS, Items, as_config, as_index, as_token_ids, canvas_error, normalize_items
+from .inputs import (
+    EMPTY_FLOAT,
+    EMPTY_GRID,
+    EMPTY_INT,
+    READABLE_FLAGS,
+    Items,
+    as_config,
+    as_grid,
+    as_index,
+    as_token_ids,
+    canvas_error,
+    normalize_items,
+)
 from .layout import build_rows_from_tokens
 
 __all__ = ["prompt_positions", "next_positions"]
@@ -34,6 +50,19 @@ _empty = np.empty
 # its whole run and calls no Python. (A free-threaded CPython build, without
 # a GIL, would need one buffer per thread; we support none yet.)
 _SCRATCH = np.empty(SCRATCH_SIZE, np.int64)
+# The kernel's items for a text-only prompt (normalize_items' result for no items).
+_TEXT_ONLY = (EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)
+
+
+def _first_prompt_call(*args):
+    """The kernel's first call: its signature compiled (or loaded), then the
+    module's `_prompt_call` is the kernel itself (no wrapper on later calls)."""
+    global _prompt_call
+    _prompt_call = sealed_prompt_entry()
+    return _prompt_call(*args)
+
+
+_prompt_call = _first_prompt_call
 
 
 def prompt_positions(
@@ -76,19 +105,42 @@ def prompt_positions(
             use_audio_in_video,
         )
     ids = token_ids
-    if (  # as_token_ids' own test, inline: a call costs a good part of a small prompt's
+    if (  # as_token_ids' own test, inline (a call costs a good part of a small prompt's), read-only arrays taken
         type(ids) is not _NDARRAY
         or ids.dtype is not _INT64
         or ids.ndim != 1
-        or ids.flags.num & READY_FLAGS != READY_FLAGS
+        or ids.flags.num & READABLE_FLAGS != READABLE_FLAGS
         or not ids.shape[0]
     ):
         ids = as_token_ids(token_ids)
-    items, audio_lengths = normalize_items(
-        config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
-    )
+    if (  # text or images alone (the commonest calls) of a family that serves both: the one grid, inline
+        video_grid_thw is None
+        and second_per_grid_ts is None
+        and audio_feature_lengths is None
+        and use_audio_in_video is False
+        and config.image_token_id is not None
+        and config.video_token_id is not None  # (else normalize_items checks the served modalities)
+    ):
+        grid = image_grid_thw
+        if grid is None:
+            items = _TEXT_ONLY
+        else:
+            if not (  # as_grid's own test, inline; read-only arrays taken
+                type(grid) is _NDARRAY
+                and grid.dtype is _INT64
+                and grid.ndim == 2
+                and grid.shape[1] == 3
+                and grid.flags.num & READABLE_FLAGS == READABLE_FLAGS
+            ):
+                grid = as_grid(grid, "image_grid_thw")
+            items = (grid, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)
+        audio_lengths = EMPTY_INT
+    else:
+        items, audio_lengths = normalize_items(
+            config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+        )
     out = _empty((config.num_dims, ids.shape[0]), _INT64)
-    delta = prompt_from_arrays(out, ids, config.kernel_params, *items, _SCRATCH)
+    delta = _prompt_call(out, ids, config.kernel_params, *items, _SCRATCH)
     if delta == FAILED:  # the builder found an error: run it again on its own state, for the message
         return _build_checked(config, ids, items, audio_lengths)
     return out, delta
@@ -102,7 +154,7 @@ def _float_carry_positions(config, token_ids, images, videos, times, audio_lengt
     items = Items.normalize(config, images, videos, times, audio_lengths, use_audio_in_video)
     out = _empty((config.num_dims, len(ids)), _INT64)
     if not float_carry.needs_rows(items, config.tokens_per_second):
-        delta = prompt_from_arrays(out, ids, config.kernel_params, *items.kernel_args, _SCRATCH)
+        delta = _prompt_call(out, ids, config.kernel_params, *items.kernel_args, _SCRATCH)
         if delta == FAILED:  # the long way raises the error
             checked_prompt_positions(config, ids, images, videos, times, audio_lengths, use_audio_in_video)
         if delta + len(ids) <= float_carry.INTEGER_LIMIT:
@@ -129,6 +181,10 @@ def checked_prompt_positions(
 def _build_checked(config, ids, items, audio_lengths) -> tuple[np.ndarray, int]:
     """The builder on a state of its own, its error code turned into a
     message naming the argument."""
+    # (the builder is compiled for writable arrays: prompt_positions passes read-only ones through)
+    if not ids.flags.writeable:
+        ids = ids.copy()
+    items = tuple(x.copy() if type(x) is _NDARRAY and not x.flags.writeable else x for x in items)
     out = np.empty((config.num_dims, ids.shape[0]), _INT64)
     state = np.empty(NUM_STATE, _INT64)
     code, a, b, c, d = build_from_tokens(_NO_ROWS, _NO_SCALES, state, out, ids, config.kernel_params, *items)
