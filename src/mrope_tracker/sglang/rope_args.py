@@ -102,26 +102,46 @@ def counts_arg(value):
 def one_prompt(
     config: MRopeConfig, ids: np.ndarray, images, videos, times, audio=None, use_av: bool = False
 ) -> tuple[np.ndarray, int]:
-    """((3, L) int64 positions, delta) of one prompt row, as `prompt_positions`
-    gives them under `config` (bad input raises as it does)."""
-    if not config.float_carry:
-        return prompt_positions(
-            config, ids, image_grid_thw=images, video_grid_thw=videos, second_per_grid_ts=times,
-            audio_feature_lengths=audio, use_audio_in_video=use_av,
-        )  # fmt: skip
-    items, _ = normalize_items(config, images, videos, times, audio, use_av)
-    length = ids.shape[0]
-    out = np.empty((3, length), np.int64)
-    checked = length and prompt_from_arrays(out, ids, config.kernel_params, *items, _SCRATCH) != FAILED
-    if checked:
-        top = omni_truncated_positions(out, np.empty((3, length), np.float32), ids, config.kernel_params, *items)
-        if top >= 0:
-            return out, int(top) + 1 - length
-    # the checked route: it names what is wrong, or positions what the float pass cannot follow
+    """((3, L) positions, delta) of one prompt row, as `prompt_positions` gives
+    them under `config` (bad input raises as it does): int64, or float32 under
+    SGLang's Qwen3-Omni rule (the dtype SGLang returns there)."""
+    if config.float_carry:
+        return _float_carry_prompt(config, ids, images, videos, times, audio, use_av)
     return prompt_positions(
         config, ids, image_grid_thw=images, video_grid_thw=videos, second_per_grid_ts=times,
         audio_feature_lengths=audio, use_audio_in_video=use_av,
     )  # fmt: skip
+
+
+def _float_carry_prompt(config, ids, images, videos, times, audio, use_av) -> tuple[np.ndarray, int]:
+    """The integer scan checks the prompt (items, counts, brackets of the
+    integer rule); one jitted pass of the float32 rule then writes it."""
+    items, _ = normalize_items(config, images, videos, times, audio, use_av)
+    length = ids.shape[0]
+    checked = length and prompt_from_arrays(_scan_out(length), ids, config.kernel_params, *items, _SCRATCH) != FAILED
+    if checked:
+        out = np.empty((3, length), np.float32)
+        top = omni_truncated_positions(out, ids, config.kernel_params, *items)
+        if top >= 0:
+            return out, int(top) + 1 - length
+    # the checked route: it names what is wrong, or positions what the float pass cannot follow
+    positions, delta = prompt_positions(
+        config, ids, image_grid_thw=images, video_grid_thw=videos, second_per_grid_ts=times,
+        audio_feature_lengths=audio, use_audio_in_video=use_av,
+    )  # fmt: skip
+    return positions.astype(np.float32), delta
+
+
+_SCAN_OUT = [np.empty(0, np.int64)]
+
+
+def _scan_out(length: int) -> np.ndarray:
+    """Room for the checking scan's integer positions, which nobody reads: one
+    buffer kept and grown (the scan keeps the GIL, as the scratch above), its
+    front (3, L) C-contiguous, the form the kernel is compiled for."""
+    if _SCAN_OUT[0].shape[0] < 3 * length:
+        _SCAN_OUT[0] = np.empty(max(3 * length, 2 * _SCAN_OUT[0].shape[0]), np.int64)
+    return _SCAN_OUT[0][: 3 * length].reshape(3, length)
 
 
 # torch dtypes SGLang's functions return, as numpy makes them (a dtype change in numpy costs

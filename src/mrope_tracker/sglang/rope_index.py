@@ -138,12 +138,12 @@ def hf_config_of(hf_config, semantics: str) -> MRopeConfig:
     return config
 
 
-def _index_result(input_ids: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """No grids: index positions, (3, 1, L), and a (1, 1) zero delta, as SGLang returns them."""
-    length = input_ids.shape[1]
-    positions = torch.arange(length, dtype=dtype).unsqueeze(0).expand(3, -1, -1).to(input_ids.device)
-    delta = positions.amax(dim=0).amax(-1, keepdim=True) + 1 - length
-    return positions, delta
+def _index_result(input_ids: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """No grids: index positions, (3, 1, L) int64, and a (1, 1) zero delta, as
+    SGLang returns them (made in numpy: a torch op costs more than the values)."""
+    positions = np.empty((3, 1, length), np.int64)
+    positions[:] = np.arange(length)
+    return as_result(positions, np.zeros((1, 1), np.int64), input_ids, torch.int64)
 
 
 def _row_counts(ids: np.ndarray, config: MRopeConfig, videos: np.ndarray | None) -> tuple[int, int]:
@@ -164,8 +164,6 @@ def _row_counts(ids: np.ndarray, config: MRopeConfig, videos: np.ndarray | None)
 def _batch(config, ids, images, videos, times, audio=None, use_av=False, mask=None):
     """Positions (3, B, L) int64 and deltas (B,) for every row of `ids` (B, L), each row its own prompt."""
     rows, length = ids.shape
-    if not config.spec.scaled_time:
-        times = None  # SGLang reads no time scale for these families either
     if rows == 1 and mask is None:  # SGLang's call: one prompt, its positions used as they come
         positions, delta = one_prompt(config, ids[0], images, videos, times, audio, use_av)
         return positions.reshape(3, 1, length), np.array([delta], np.int64)
@@ -204,8 +202,9 @@ def _result(config, input_ids, ids, images, videos, times=None, audio=None, use_
     """What every drop-in returns: positions (3, B, L) in ``input_ids``' dtype
     (float32 for Qwen3-Omni), deltas (B, 1) int64 (float32 for Qwen3-Omni)."""
     if images is None and videos is None:
-        return _index_result(input_ids, torch.int64)
-    positions, deltas = _batch(config, ids, images, videos, floats_arg(times), audio, use_av, mask)
+        return _index_result(input_ids, ids.shape[1])
+    times = floats_arg(times) if config.spec.scaled_time else None  # SGLang reads no time scale for the others
+    positions, deltas = _batch(config, ids, images, videos, times, audio, use_av, mask)
     if floats:
         return as_result(positions, deltas, input_ids, torch.float32, torch.float32)
     return as_result(positions, deltas, input_ids, input_ids.dtype)
