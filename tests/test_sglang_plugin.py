@@ -426,3 +426,47 @@ def test_the_scheduler_turns_positions_made_elsewhere_into_layouts(fake_sglang, 
         return
     layout = hooks.layout_of_tensor(inputs.mrope_positions)
     assert (layout.positions() == own.numpy()).all() and int(inputs.mrope_position_delta) == layout.delta
+
+
+def test_a_mixed_batch_gives_sglangs_code_tables_and_keeps_the_layouts(fake_sglang):
+    """A request the adapter cannot serve sends the batch to SGLang's code, which
+    reads every request's (3, L) table: layouts are lent as their positions."""
+    seen = []
+
+    def sglang_compute(self, model_runner, batch):  # SGLang's path, reduced to what it reads
+        seen.extend(tuple(mm.mrope_positions.shape) for mm in batch.multimodal_inputs)
+        return SGLANG
+
+    fake_sglang[plugin.FORWARD].ForwardBatch._compute_mrope_positions = sglang_compute
+    plugin.install(semantics="sglang-0.5")
+    ids = [1, VS] + [IMG] * 4 + [VE]
+    output, expected = _process(fake_sglang, ids, [[1, 4, 4]])
+    own = types.SimpleNamespace(mrope_positions=torch.zeros((3, 3), dtype=torch.int64))  # SGLang's own table
+    runner = Runner(size=2)
+    runner.allocate(1)
+    runner.allocate(2)
+    reqs = [_req(fake_sglang, output, len(ids)), _req(fake_sglang, own, 3)]
+    batch = types.SimpleNamespace(reqs=reqs, multimodal_inputs=[output, own], req_pool_indices_cpu=torch.tensor([1, 2]),
+                                  prefix_lens=[0, 0], extend_lens=[len(ids), 3])  # fmt: skip
+    layout = output.mrope_positions
+    assert _forward(fake_sglang, "extend")._compute_mrope_positions(runner, batch) == SGLANG
+    assert seen == [(3, len(ids)), (3, 3)] and output.mrope_positions is layout
+
+
+def test_a_session_turn_with_sglangs_table_after_a_saved_layout(fake_sglang):
+    """SGLang composes a turn that holds its own table; a saved layout joins as its
+    positions, on a copy (the saved request's inputs stay as they were)."""
+    seen = []
+
+    def sglang_session(self, image_inputs):
+        seen.append(self.multimodal_inputs.mrope_positions.clone())
+
+    fake_sglang[plugin.SCHEDULE].Req._extend_session_image_inputs = sglang_session
+    plugin.install(semantics="sglang-0.5")
+    ids = [1, VS] + [IMG] * 4 + [VE]
+    saved, expected = _process(fake_sglang, ids, [[1, 4, 4]])
+    req = _req(fake_sglang, saved, len(ids) + 3)
+    layout = saved.mrope_positions
+    turn = types.SimpleNamespace(mrope_positions=torch.zeros((3, 3), dtype=torch.int64))
+    req._extend_session_image_inputs(turn)
+    assert (seen[0].numpy() == expected).all() and saved.mrope_positions is layout

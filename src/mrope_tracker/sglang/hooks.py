@@ -18,6 +18,8 @@ positions SGLang made some other way) goes to SGLang's own code.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import threading
 
 import numpy as np
@@ -30,7 +32,10 @@ from .batch import BatchPositions
 from .request_state import concat_layouts, extend_session, read_layout
 from .rope_args import as_result, counts_arg, floats_arg, grid_arg, input_ids_arg
 
-__all__ = ["layout_tensor", "is_layout_tensor", "layout_of_tensor", "RunnerState", "layout_for_positions", "merged"]
+__all__ = [
+    "layout_tensor", "is_layout_tensor", "layout_of_tensor", "RunnerState", "layout_for_positions", "merged",
+    "sglang_positions", "with_saved_positions",
+]  # fmt: skip
 
 _last = threading.local()  # the layout of the last drop-in call in this thread, and its positions' storage
 
@@ -251,3 +256,32 @@ def merged(mine, theirs):
     if is_layout_tensor(theirs):
         theirs = torch.from_numpy(layout_of_tensor(theirs).positions())
     return mine, theirs, None
+
+
+@contextlib.contextmanager
+def sglang_positions(mm_inputs):
+    """For SGLang's own code on a batch the adapter does not serve (a request
+    it cannot serve beside ones it holds layouts for): each layout as its
+    (3, L) int64 positions while that code runs, the layout put back after.
+    O(tokens) of the requests held as layouts, in such batches only."""
+    swapped = []
+    for mm in mm_inputs:
+        if mm is not None and is_layout_tensor(mm.mrope_positions):
+            swapped.append((mm, mm.mrope_positions))
+            mm.mrope_positions = torch.from_numpy(layout_of_tensor(mm.mrope_positions).positions())
+    try:
+        yield
+    finally:
+        for mm, layout in swapped:
+            mm.mrope_positions = layout
+
+
+def with_saved_positions(req) -> None:
+    """Before SGLang composes a session turn that holds its own (3, L)
+    positions: a saved layout becomes its positions, on a copy of the saved
+    inputs (SGLang copies them too: a branch leaves its parent as it was)."""
+    mm = req.multimodal_inputs
+    if mm is not None and is_layout_tensor(mm.mrope_positions):
+        mm = copy.copy(mm)
+        mm.mrope_positions = torch.from_numpy(layout_of_tensor(mm.mrope_positions).positions())
+        req.multimodal_inputs = mm

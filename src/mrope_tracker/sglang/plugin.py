@@ -227,12 +227,18 @@ def _served(model_runner, batch) -> hooks.RunnerState | None:
     return state if state.admit_new(rows, generations, batch.reqs) else None
 
 
+def _mm_inputs(batch) -> list:
+    inputs = getattr(batch, "multimodal_inputs", None)
+    return list(inputs) if inputs is not None else [req.multimodal_inputs for req in batch.reqs]
+
+
 def _compute_mrope_positions(original):
     def compute(self, model_runner, batch):
         state = _served(model_runner, batch)
         mode = self.forward_mode
         if state is None or not (mode.is_decode() or mode.is_extend()):
-            return original(self, model_runner, batch)
+            with hooks.sglang_positions(_mm_inputs(batch)):  # SGLang's code reads (3, L) tables
+                return original(self, model_runner, batch)
         rows = batch.req_pool_indices_cpu
         if mode.is_decode():
             self.mrope_positions = state.engine.positions(rows, seq_lens=self.seq_lens_cpu)
@@ -258,7 +264,8 @@ def _compute_spec_mrope_positions(original):
 def _extend_session_image_inputs(original):
     def extend(self, image_inputs):
         turn = image_inputs.mrope_positions
-        if not hooks.is_layout_tensor(turn):
+        if not hooks.is_layout_tensor(turn):  # SGLang composes its own tables: a saved layout joins as positions
+            hooks.with_saved_positions(self)
             return original(self, image_inputs)
         layout = hooks.session_layout(self, turn)
         if layout is None:  # the saved turn holds SGLang's positions: give it ours as positions too
