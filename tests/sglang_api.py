@@ -35,6 +35,8 @@ METHODS = (
     ("sglang.srt.model_executor.forward_batch_info", "ForwardBatch", "compute_spec_mrope_positions"),
     ("sglang.srt.managers.schedule_batch", "Req", "_extend_session_image_inputs"),
     ("sglang.srt.managers.schedule_batch", "MultimodalProcessorOutput", "from_dict"),
+    ("sglang.srt.managers.schedule_batch", "MultimodalInputs", "merge"),
+    ("sglang.srt.managers.scheduler", "Scheduler", "_maybe_compute_mrope_positions"),
 )
 FIELDS = (
     ("sglang.srt.managers.schedule_batch", "MultimodalProcessorOutput"),

@@ -30,6 +30,7 @@ from strategies import examples
 from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions
 from mrope_tracker.sglang import (
     BatchPositions,
+    concat_layouts,
     extend_session,
     get_rope_index,
     get_rope_index_ernie45,
@@ -314,3 +315,84 @@ def test_rows_are_reused_and_state_grows_with_items():
     assert engine.delta(1) == 0 and (engine.positions([1], seq_lens=[9]).numpy() == 8).all()
     engine.release(1)
     assert 1 not in engine
+
+
+# ---------------------------------------------------------------------------------------------- Qwen3-Omni
+def _omni_args(prompt) -> tuple[list, dict]:
+    config = _config(prompt)
+    kw = prompt.kwargs()
+    args = _sglang_args(config, prompt)
+    args["model_type"] = "qwen3_omni_moe"
+    lengths = kw.get("audio_feature_lengths")
+    extra = {
+        "audio_token_id": config.audio_token_id,
+        "audio_start_token_id": config.audio_start_token_id,
+        "position_id_per_seconds": config.tokens_per_second,
+        "use_audio_in_video": prompt.use_audio_in_video,
+        "audio_seqlens": None if lengths is None else torch.from_numpy(lengths),
+    }
+    return args, extra
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family_prompts("qwen3_omni", min_videos=1))
+def test_qwen3_omni_drop_in_is_the_float_carry_rule(prompt):
+    """The drop-in's one jitted float32 pass (kernels/sglang_omni.py) gives
+    `prompt_positions`' positions and delta (the layout rows of core/float_carry.py),
+    as float32; with SGLang's file, SGLang's own positions as prefill casts them."""
+    args, extra = _omni_args(prompt)
+    positions, deltas = get_rope_index(**args, **extra, semantics=SEMANTICS)
+    expected, delta = prompt_positions(_config(prompt), np.array(prompt.token_ids), **prompt.kwargs())
+    assert positions.dtype == torch.float32 and deltas.dtype == torch.float32
+    assert positions.shape == (3, 1, prompt.num_tokens) and deltas.shape == (1, 1)
+    assert (positions[:, 0].numpy().astype(np.int64) == expected).all() and int(deltas) == delta
+    if ORACLE:
+        theirs = _oracle().get_rope_index(**args, **extra)[0]
+        assert torch.equal(theirs.to(torch.int64), positions.to(torch.int64))
+
+
+def test_qwen3_omni_drop_in_names_a_missing_bracket():
+    """A prompt the float pass cannot follow takes the checked route, which names it."""
+    config = MRopeConfig.from_hf_config(load_config("qwen3_omni_moe"), semantics=SEMANTICS)
+    ids = [1, config.vision_start_token_id, *[config.video_token_id] * 4, 2]  # no vision_end
+    with pytest.raises(ValueError, match="token_ids"):
+        get_rope_index(
+            2, config.image_token_id, config.video_token_id, config.vision_start_token_id, "qwen3_omni_moe", None,
+            torch.tensor([ids]), None, torch.tensor([[1, 4, 4]]), torch.tensor([0.5]),
+            audio_token_id=config.audio_token_id, audio_start_token_id=config.audio_start_token_id,
+            position_id_per_seconds=config.tokens_per_second, semantics=SEMANTICS,
+        )  # fmt: skip
+
+
+def test_argument_forms_give_the_same_positions():
+    """Lists, int32 ids, float64 times and non-contiguous grids take the converted route: the same result."""
+    config = QWEN25
+    ids = [1, config.vision_start_token_id, *[config.video_token_id] * 8, config.vision_end_token_id, 3]
+    usual = get_rope_index(2, 151655, 151656, 151652, "qwen2_5_vl", 2, torch.tensor([ids]), None,
+                           torch.tensor([[2, 4, 4]]), torch.tensor([1.2]), semantics=SEMANTICS)  # fmt: skip
+    grid = torch.tensor([[2, 9], [4, 9], [4, 9]]).t()[:1]  # [[2, 4, 4]], not contiguous
+    assert not grid.is_contiguous()
+    other = get_rope_index(2, 151655, 151656, 151652, "qwen2_5_vl", 2, torch.tensor([ids], dtype=torch.int32),
+                           None, grid, torch.tensor([1.2], dtype=torch.float64), semantics=SEMANTICS)  # fmt: skip
+    listed = get_rope_index(2, 151655, 151656, 151652, "qwen2_5_vl", 2, torch.tensor([ids]), None, [[2, 4, 4]],
+                            [1.2], semantics=SEMANTICS)  # fmt: skip
+    assert other[0].dtype == torch.int32 and torch.equal(usual[0], other[0].long()) and torch.equal(usual[1], other[1])
+    assert torch.equal(usual[0], listed[0]) and torch.equal(usual[1], listed[1])
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(layouts(QWEN25), layouts(QWEN25))
+def test_concat_layouts_is_sglangs_merge_of_two_tables(first, second):
+    merged = concat_layouts(first, second)
+    expected = np.concatenate([first.positions(), second.positions()], axis=1)
+    assert merged.num_tokens == expected.shape[1] and (merged.positions() == expected).all()
+    assert merged.delta == int(expected.max()) + 1 - expected.shape[1]
+
+
+def test_concat_layouts_names_bad_input():
+    layout = text_layout(QWEN25, 4)
+    with pytest.raises(TypeError, match="second"):
+        concat_layouts(layout, np.zeros((3, 4)))
+    other = text_layout(MRopeConfig.from_hf_config(load_config("qwen2_vl"), semantics=SEMANTICS), 4)
+    with pytest.raises(ValueError, match="second"):
+        concat_layouts(layout, other)

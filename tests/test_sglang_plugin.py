@@ -311,3 +311,162 @@ def _namespace(value):
     if isinstance(value, dict):
         return types.SimpleNamespace(**{key: _namespace(item) for key, item in value.items()})
     return value
+
+
+# ---------------------------------------------------------------------------------------------- merge, scheduler
+def _sglang_merge(self, other):
+    """SGLang 0.5.23's ``MultimodalInputs.merge``, reduced to its positions: the
+    two (3, L) tables concatenated as they are, the deltas stacked."""
+    if self.mrope_positions is not None and other.mrope_positions is not None:
+        self.mrope_positions = torch.cat([self.mrope_positions, other.mrope_positions], dim=1)
+        self.mrope_position_delta = torch.cat([self.mrope_position_delta, other.mrope_position_delta], dim=0)
+    self.mm_items = self.mm_items + other.mm_items
+
+
+def _inputs(fake_sglang, output):
+    inputs = fake_sglang[plugin.SCHEDULE].MultimodalInputs()
+    inputs.__dict__.update(mm_items=["item"], mrope_positions=output.mrope_positions,
+                           mrope_position_delta=output.mrope_position_delta)  # fmt: skip
+    return inputs
+
+
+@pytest.mark.parametrize("theirs_is_layout", [True, False])
+def test_merge_concatenates_layouts_as_sglang_concatenates_tables(fake_sglang, theirs_is_layout):
+    fake_sglang[plugin.SCHEDULE].MultimodalInputs.merge = _sglang_merge
+    plugin.install(semantics="sglang-0.5")
+    first, first_positions = _process(fake_sglang, [1, VS] + [IMG] * 16 + [VE, 2], [[1, 8, 8]])
+    second, second_positions = _process(fake_sglang, [3, 4, VS] + [IMG] * 4 + [VE], [[1, 4, 4]])
+    mine = _inputs(fake_sglang, first)
+    other = _inputs(fake_sglang, second)
+    if not theirs_is_layout:  # SGLang's own table beside a layout: the layout merges as its positions
+        other.mrope_positions = torch.from_numpy(second_positions)
+    sent = other.mrope_positions
+    mine.merge(other)
+    expected = np.concatenate([first_positions, second_positions], axis=1)
+    merged = mine.mrope_positions
+    assert hooks.is_layout_tensor(merged) == theirs_is_layout and other.mrope_positions is sent
+    got = hooks.layout_of_tensor(merged).positions() if theirs_is_layout else merged.numpy()
+    assert (got == expected).all() and mine.mm_items == ["item", "item"]
+
+
+def test_merge_without_positions_on_either_side_is_sglangs(fake_sglang):
+    fake_sglang[plugin.SCHEDULE].MultimodalInputs.merge = _sglang_merge
+    plugin.install(semantics="sglang-0.5")
+    output, _ = _process(fake_sglang, [1, VS] + [IMG] * 4 + [VE], [[1, 4, 4]])
+    mine, other = _inputs(fake_sglang, output), _inputs(fake_sglang, output)
+    other.mrope_positions = None
+    layout = mine.mrope_positions
+    mine.merge(other)
+    assert mine.mrope_positions is layout
+
+
+def _image_only_positions(input_len: int, offsets, grids) -> torch.Tensor:
+    """Qwen-VL's image-only path of SGLang 0.5.23 (positions from item offsets, no
+    get_rope_index), re-stated: text at the running position, an image's (t, h, w)
+    indices after it, the running position then moved by max(t, h, w)."""
+    parts, at, nxt = [], 0, 0
+    for (start, end), (t, h, w) in zip(offsets, grids):
+        h, w = h // 2, w // 2
+        parts.append(torch.arange(start - at).expand(3, -1) + nxt)
+        nxt += start - at
+        grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"))
+        parts.append(grid.reshape(3, -1) + nxt)
+        nxt, at = nxt + max(t, h, w), end + 1
+    parts.append(torch.arange(input_len - at).expand(3, -1) + nxt)
+    return torch.cat(parts, dim=1)
+
+
+class Processor:
+    """The scheduler's multimodal processor: its ``compute_mrope_positions`` calls
+    ``get_rope_index`` (the installed drop-in) on the prompt, as Qwen-VL's does."""
+
+    def __init__(self, fake_sglang, grids):
+        self.rope, self.grids = fake_sglang[plugin.ROPE_INDEX], grids
+
+    def compute_mrope_positions(self, input_ids, mm_items):
+        positions, delta = self.rope.get_rope_index(
+            spatial_merge_size=2, image_token_id=IMG, video_token_id=151656, vision_start_token_id=VS,
+            model_type="qwen2_5_vl", tokens_per_second=2, input_ids=torch.tensor([list(input_ids)]),
+            image_grid_thw=torch.tensor(self.grids), video_grid_thw=None,
+        )  # fmt: skip
+        return positions.squeeze(1), delta
+
+
+def _sglang_maybe_compute(self, req):
+    """SGLang 0.5.23's ``Scheduler._maybe_compute_mrope_positions``, re-stated."""
+    mm = req.multimodal_inputs
+    if self._mm_processor is None or mm is None or mm.mrope_positions is not None:
+        return
+    mm.mrope_positions, mm.mrope_position_delta = self._mm_processor.compute_mrope_positions(
+        req.origin_input_ids, mm.mm_items
+    )
+
+
+@pytest.mark.parametrize("case", ["offsets", "missing", "other rule", "no processor"])
+def test_the_scheduler_turns_positions_made_elsewhere_into_layouts(fake_sglang, case):
+    fake_sglang[plugin.SCHEDULER].Scheduler._maybe_compute_mrope_positions = _sglang_maybe_compute
+    plugin.install(semantics="sglang-0.5")
+    ids = [1, 2, VS] + [IMG] * 16 + [VE, 3, VS] + [IMG] * 4 + [VE, 4]
+    grids = [[1, 8, 8], [1, 4, 4]]
+    own = _image_only_positions(len(ids), [(3, 18), (22, 25)], [(1, 8, 8), (1, 4, 4)])
+    if case == "other rule":
+        own[0, -1] += 5  # positions this package does not make: SGLang's stand
+    scheduler = fake_sglang[plugin.SCHEDULER].Scheduler()
+    scheduler._mm_processor = None if case == "no processor" else Processor(fake_sglang, grids)
+    inputs = types.SimpleNamespace(mm_items=["image", "image"], mrope_positions=None if case == "missing" else own,
+                                   mrope_position_delta=torch.tensor([[int(own.max()) + 1 - len(ids)]]))  # fmt: skip
+    req = _req(fake_sglang, inputs, len(ids))
+    req.origin_input_ids = ids
+    if case != "missing":  # (SGLang computes missing positions on the ids as they are)
+        req.origin_input_ids = [1, 2, VS] + [-7] * 16 + [VE, 3, VS] + [-8] * 4 + [VE, 4]  # padded
+        req.origin_input_ids_unpadded = ids
+    scheduler._maybe_compute_mrope_positions(req)
+    if case in ("other rule", "no processor"):
+        assert inputs.mrope_positions is own
+        return
+    layout = hooks.layout_of_tensor(inputs.mrope_positions)
+    assert (layout.positions() == own.numpy()).all() and int(inputs.mrope_position_delta) == layout.delta
+
+
+def test_a_mixed_batch_gives_sglangs_code_tables_and_keeps_the_layouts(fake_sglang):
+    """A request the adapter cannot serve sends the batch to SGLang's code, which
+    reads every request's (3, L) table: layouts are lent as their positions."""
+    seen = []
+
+    def sglang_compute(self, model_runner, batch):  # SGLang's path, reduced to what it reads
+        seen.extend(tuple(mm.mrope_positions.shape) for mm in batch.multimodal_inputs)
+        return SGLANG
+
+    fake_sglang[plugin.FORWARD].ForwardBatch._compute_mrope_positions = sglang_compute
+    plugin.install(semantics="sglang-0.5")
+    ids = [1, VS] + [IMG] * 4 + [VE]
+    output, expected = _process(fake_sglang, ids, [[1, 4, 4]])
+    own = types.SimpleNamespace(mrope_positions=torch.zeros((3, 3), dtype=torch.int64))  # SGLang's own table
+    runner = Runner(size=2)
+    runner.allocate(1)
+    runner.allocate(2)
+    reqs = [_req(fake_sglang, output, len(ids)), _req(fake_sglang, own, 3)]
+    batch = types.SimpleNamespace(reqs=reqs, multimodal_inputs=[output, own], req_pool_indices_cpu=torch.tensor([1, 2]),
+                                  prefix_lens=[0, 0], extend_lens=[len(ids), 3])  # fmt: skip
+    layout = output.mrope_positions
+    assert _forward(fake_sglang, "extend")._compute_mrope_positions(runner, batch) == SGLANG
+    assert seen == [(3, len(ids)), (3, 3)] and output.mrope_positions is layout
+
+
+def test_a_session_turn_with_sglangs_table_after_a_saved_layout(fake_sglang):
+    """SGLang composes a turn that holds its own table; a saved layout joins as its
+    positions, on a copy (the saved request's inputs stay as they were)."""
+    seen = []
+
+    def sglang_session(self, image_inputs):
+        seen.append(self.multimodal_inputs.mrope_positions.clone())
+
+    fake_sglang[plugin.SCHEDULE].Req._extend_session_image_inputs = sglang_session
+    plugin.install(semantics="sglang-0.5")
+    ids = [1, VS] + [IMG] * 4 + [VE]
+    saved, expected = _process(fake_sglang, ids, [[1, 4, 4]])
+    req = _req(fake_sglang, saved, len(ids) + 3)
+    layout = saved.mrope_positions
+    turn = types.SimpleNamespace(mrope_positions=torch.zeros((3, 3), dtype=torch.int64))
+    req._extend_session_image_inputs(turn)
+    assert (seen[0].numpy() == expected).all() and saved.mrope_positions is layout

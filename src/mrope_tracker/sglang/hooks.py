@@ -18,6 +18,8 @@ positions SGLang made some other way) goes to SGLang's own code.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import threading
 
 import numpy as np
@@ -27,9 +29,13 @@ from ..core.layout import PromptLayout
 from ..families import FAMILIES
 from . import rope_index
 from .batch import BatchPositions
-from .request_state import extend_session, read_layout
+from .request_state import concat_layouts, extend_session, read_layout
+from .rope_args import as_result, counts_arg, floats_arg, grid_arg, input_ids_arg
 
-__all__ = ["layout_tensor", "is_layout_tensor", "layout_of_tensor", "RunnerState"]
+__all__ = [
+    "layout_tensor", "is_layout_tensor", "layout_of_tensor", "RunnerState", "layout_for_positions", "merged",
+    "sglang_positions", "with_saved_positions",
+]  # fmt: skip
 
 _last = threading.local()  # the layout of the last drop-in call in this thread, and its positions' storage
 
@@ -69,7 +75,7 @@ def _with_layout(function, layout_of):
         floats = layout.config.family == "qwen3_omni"  # SGLang's Omni positions and delta are float32
         dtype, delta_dtype = (torch.float32, torch.float32) if floats else (input_ids.dtype, torch.int64)
         positions = layout.positions().reshape(layout.num_dims, 1, layout.num_tokens)
-        result = rope_index.as_result(positions, np.array([layout.delta], np.int64), input_ids, dtype, delta_dtype)
+        result = as_result(positions, np.array([layout.delta], np.int64), input_ids, dtype, delta_dtype)
         _remember(layout, result[0])
         return result
 
@@ -122,15 +128,13 @@ def _layout(config, input_ids, images, videos, times, audio, use_av) -> PromptLa
         return None  # SGLang keeps no positions for these
     if not config.spec.scaled_time:
         times = None
-    if isinstance(audio, torch.Tensor):
-        audio = audio.cpu().numpy()
     return PromptLayout.from_tokens(
         config,
-        input_ids[0].cpu().numpy(),
-        image_grid_thw=rope_index.grid_arg(images, "image_grid_thw"),
-        video_grid_thw=rope_index.grid_arg(videos, "video_grid_thw"),
-        second_per_grid_ts=rope_index.floats_arg(times),
-        audio_feature_lengths=audio,
+        input_ids_arg(input_ids)[0],
+        image_grid_thw=grid_arg(images, "image_grid_thw"),
+        video_grid_thw=grid_arg(videos, "video_grid_thw"),
+        second_per_grid_ts=floats_arg(times),
+        audio_feature_lengths=counts_arg(audio),
         use_audio_in_video=use_av,
     )
 
@@ -215,3 +219,69 @@ def session_layout(req, turn_positions) -> PromptLayout | None:
         return None
     saved = None if saved is None else layout_of_tensor(saved)
     return extend_session(saved, len(req.origin_input_ids), layout_of_tensor(turn_positions))
+
+
+def layout_for_positions(processor, input_ids, mm_items, positions) -> PromptLayout | None:
+    """The layout of positions some other code made (a processor that never
+    called ``get_rope_index*``: Qwen-VL's image-only path from item offsets,
+    its cached prompt templates, positions the HF processor returned), when
+    this package makes the same: the scheduler's processor computes the
+    prompt's positions again through the installed drop-ins, and the layout
+    they built is kept only where its positions equal `positions` (as prefill
+    casts them to int64). None where they differ or nothing was built."""
+    if processor is None or not isinstance(positions, torch.Tensor) or positions.ndim != 2:
+        return None
+    _remember(None, None)
+    try:
+        again, _ = processor.compute_mrope_positions(input_ids, mm_items)
+    except Exception:  # noqa: BLE001 (SGLang's own positions stand; the batch takes SGLang's path)
+        return None
+    layout = take_layout(again)
+    if layout is None or layout.num_tokens != positions.shape[-1]:
+        return None
+    mine = torch.from_numpy(layout.positions())
+    return layout if torch.equal(mine, positions.to(device="cpu", dtype=torch.int64)) else None
+
+
+def merged(mine, theirs):
+    """What ``MultimodalInputs.merge`` should hold when either side is a
+    layout: the two layouts' concatenation (SGLang concatenates the two (3, L)
+    tables as they are), or, beside SGLang's own positions, the layout's
+    positions, so that SGLang concatenates tables. Returns (mine, theirs) to
+    merge, and the layout tensor to keep (None: SGLang's result stands)."""
+    if is_layout_tensor(mine) and is_layout_tensor(theirs):
+        return None, None, layout_tensor(concat_layouts(layout_of_tensor(mine), layout_of_tensor(theirs)))
+    if is_layout_tensor(mine):
+        mine = torch.from_numpy(layout_of_tensor(mine).positions())
+    if is_layout_tensor(theirs):
+        theirs = torch.from_numpy(layout_of_tensor(theirs).positions())
+    return mine, theirs, None
+
+
+@contextlib.contextmanager
+def sglang_positions(mm_inputs):
+    """For SGLang's own code on a batch the adapter does not serve (a request
+    it cannot serve beside ones it holds layouts for): each layout as its
+    (3, L) int64 positions while that code runs, the layout put back after.
+    O(tokens) of the requests held as layouts, in such batches only."""
+    swapped = []
+    for mm in mm_inputs:
+        if mm is not None and is_layout_tensor(mm.mrope_positions):
+            swapped.append((mm, mm.mrope_positions))
+            mm.mrope_positions = torch.from_numpy(layout_of_tensor(mm.mrope_positions).positions())
+    try:
+        yield
+    finally:
+        for mm, layout in swapped:
+            mm.mrope_positions = layout
+
+
+def with_saved_positions(req) -> None:
+    """Before SGLang composes a session turn that holds its own (3, L)
+    positions: a saved layout becomes its positions, on a copy of the saved
+    inputs (SGLang copies them too: a branch leaves its parent as it was)."""
+    mm = req.multimodal_inputs
+    if mm is not None and is_layout_tensor(mm.mrope_positions):
+        mm = copy.copy(mm)
+        mm.mrope_positions = torch.from_numpy(layout_of_tensor(mm.mrope_positions).positions())
+        req.multimodal_inputs = mm

@@ -13,7 +13,17 @@ records them from the 0.5.23 wheel):
   ``compute_spec_mrope_positions`` make each batch's positions with one
   `BatchPositions` call; ``Req._extend_session_image_inputs`` composes
   session layouts; ``extend_mrope_positions_for_retracted_request`` leaves a
-  layout as it is (tokens past the prompt need no stored positions).
+  layout as it is (tokens past the prompt need no stored positions);
+  ``MultimodalInputs.merge`` concatenates two layouts as SGLang concatenates
+  two (3, L) tables (beside SGLang's own table, a layout merges as its
+  positions); ``Scheduler._maybe_compute_mrope_positions``, which the
+  scheduler runs on every multimodal request it receives, turns the (3, L)
+  positions a processor made (SGLang 0.5.23's processors build
+  ``MultimodalProcessorOutput`` directly, and some never call
+  ``get_rope_index*``) into the layout the installed drop-ins build for the
+  same prompt, where that layout's positions equal them (`hooks.
+  layout_for_positions`); where they differ the request keeps SGLang's
+  positions and its batches take SGLang's path.
 
 Before anything changes, every target is imported and its parameters
 compared with SGLang 0.5.23's; a difference raises RuntimeError naming it,
@@ -41,6 +51,7 @@ MROPE = "sglang.srt.layers.rotary_embedding.mrope"
 FORWARD = "sglang.srt.model_executor.forward_batch_info"
 SCHEDULE = "sglang.srt.managers.schedule_batch"
 MM_UTILS = "sglang.srt.managers.mm_utils"
+SCHEDULER = "sglang.srt.managers.scheduler"
 _QWEN = (
     "spatial_merge_size", "image_token_id", "video_token_id", "vision_start_token_id", "model_type",
     "tokens_per_second", "input_ids", "image_grid_thw", "video_grid_thw", "second_per_grid_ts", "**kwargs",
@@ -66,6 +77,8 @@ METHODS = (
     (FORWARD, "ForwardBatch", "compute_spec_mrope_positions", ("model_runner", "batch", "seq_positions"), "instance"),
     (SCHEDULE, "Req", "_extend_session_image_inputs", ("image_inputs",), "instance"),
     (SCHEDULE, "MultimodalProcessorOutput", "from_dict", ("d",), "static"),
+    (SCHEDULE, "MultimodalInputs", "merge", ("other",), "instance"),
+    (SCHEDULER, "Scheduler", "_maybe_compute_mrope_positions", ("req",), "instance"),
 )
 ENV_SWITCH = "MROPE_TRACKER_SGLANG"
 _ORIGINAL = "mrope_tracker_original"
@@ -168,6 +181,8 @@ def _replacement(name: str, original, semantics: str):
         "_compute_mrope_positions": _compute_mrope_positions,
         "compute_spec_mrope_positions": _compute_spec_mrope_positions,
         "_extend_session_image_inputs": _extend_session_image_inputs,
+        "merge": _merge,
+        "_maybe_compute_mrope_positions": _maybe_compute_mrope_positions,
     }[name](original)
 
 
@@ -212,12 +227,18 @@ def _served(model_runner, batch) -> hooks.RunnerState | None:
     return state if state.admit_new(rows, generations, batch.reqs) else None
 
 
+def _mm_inputs(batch) -> list:
+    inputs = getattr(batch, "multimodal_inputs", None)
+    return list(inputs) if inputs is not None else [req.multimodal_inputs for req in batch.reqs]
+
+
 def _compute_mrope_positions(original):
     def compute(self, model_runner, batch):
         state = _served(model_runner, batch)
         mode = self.forward_mode
         if state is None or not (mode.is_decode() or mode.is_extend()):
-            return original(self, model_runner, batch)
+            with hooks.sglang_positions(_mm_inputs(batch)):  # SGLang's code reads (3, L) tables
+                return original(self, model_runner, batch)
         rows = batch.req_pool_indices_cpu
         if mode.is_decode():
             self.mrope_positions = state.engine.positions(rows, seq_lens=self.seq_lens_cpu)
@@ -243,7 +264,8 @@ def _compute_spec_mrope_positions(original):
 def _extend_session_image_inputs(original):
     def extend(self, image_inputs):
         turn = image_inputs.mrope_positions
-        if not hooks.is_layout_tensor(turn):
+        if not hooks.is_layout_tensor(turn):  # SGLang composes its own tables: a saved layout joins as positions
+            hooks.with_saved_positions(self)
             return original(self, image_inputs)
         layout = hooks.session_layout(self, turn)
         if layout is None:  # the saved turn holds SGLang's positions: give it ours as positions too
@@ -255,3 +277,37 @@ def _extend_session_image_inputs(original):
         self.multimodal_inputs.mrope_position_delta = torch.tensor([[layout.delta]], dtype=torch.int64)
 
     return extend
+
+
+def _merge(original):
+    def merge(self, other):
+        mine, theirs = self.mrope_positions, other.mrope_positions
+        if mine is None or theirs is None or not (hooks.is_layout_tensor(mine) or hooks.is_layout_tensor(theirs)):
+            return original(self, other)  # (SGLang keeps self's positions when either side has none)
+        self.mrope_positions, other.mrope_positions, layout = hooks.merged(mine, theirs)
+        try:
+            original(self, other)
+        finally:
+            other.mrope_positions = theirs  # the merged-in inputs are left as they came
+        if layout is not None:
+            self.mrope_positions = layout
+
+    return merge
+
+
+def _maybe_compute_mrope_positions(original):
+    def maybe_compute(self, req):
+        original(self, req)  # positions a request came without: computed through the drop-ins
+        mm = req.multimodal_inputs
+        positions = None if mm is None else mm.mrope_positions
+        if positions is None or hooks.is_layout_tensor(positions):
+            return
+        processor = getattr(self, "_mm_processor", None)
+        # the prompt as the processor saw it: padding has put each item's pad value in place of its tokens
+        ids = getattr(req, "origin_input_ids_unpadded", None) or req.origin_input_ids
+        layout = hooks.layout_for_positions(processor, ids, mm.mm_items, positions)
+        if layout is not None:
+            mm.mrope_positions = hooks.layout_tensor(layout)
+            mm.mrope_position_delta = torch.tensor([[layout.delta]], dtype=torch.int64)
+
+    return maybe_compute

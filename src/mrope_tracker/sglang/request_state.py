@@ -25,7 +25,7 @@ from ..core.inputs import as_index
 from ..core.layout import PromptLayout
 from ..kernels import layout_codes as C
 
-__all__ = ["read_layout", "text_layout", "extend_session", "mrope_positions_nbytes"]
+__all__ = ["read_layout", "text_layout", "extend_session", "concat_layouts", "mrope_positions_nbytes"]
 
 # kinds whose three coordinates all carry the row's base: a shift of every
 # position moves only COL_BASE (GRID_RAW, XD_GRID and CANVAS place H and W
@@ -133,6 +133,25 @@ def extend_session(saved: PromptLayout | None, prompt_len: int, turn: PromptLayo
     rows[at:, C.COL_TOK_START] += prefix_len
     rows[at:, C.COL_BASE] += next_position + gap
     return PromptLayout.from_rows(config, rows, scales, prompt_len)
+
+
+def concat_layouts(first: PromptLayout, second: PromptLayout) -> PromptLayout:
+    """The layout of `first`'s positions followed by `second`'s, each as it is
+    (what ``MultimodalInputs.merge`` makes of two (3, L) tables: a
+    concatenation, no shift). O(rows); the inputs are left as they are."""
+    for name, layout in (("first", first), ("second", second)):
+        if not isinstance(layout, PromptLayout):
+            raise TypeError(f"{name}: expected a PromptLayout, got {type(layout).__name__}")
+    config = first.config if first.config is not None else second.config
+    if first.config is not None and second.config is not None and first.config != second.config:
+        raise ValueError(
+            f"second: built under {second.config.family!r} / {second.config.semantics!r}, the first under "
+            f"{first.config.family!r} / {first.config.semantics!r}; expected one config"
+        )
+    rows = np.concatenate([first.rows, second.rows])
+    scales = np.concatenate([first.scales, second.scales])
+    rows[first.num_rows :, C.COL_TOK_START] += first.num_tokens  # positions stay; tokens move
+    return PromptLayout.from_rows(config, rows, scales, first.num_tokens + second.num_tokens)
 
 
 def mrope_positions_nbytes(num_tokens: int) -> int:

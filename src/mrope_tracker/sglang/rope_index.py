@@ -33,8 +33,8 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.positions import prompt_positions
 from ..families import SEMANTICS
+from .rope_args import as_result, counts_arg, floats_arg, grid_arg, input_ids_arg, one_prompt
 
 __all__ = [
     "get_rope_index",
@@ -138,57 +138,12 @@ def hf_config_of(hf_config, semantics: str) -> MRopeConfig:
     return config
 
 
-def _input_ids(input_ids) -> torch.Tensor:
-    if not isinstance(input_ids, torch.Tensor):
-        raise TypeError(f"input_ids: expected a (batch, length) integer tensor, got {type(input_ids).__name__}")
-    if input_ids.ndim != 2 or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
-        raise TypeError(
-            f"input_ids: expected a (batch, length) integer tensor, got {input_ids.dtype} of shape "
-            f"{tuple(input_ids.shape)}"
-        )
-    return input_ids
-
-
-def grid_arg(value, name: str) -> np.ndarray | None:
-    if value is None:
-        return None
-    if (  # SGLang's usual form, read in place (nothing here writes to it)
-        type(value) is torch.Tensor
-        and value.dtype == torch.int64
-        and value.device.type == "cpu"
-        and value.ndim == 2
-        and value.shape[1] == 3
-        and value.is_contiguous()
-    ):
-        return value.numpy()
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    try:
-        grid = np.asarray(value, dtype=np.int64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name}: expected (n, 3) integer grids (t, h, w), got {type(value).__name__}") from exc
-    if grid.ndim != 2 or grid.shape[1] != 3:
-        raise ValueError(f"{name}: expected (n, 3) grids (t, h, w), got shape {grid.shape}")
-    return np.ascontiguousarray(grid)
-
-
-def floats_arg(value) -> np.ndarray | None:
-    if value is None:
-        return None
-    if type(value) is torch.Tensor and value.dtype == torch.float32 and value.device.type == "cpu" and value.ndim == 1:
-        return value.numpy()
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    # float32, as the rules hold them (docs/semantics.md): the kernels take that form without a conversion
-    return np.ascontiguousarray(value, dtype=np.float32).reshape(-1)
-
-
-def _index_result(input_ids: torch.Tensor, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """No grids: index positions, (3, 1, L), and a (1, 1) zero delta, as SGLang returns them."""
-    length = input_ids.shape[1]
-    positions = torch.arange(length, dtype=dtype).unsqueeze(0).expand(3, -1, -1).to(input_ids.device)
-    delta = positions.amax(dim=0).amax(-1, keepdim=True) + 1 - length
-    return positions, delta
+def _index_result(input_ids: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """No grids: index positions, (3, 1, L) int64, and a (1, 1) zero delta, as
+    SGLang returns them (made in numpy: a torch op costs more than the values)."""
+    positions = np.empty((3, 1, length), np.int64)
+    positions[:] = np.arange(length)
+    return as_result(positions, np.zeros((1, 1), np.int64), input_ids, torch.int64)
 
 
 def _row_counts(ids: np.ndarray, config: MRopeConfig, videos: np.ndarray | None) -> tuple[int, int]:
@@ -206,17 +161,11 @@ def _row_counts(ids: np.ndarray, config: MRopeConfig, videos: np.ndarray | None)
     return images, blocks
 
 
-def _batch(config, input_ids, images, videos, times, audio=None, use_av=False, mask=None):
-    """Positions (3, B, L) int64 and deltas (B,) for every row, each row its own prompt."""
-    ids = np.ascontiguousarray(input_ids.detach().cpu().numpy(), dtype=np.int64)
+def _batch(config, ids, images, videos, times, audio=None, use_av=False, mask=None):
+    """Positions (3, B, L) int64 and deltas (B,) for every row of `ids` (B, L), each row its own prompt."""
     rows, length = ids.shape
-    if not config.spec.scaled_time:
-        times = None  # SGLang reads no time scale for these families either
     if rows == 1 and mask is None:  # SGLang's call: one prompt, its positions used as they come
-        positions, delta = prompt_positions(
-            config, ids[0], image_grid_thw=images, video_grid_thw=videos, second_per_grid_ts=times,
-            audio_feature_lengths=audio, use_audio_in_video=use_av,
-        )  # fmt: skip
+        positions, delta = one_prompt(config, ids[0], images, videos, times, audio, use_av)
         return positions.reshape(3, 1, length), np.array([delta], np.int64)
     out = np.ones((3, rows, length), np.int64)
     deltas = np.zeros(rows, np.int64)
@@ -233,15 +182,7 @@ def _batch(config, input_ids, images, videos, times, audio=None, use_av=False, m
             row_times = None if times is None else times[video_at : video_at + n_videos]
             image_at += n_images
             video_at += n_videos
-        positions, delta = prompt_positions(
-            config,
-            row_ids,
-            image_grid_thw=row_images,
-            video_grid_thw=row_videos,
-            second_per_grid_ts=row_times,
-            audio_feature_lengths=audio,
-            use_audio_in_video=use_av,
-        )
+        positions, delta = one_prompt(config, row_ids, row_images, row_videos, row_times, audio, use_av)
         if mask is None:
             out[:, row, :] = positions
         else:
@@ -251,16 +192,22 @@ def _batch(config, input_ids, images, videos, times, audio=None, use_av=False, m
     return out, deltas
 
 
-def as_result(positions: np.ndarray, deltas: np.ndarray, input_ids: torch.Tensor, dtype, delta_dtype=torch.int64):
-    """Tensors in SGLang's dtypes on `input_ids`' device, converted only where they differ."""
-    out, delta = torch.from_numpy(positions), torch.from_numpy(deltas).view(-1, 1)
-    if out.dtype != dtype:
-        out = out.to(dtype)
-    if delta.dtype != delta_dtype:
-        delta = delta.to(delta_dtype)
-    if input_ids.device.type != "cpu":
-        out, delta = out.to(input_ids.device), delta.to(input_ids.device)
-    return out, delta
+def prepared(input_ids, image_grid_thw, video_grid_thw) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """The arguments every drop-in takes, in the kernels' form: ``input_ids`` (B, L) and the grids."""
+    ids = input_ids_arg(input_ids)
+    return ids, grid_arg(image_grid_thw, "image_grid_thw"), grid_arg(video_grid_thw, "video_grid_thw")
+
+
+def _result(config, input_ids, ids, images, videos, times=None, audio=None, use_av=False, mask=None, floats=False):
+    """What every drop-in returns: positions (3, B, L) in ``input_ids``' dtype
+    (float32 for Qwen3-Omni), deltas (B, 1) int64 (float32 for Qwen3-Omni)."""
+    if images is None and videos is None:
+        return _index_result(input_ids, ids.shape[1])
+    times = floats_arg(times) if config.spec.scaled_time else None  # SGLang reads no time scale for the others
+    positions, deltas = _batch(config, ids, images, videos, times, audio, use_av, mask)
+    if floats:
+        return as_result(positions, deltas, input_ids, torch.float32, torch.float32)
+    return as_result(positions, deltas, input_ids, input_ids.dtype)
 
 
 def get_rope_index(
@@ -296,17 +243,12 @@ def get_rope_index(
             semantics=semantics,
             **kwargs,
         )
-    input_ids = _input_ids(input_ids)
+    ids, images, videos = prepared(input_ids, image_grid_thw, video_grid_thw)
     config = qwen_config(
         spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second,
         kwargs, semantics,
     )  # fmt: skip
-    images = grid_arg(image_grid_thw, "image_grid_thw")
-    videos = grid_arg(video_grid_thw, "video_grid_thw")
-    if images is None and videos is None:
-        return _index_result(input_ids, torch.int64)
-    positions, deltas = _batch(config, input_ids, images, videos, floats_arg(second_per_grid_ts))
-    return as_result(positions, deltas, input_ids, input_ids.dtype)
+    return _result(config, input_ids, ids, images, videos, second_per_grid_ts)
 
 
 def get_rope_index_qwen3_omni(
@@ -326,23 +268,15 @@ def get_rope_index_qwen3_omni(
     """SGLang 0.5's ``get_rope_index_qwen3_omni``: float32 positions (3, B, L)
     and float32 deltas (B, 1); ``audio_seqlens`` are mel frames per track."""
     semantics = check_semantics(semantics)
-    input_ids = _input_ids(input_ids)
+    ids, images, videos = prepared(input_ids, image_grid_thw, video_grid_thw)
     config = qwen_config(
         spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, "qwen3_omni_moe",
         tokens_per_second, kwargs, semantics,
     )  # fmt: skip
-    images = grid_arg(image_grid_thw, "image_grid_thw")
-    videos = grid_arg(video_grid_thw, "video_grid_thw")
-    if images is None and videos is None:
-        return _index_result(input_ids, torch.int64)
-    audio = kwargs.get("audio_seqlens")
-    if isinstance(audio, torch.Tensor):
-        audio = audio.detach().cpu().numpy()
-    use_av = bool(kwargs.get("use_audio_in_video", False))
-    if input_ids.shape[0] != 1:
-        raise ValueError(f"input_ids: expected one row for qwen3_omni_moe, got {input_ids.shape[0]}")
-    positions, deltas = _batch(config, input_ids, images, videos, floats_arg(second_per_grid_ts), audio, use_av)
-    return as_result(positions, deltas, input_ids, torch.float32, torch.float32)
+    if (images is not None or videos is not None) and ids.shape[0] != 1:
+        raise ValueError(f"input_ids: expected one row for qwen3_omni_moe, got {ids.shape[0]}")
+    audio, use_av = counts_arg(kwargs.get("audio_seqlens")), bool(kwargs.get("use_audio_in_video", False))
+    return _result(config, input_ids, ids, images, videos, second_per_grid_ts, audio, use_av, floats=True)
 
 
 def get_rope_index_glm4v(
@@ -351,11 +285,9 @@ def get_rope_index_glm4v(
     """SGLang 0.5's ``get_rope_index_glm4v``: tokens where `attention_mask`
     is 1 get positions, the others 1; deltas count the padded row."""
     semantics = check_semantics(semantics)
-    input_ids = _input_ids(input_ids)
+    ids, images, videos = prepared(input_ids, image_grid_thw, video_grid_thw)
     config = hf_config_of(hf_config, semantics)
-    images = grid_arg(image_grid_thw, "image_grid_thw")
-    videos = grid_arg(video_grid_thw, "video_grid_thw")
-    rows, length = input_ids.shape
+    rows, length = ids.shape
     if images is None and videos is None:
         device = input_ids.device
         if attention_mask is None:
@@ -372,8 +304,7 @@ def get_rope_index_glm4v(
         mask = attention_mask.detach().cpu().numpy() == 1
         if mask.all():
             mask = None
-    positions, deltas = _batch(config, input_ids, images, videos, None, mask=mask)
-    return as_result(positions, deltas, input_ids, input_ids.dtype)
+    return _result(config, input_ids, ids, images, videos, mask=mask)
 
 
 def get_rope_index_ernie45(
@@ -381,11 +312,6 @@ def get_rope_index_ernie45(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang 0.5's ``get_rope_index_ernie45``."""
     semantics = check_semantics(semantics)
-    input_ids = _input_ids(input_ids)
+    ids, images, videos = prepared(input_ids, image_grid_thw, video_grid_thw)
     config = hf_config_of(hf_config, semantics)
-    images = grid_arg(image_grid_thw, "image_grid_thw")
-    videos = grid_arg(video_grid_thw, "video_grid_thw")
-    if images is None and videos is None:
-        return _index_result(input_ids, torch.int64)
-    positions, deltas = _batch(config, input_ids, images, videos, None)
-    return as_result(positions, deltas, input_ids, input_ids.dtype)
+    return _result(config, input_ids, ids, images, videos)
