@@ -56,94 +56,112 @@ def delete_tokens(layout: PromptLayout, keep) -> PromptLayout:
     keep = np.asarray(keep)
     if keep.dtype != np.bool_ or keep.shape != (layout.num_tokens,):
         raise ValueError(f"keep: expected a bool array of shape ({layout.num_tokens},), got {describe(keep)}")
-    if not keep.any():
-        raise ValueError("keep: expected at least one token kept, got none")
-    out_rows, out_scales = [], []
+    rows, scales = _deleted_rows(layout, keep)
+    return _layout(layout.config, rows, scales)
+
+
+def _deleted_rows(layout: PromptLayout, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`delete_tokens`' tables (rows with their token starts renumbered, scales), from a checked `keep`."""
     # kept tokens before each row's start and end, from one prefix sum: a row
     # kept whole or dropped whole (most text rows) needs no work of its own
-    before = np.concatenate(([0], np.cumsum(keep, dtype=np.int64)))
+    before = np.empty(keep.shape[0] + 1, np.int64)
+    before[0] = 0
+    np.cumsum(keep, out=before[1:])
+    if before[-1] == 0:
+        raise ValueError("keep: expected at least one token kept, got none")
     starts = layout.rows[:, C.COL_TOK_START]
-    counts = (before[starts + layout.rows[:, C.COL_TOK_LEN]] - before[starts]).tolist()
-    for r in range(layout.num_rows):
-        row, scale = layout.rows[r], layout.scales[r]
-        start, length = int(row[C.COL_TOK_START]), int(row[C.COL_TOK_LEN])
-        if counts[r] == 0:
-            continue
-        if counts[r] == length:
-            out_rows.append(row)
-            out_scales.append(scale)
-            continue
-        kept = keep[start : start + length]
-        runs = true_runs(kept)
-        grid = row[C.COL_KIND] in (C.KIND_GRID, C.KIND_GRID_RAW)
-        if row[C.COL_KIND] == C.KIND_GRID and runs.shape[0] > 1:
-            bits = _bits_rows(row, kept, runs)
-            if bits is not None and len(bits) < runs.shape[0]:
-                out_rows.extend(bits)
-                out_scales.extend([scale] * len(bits))
-                continue
-        for offset, count in runs.tolist():
-            piece = row.copy()
-            piece[C.COL_TOK_LEN] = count
-            if row[C.COL_KIND] == C.KIND_LINEAR:
-                piece[C.COL_BASE] += offset
-            elif grid:
-                piece[C.COL_GRID_OFFSET] += offset
-            out_rows.append(piece)
-            out_scales.append(scale)
-    rows = np.array(out_rows, np.int64)
+    lengths = layout.rows[:, C.COL_TOK_LEN]
+    counts = before[starts + lengths] - before[starts]
+    partial = np.flatnonzero((counts != 0) & (counts != lengths)).tolist()
+    if not partial:  # rows kept or dropped whole: a selection (no row copied one by one)
+        whole = counts != 0
+        return _renumbered(layout.rows[whole]), layout.scales[whole]
+    out_rows, out_scales = [], []
+    done = 0
+    for r in partial:
+        whole = np.flatnonzero(counts[done:r]) + done  # rows kept whole before row r
+        out_rows.append(layout.rows[whole])
+        out_scales.append(layout.scales[whole])
+        pieces = _split_row(layout.rows[r], keep[starts[r] : starts[r] + lengths[r]], int(counts[r]))
+        out_rows.append(pieces)
+        out_scales.append(np.repeat(layout.scales[r : r + 1], pieces.shape[0], axis=0))
+        done = r + 1
+    whole = np.flatnonzero(counts[done:]) + done
+    out_rows.append(layout.rows[whole])
+    out_scales.append(layout.scales[whole])
+    return _renumbered(np.concatenate(out_rows)), np.concatenate(out_scales)
+
+
+def _renumbered(rows: np.ndarray) -> np.ndarray:
+    """`rows` (a new array of our own) with each row's token start after the rows before it."""
     lengths = rows[:, C.COL_TOK_LEN]
-    rows[:, C.COL_TOK_START] = np.cumsum(lengths) - lengths
-    return _layout(layout.config, rows, np.array(out_scales, np.float32), int(lengths.sum()))
+    np.cumsum(lengths, out=rows[:, C.COL_TOK_START])
+    rows[:, C.COL_TOK_START] -= lengths
+    return rows
 
 
-def _bits_rows(row: np.ndarray, kept: np.ndarray, runs: np.ndarray) -> list[np.ndarray] | None:
-    """A grid row's kept tokens as GRID_BITS rows, one per window of
-    BITS_PER_ROW grid tokens from the first kept one, and GRID rows for runs
-    of windows kept whole; None when the grid's sides do not fit the packing."""
+def _split_row(row: np.ndarray, kept: np.ndarray, count: int) -> np.ndarray:
+    """The rows one layout row becomes when only its `kept` tokens (`count`
+    of them, some but not all) stay: one row per run of kept tokens, or for a
+    GRID row whose runs outnumber its windows of kept bits, `_bits_rows`."""
+    # the runs, counted from their rising edges before they are listed (the bits rows rarely need them)
+    num_runs = int(kept[0]) + int(np.count_nonzero(kept[1:] > kept[:-1]))
+    first = int(kept.argmax())
+    if num_runs == 1:
+        runs = np.array([[first, count]], np.int64)
+    else:
+        if row[C.COL_KIND] == C.KIND_GRID:
+            last = kept.shape[0] - int(kept[::-1].argmax())
+            bits = _bits_rows(row, kept, first, last)
+            if bits is not None and bits.shape[0] < num_runs:
+                return bits
+        runs = true_runs(kept)
+    pieces = np.repeat(row[None, :], runs.shape[0], axis=0)
+    pieces[:, C.COL_TOK_LEN] = runs[:, 1]
+    if row[C.COL_KIND] == C.KIND_LINEAR:
+        pieces[:, C.COL_BASE] += runs[:, 0]
+    elif row[C.COL_KIND] in (C.KIND_GRID, C.KIND_GRID_RAW):
+        pieces[:, C.COL_GRID_OFFSET] += runs[:, 0]
+    return pieces
+
+
+def _bits_rows(row: np.ndarray, kept: np.ndarray, first: int, last: int) -> np.ndarray | None:
+    """A grid row's kept tokens (from `first` to `last`) as GRID_BITS rows,
+    one per window of BITS_PER_ROW grid tokens from the first kept one, and
+    GRID rows for runs of windows kept whole; None when the grid's sides do
+    not fit the packing."""
     h, w, mode = int(row[C.COL_H]), int(row[C.COL_W]), int(row[C.COL_SCALED])
     if max(h, w) >= 1 << C.BITS_SIDE:
         return None
-    shape = h | (w << C.BITS_SIDE) | (mode << (2 * C.BITS_SIDE))
-    first, last = int(runs[0, 0]), int(runs[-1, 0] + runs[-1, 1])
     size = C.BITS_PER_ROW
     # every window at once: its kept count and its bits packed into BITS_WORDS little-endian words
     num_windows = -(-(last - first) // size)
     padded = np.zeros(num_windows * size, np.bool_)
     padded[: last - first] = kept[first:last]
     windows = padded.reshape(num_windows, size)
-    kept_counts = np.count_nonzero(windows, axis=1).tolist()
-    words = np.packbits(windows, axis=1, bitorder="little").view("<i8")
-    widths = [min(size, last - first - k * size) for k in range(num_windows)]
-    out: list[np.ndarray] = []
-    grid_end = -1  # where the last GRID row of whole windows ends (row-local), if it was the last row
-    for k in range(num_windows):
-        count = kept_counts[k]
-        at = first + k * size
-        if count == 0:
-            grid_end = -1
-            continue
-        whole = count == widths[k]
-        if whole and grid_end == at:
-            out[-1][C.COL_TOK_LEN] += count  # whole windows one after the other: one GRID row
-            grid_end += count
-            continue
-        piece = row.copy()
-        piece[C.COL_TOK_LEN] = count
-        if whole:
-            piece[C.COL_GRID_OFFSET] += at
-            grid_end = at + count
-        else:
-            grid_end = -1
-            piece[C.COL_KIND] = C.KIND_GRID_BITS
-            piece[C.COL_GRID_OFFSET] = row[C.COL_GRID_OFFSET] + at
-            piece[C.COL_BITS_SHAPE] = shape
-            piece[C.COL_BITS_WORDS : C.COL_BITS_WORDS + C.BITS_WORDS] = words[k]
-        out.append(piece)
+    counts = np.count_nonzero(windows, axis=1)
+    widths = np.full(num_windows, size, np.int64)
+    widths[-1] = last - first - (num_windows - 1) * size
+    whole = counts == widths
+    # a window kept whole after another kept whole extends that one's GRID row; an empty window makes no row
+    follows_whole = np.zeros(num_windows, np.bool_)
+    follows_whole[1:] = whole[:-1]
+    chosen = np.flatnonzero((counts != 0) & ~(whole & follows_whole))
+    out = np.repeat(row[None, :], chosen.shape[0], axis=0)
+    # each row's tokens: its window's and those of the (whole, or empty) windows up to the next row's
+    out[:, C.COL_TOK_LEN] = np.add.reduceat(counts, chosen)
+    out[:, C.COL_GRID_OFFSET] += first + chosen * size
+    bits = ~whole[chosen]
+    out[bits, C.COL_KIND] = C.KIND_GRID_BITS
+    out[bits, C.COL_BITS_SHAPE] = h | (w << C.BITS_SIDE) | (mode << (2 * C.BITS_SIDE))
+    words = np.packbits(windows[chosen[bits]], axis=1, bitorder="little").view("<i8")
+    out[bits, C.COL_BITS_WORDS : C.COL_BITS_WORDS + C.BITS_WORDS] = words
     return out
 
 
-def _layout(config, rows: np.ndarray, scales: np.ndarray, num_tokens: int) -> PromptLayout:
+def _layout(config, rows: np.ndarray, scales: np.ndarray) -> PromptLayout:
+    """The layout of tables of our own (C-contiguous), its token count their rows' lengths."""
+    num_tokens = int(rows[-1, C.COL_TOK_START] + rows[-1, C.COL_TOK_LEN])
     return PromptLayout.from_rows(config, np.ascontiguousarray(rows), np.ascontiguousarray(scales), num_tokens)
 
 
@@ -285,12 +303,13 @@ class PrunedPrompt:
     def layout(self, retention_masks) -> PromptLayout:
         """The pruned prompt's layout (our rule, or vLLM 0.33's recompute where
         that applies, see the module docstring)."""
-        layout = delete_tokens(self._full, self.keep(retention_masks))
+        rows, scales = _deleted_rows(self._full, self.keep(retention_masks))
+        if self._vllm_recompute:
+            _vllm_recompute(rows, scales, self.video_starts[0], self.video_starts[0] + self.num_kept[0])
+        layout = _layout(self.config, rows, scales)
         if layout.num_tokens != self.num_tokens:  # _checked_mask counted every video's kept tokens
             raise RuntimeError(f"evs: expected {self.num_tokens} tokens after pruning, got {layout.num_tokens}")
-        if not self._vllm_recompute:
-            return layout
-        return _vllm_recompute(layout, self.video_starts[0], self.video_starts[0] + self.num_kept[0])
+        return layout
 
     def stand_in_mask(self, k: int) -> np.ndarray:
         """A mask keeping video k's first kept-count tokens: it stands in for a
@@ -331,16 +350,16 @@ def _checked_mask(mask, k: int, size: int, kept: int) -> np.ndarray:
     return array
 
 
-def _vllm_recompute(layout: PromptLayout, video_start: int, video_end: int) -> PromptLayout:
+def _vllm_recompute(rows: np.ndarray, scales: np.ndarray, video_start: int, video_end: int) -> None:
     """vLLM 0.33's Qwen2.5-VL recompute of a one-video prompt whose video
-    tokens are [video_start, video_end): the video's time scale truncated to
-    an integer, and every token from `video_end` (its vision_end) on at the
-    video's base + w', counting up by one."""
-    rows, scales = layout.rows.copy(), layout.scales.copy()
+    tokens are [video_start, video_end), applied to its pruned tables in
+    place: the video's time scale truncated to an integer, and every token
+    from `video_end` (its vision_end) on at the video's base + w', counting
+    up by one."""
     starts = rows[:, C.COL_TOK_START]
     video = (starts >= video_start) & (starts < video_end)
     scales[video, C.SCALE_SP] = np.trunc(scales[video, C.SCALE_SP])
-    first = int(np.flatnonzero(video)[0])
+    first = int(video.argmax())
     base = int(rows[first, C.COL_BASE])
     if rows[first, C.COL_KIND] == C.KIND_GRID_BITS:
         width = int(rows[first, C.COL_BITS_SHAPE] >> C.BITS_SIDE) & ((1 << C.BITS_SIDE) - 1)
@@ -348,7 +367,6 @@ def _vllm_recompute(layout: PromptLayout, video_start: int, video_end: int) -> P
         width = int(rows[first, C.COL_W])
     after = starts >= video_end
     rows[after, C.COL_BASE] = base + width + starts[after] - video_end
-    return _layout(layout.config, rows, scales, layout.num_tokens)
 
 
 class PendingPrune:
