@@ -7,9 +7,10 @@ serving; the seed PR compiled lazily, during the engine's profiling run.
 `mrope-tracker warmup` runs this from the command line (e.g. at image build
 time, so that containers start with a filled cache).
 
-On a cold cache the compile is split in two groups (the builder from tokens
-and the prompt kernels that call it; the builder from ranges with the step,
-decode, fill and pool kernels), each compiled in a forked child process, so
+On a cold cache the compile is split in two groups (the builder from tokens,
+the prompt kernels that call it and the step kernel; the builder from ranges
+with the layout check, decode, fill and pool kernels), each compiled in a
+forked child process, so
 that two cores share it; numba's compiler holds one lock per process, so
 threads would not help. The children only compile and write numba's cache (no torch,
 no device); the parent then runs every stage, which loads what they wrote.
@@ -148,12 +149,12 @@ class _Plan:
         group) when the plan has them, else the builder from ranges; the rest in the other child."""
         if self.tokens:
             return (
-                lambda: _token_builder_group(config, ids, kwargs, ranges),
-                lambda: _other_kernels_group(self, config, dtypes, ids, kwargs, ranges),
+                lambda: _token_builder_group(self, config, dtypes, ids, kwargs),
+                lambda: _other_kernels_group(self, config, ids, kwargs, ranges),
             )
         return (
             lambda: PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges),
-            lambda: _other_kernels_group(self, config, dtypes, ids, kwargs, ranges, with_ranges=False),
+            lambda: _other_kernels_group(self, config, ids, kwargs, ranges, with_ranges=False),
         )
 
 
@@ -220,30 +221,54 @@ def _tracker_round(config, ids, kwargs, ranges, dtype) -> None:
 # --------------------------------------------------------------------------
 
 
-def _token_builder_group(config, ids, kwargs, ranges) -> None:
-    """Group 1: the builder from tokens and the prompt entries, which call
-    it (not through `positions()`, the other group's fill). This is the
-    longer group."""
-    PromptLayout.from_tokens(config, ids, **kwargs)
-    image_ids = [1, config.image_token_id, config.image_token_id, 2]
-    prompt_positions(config, np.array(image_ids), image_grid_thw=np.array([[1, 2, 4]]))
-    prompt_positions(config, np.array(image_ids), image_grid_thw=[[1, 2, 4]])
+def _token_builder_group(plan, config, dtypes, ids, kwargs) -> None:
+    """Group 1: the builder from tokens through the prompt entries that call
+    it, and with a tracker the step kernel. Nothing here builds a
+    `PromptLayout` or decodes a list: the layout check and the list decoders
+    compile in the other group only (once each, not in both), and the step
+    kernel, independent of the builders, evens the groups out (CPU seconds
+    of each in docs/benchmarks.md, "Warm-up for one model")."""
+    image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
+    prompt_positions(config, ids, **kwargs)
+    prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]]))
+    if plan.tracker:
+        _fill_kernel()
+        _step_kernels(dtypes)
 
 
-def _other_kernels_group(plan, config, dtypes, ids, kwargs, ranges, *, with_ranges=True) -> None:
+def _fill_kernel() -> None:
+    """The fill of a layout's rows (`PromptLayout.positions`), which the step kernel also calls: one
+    group compiles it, the one with the step kernel where there is one."""
+    from numba import float32, int64
+
+    from .kernels.layout_fill import fill_positions
+
+    fill_positions.compile((int64[:, ::1], int64, int64[:, ::1], float32[:, ::1], int64, int64, int64, int64))
+
+
+def _step_kernels(dtypes) -> None:
+    """The step kernel, from its signatures (no tracker, so no torch in the child)."""
+    from .kernels.tracker_step import prepare_step, step_signatures
+
+    prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
+    for dtype in dtypes:
+        for signature in step_signatures(np.int32 if dtype == torch.int32 else np.int64):
+            prepare_step.compile(signature)
+
+
+def _other_kernels_group(plan, config, ids, kwargs, ranges, *, with_ranges=True) -> None:
     """Group 2: the builder from ranges (its emitters, shared with the
     builder from tokens, compile in both groups: the groups balance better
-    so), the list decoders, the frame locator, and as the plan needs them
-    the device rows' cast, the decode kernel and from their signatures (no
-    tracker, so no torch in the child) the step kernel, the pool compaction
-    and the fill of a layout's rows."""
+    so) and the layout check, the list decoders, the fill of a layout's
+    rows unless the token group has it, and as the plan needs them the
+    canvas, the frame locator, the device rows' cast, the decode kernel and
+    the pool compaction (a tracker's plan always has the token group, which
+    compiles the step kernel)."""
     from numba import float32, int64
 
     from .kernels.device_cast import cast_rows
     from .kernels.frames import locate_frames
-    from .kernels.layout_fill import fill_positions
     from .kernels.pool import compact_pool
-    from .kernels.tracker_step import prepare_step, step_signatures
 
     if with_ranges:
         PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
@@ -253,16 +278,13 @@ def _other_kernels_group(plan, config, dtypes, ids, kwargs, ranges, *, with_rang
     as_token_ids([1, 2])  # the list decoder of token ids
     if plan.frames:  # a per-frame video's frames
         locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))
-    fill_positions.compile((int64[:, ::1], int64, int64[:, ::1], float32[:, ::1], int64, int64, int64, int64))
+    if not plan.tracker:  # (else the token group's, with the step kernel)
+        _fill_kernel()
     if plan.rope_state:  # RopeState's admission
         cast_rows(np.zeros((1, C.NUM_COLS), np.int64), np.empty((1, C.NUM_COLS + 2), np.int32))
     if not plan.tracker:
         return
     _next_positions()
-    prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
-    for dtype in dtypes:
-        for signature in step_signatures(np.int32 if dtype == torch.int32 else np.int64):
-            prepare_step.compile(signature)
     compact_pool.compile((int64[:, ::1], float32[:, ::1], int64[:, ::1]))
 
 
