@@ -62,16 +62,13 @@ def delete_tokens(layout: PromptLayout, keep) -> PromptLayout:
 
 def _deleted_rows(layout: PromptLayout, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`delete_tokens`' tables (rows with their token starts renumbered, scales), from a checked `keep`."""
-    # kept tokens before each row's start and end, from one prefix sum: a row
-    # kept whole or dropped whole (most text rows) needs no work of its own
-    before = np.empty(keep.shape[0] + 1, np.int64)
-    before[0] = 0
-    np.cumsum(keep, out=before[1:])
-    if before[-1] == 0:
-        raise ValueError("keep: expected at least one token kept, got none")
+    # kept tokens of each row, summed at once (a layout's rows tile its tokens in order, so a sum from each
+    # row's start to the next one's is the row's): a row kept whole or dropped whole needs no work of its own
     starts = layout.rows[:, C.COL_TOK_START]
     lengths = layout.rows[:, C.COL_TOK_LEN]
-    counts = before[starts + lengths] - before[starts]
+    counts = np.add.reduceat(keep.view(np.uint8), starts, dtype=np.int64)
+    if not counts.any():
+        raise ValueError("keep: expected at least one token kept, got none")
     partial = np.flatnonzero((counts != 0) & (counts != lengths)).tolist()
     if not partial:  # rows kept or dropped whole: a selection (no row copied one by one)
         whole = counts != 0
@@ -138,8 +135,8 @@ def _bits_rows(row: np.ndarray, kept: np.ndarray, first: int, last: int) -> np.n
     num_windows = -(-(last - first) // size)
     padded = np.zeros(num_windows * size, np.bool_)
     padded[: last - first] = kept[first:last]
-    windows = padded.reshape(num_windows, size)
-    counts = np.count_nonzero(windows, axis=1)
+    counts = np.add.reduceat(padded.view(np.uint8), np.arange(0, num_windows * size, size), dtype=np.int64)
+    words = np.packbits(padded, bitorder="little").view("<i8").reshape(num_windows, C.BITS_WORDS)
     widths = np.full(num_windows, size, np.int64)
     widths[-1] = last - first - (num_windows - 1) * size
     whole = counts == widths
@@ -154,8 +151,7 @@ def _bits_rows(row: np.ndarray, kept: np.ndarray, first: int, last: int) -> np.n
     bits = ~whole[chosen]
     out[bits, C.COL_KIND] = C.KIND_GRID_BITS
     out[bits, C.COL_BITS_SHAPE] = h | (w << C.BITS_SIDE) | (mode << (2 * C.BITS_SIDE))
-    words = np.packbits(windows[chosen[bits]], axis=1, bitorder="little").view("<i8")
-    out[bits, C.COL_BITS_WORDS : C.COL_BITS_WORDS + C.BITS_WORDS] = words
+    out[bits, C.COL_BITS_WORDS : C.COL_BITS_WORDS + C.BITS_WORDS] = words[chosen[bits]]
     return out
 
 

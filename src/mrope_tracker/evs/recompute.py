@@ -211,7 +211,7 @@ class EvsRecompute:
                 f"multimodal_embeddings: expected at most {len(items)} items (those not yet computed), "
                 f"got {len(multimodal_embeddings)}"
             )
-        masks = [self.prompt.stand_in_mask(k) for k in range(self.prompt.num_videos)]
+        masks: list = [None] * self.prompt.num_videos  # a video the call holds no row of: a stand-in mask
         stripped = []
         for j, (embedding, item) in enumerate(zip(multimodal_embeddings, items)):
             name = f"multimodal_embeddings[{j}]"
@@ -230,9 +230,12 @@ class EvsRecompute:
             k = self.video_of_item[item]
             if k is not None and embedding.shape[0] > 0:
                 masks[k] = self._chunk_mask(k, first, embedding, name)
-        layout = self.prompt.layout(masks)
+        layout = self.prompt.layout([self.prompt.stand_in_mask(k) if m is None else m for k, m in enumerate(masks)])
+        rewritten = torch.from_numpy(layout.positions(computed, n))
+        if computed == 0:  # a whole prompt (vLLM's one-shot prefill): nothing to keep, and the layout knows its delta
+            return stripped, rewritten.to(mrope_positions.device, mrope_positions.dtype), layout.delta
         positions = mrope_positions.clone()
-        positions[:, computed:] = torch.from_numpy(layout.positions(computed, n)).to(positions.device)
+        positions[:, computed:] = rewritten.to(positions.device)
         delta = int(positions.max()) + 1 - n
         return stripped, positions, delta
 
