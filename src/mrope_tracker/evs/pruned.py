@@ -183,11 +183,10 @@ class PrunedPrompt:
         if grid is None or grid.shape[0] == 0:
             raise ValueError(f"video_grid_thw: expected an (n, 3) grid with n >= 1, got {describe(video_grid_thw)}")
         m = config.spatial_merge_size
-        if (grid <= 0).any() or (grid[:, 1:] % m).any():
-            raise ValueError(
-                f"video_grid_thw: expected positive t, h, w with h, w divisible by {m}, got {grid.tolist()}"
-            )
-        unpruned = sum(t * (h // m) * (w // m) for t, h, w in grid.tolist())  # Python ints: no overflow
+        grids = grid.tolist()  # (a few videos: Python ints check them faster than array operations, and never overflow)
+        if any(t <= 0 or h <= 0 or w <= 0 or h % m or w % m for t, h, w in grids):
+            raise ValueError(f"video_grid_thw: expected positive t, h, w with h, w divisible by {m}, got {grids}")
+        unpruned = sum(t * (h // m) * (w // m) for t, h, w in grids)
         if unpruned > MAX_UNPRUNED_TOKENS:
             raise ValueError(
                 f"video_grid_thw: expected grids of at most {MAX_UNPRUNED_TOKENS} tokens in all (unpruned), got "
@@ -195,8 +194,8 @@ class PrunedPrompt:
             )
         self.config = config
         self.num_tokens = int(ids.shape[0])
-        self.frame_sizes = [int(h // m) * int(w // m) for _, h, w in grid.tolist()]
-        self.num_frames = [int(t) for t in grid[:, 0].tolist()]
+        self.frame_sizes = [(h // m) * (w // m) for _, h, w in grids]
+        self.num_frames = [t for t, _, _ in grids]
         full_ids, self.video_starts, self.video_ends, self.num_kept, self._grid_spans = self._unpruned(ids)
         for k, (kept, t, size) in enumerate(zip(self.num_kept, self.num_frames, self.frame_sizes)):
             if kept > t * size:
@@ -352,17 +351,15 @@ def _vllm_recompute(rows: np.ndarray, scales: np.ndarray, video_start: int, vide
     place: the video's time scale truncated to an integer, and every token
     from `video_end` (its vision_end) on at the video's base + w', counting
     up by one."""
-    starts = rows[:, C.COL_TOK_START]
-    video = (starts >= video_start) & (starts < video_end)
-    scales[video, C.SCALE_SP] = np.trunc(scales[video, C.SCALE_SP])
-    first = int(video.argmax())
-    base = int(rows[first, C.COL_BASE])
-    if rows[first, C.COL_KIND] == C.KIND_GRID_BITS:
-        width = int(rows[first, C.COL_BITS_SHAPE] >> C.BITS_SIDE) & ((1 << C.BITS_SIDE) - 1)
+    # the rows tile the tokens in order: the video's rows and those after it are two slices
+    lo, hi = np.searchsorted(rows[:, C.COL_TOK_START], (video_start, video_end)).tolist()
+    scales[lo:hi, C.SCALE_SP] = np.trunc(scales[lo:hi, C.SCALE_SP])
+    base = int(rows[lo, C.COL_BASE])
+    if rows[lo, C.COL_KIND] == C.KIND_GRID_BITS:
+        width = int(rows[lo, C.COL_BITS_SHAPE] >> C.BITS_SIDE) & ((1 << C.BITS_SIDE) - 1)
     else:
-        width = int(rows[first, C.COL_W])
-    after = starts >= video_end
-    rows[after, C.COL_BASE] = base + width + starts[after] - video_end
+        width = int(rows[lo, C.COL_W])
+    rows[hi:, C.COL_BASE] = base + width + rows[hi:, C.COL_TOK_START] - video_end
 
 
 class PendingPrune:

@@ -99,7 +99,8 @@ def write_identity_columns(embeddings: torch.Tensor, retention_mask, *, family: 
         identity[is_video] = kept
         identity[~is_video] = np.arange(rows - kept.shape[0])
     start = embeddings.shape[1] - extra
-    embeddings[:, start : start + DIGITS + 1] = _identity_columns(identity).to(embeddings.device)
+    # (a narrowed view's copy_: torch's slice assignment costs several times more, and copy_ converts alike)
+    embeddings.narrow(1, start, DIGITS + 1).copy_(_identity_columns(identity))
     return embeddings
 
 
@@ -226,7 +227,7 @@ class EvsRecompute:
                     f"{name}: expected at most {length - first} rows (placeholder {item} from row {first}), "
                     f"got {embedding.shape[0]}"
                 )
-            stripped.append(embedding[:, : embedding.shape[1] - self.extra])
+            stripped.append(embedding.narrow(1, 0, embedding.shape[1] - self.extra))
             k = self.video_of_item[item]
             if k is not None and embedding.shape[0] > 0:
                 masks[k] = self._chunk_mask(k, first, embedding, name)
@@ -242,7 +243,7 @@ class EvsRecompute:
     def _chunk_mask(self, k: int, first: int, embedding: torch.Tensor, name: str) -> np.ndarray:
         """A mask for video k that agrees with the chunk's rows, which start at
         row `first` of its placeholder."""
-        columns = embedding[:, embedding.shape[1] - self.extra :].to(torch.float32).cpu().numpy()
+        columns = embedding.narrow(1, embedding.shape[1] - self.extra, self.extra).to(torch.float32).cpu().numpy()
         digits = columns[:, :DIGITS].astype(np.int64)
         # digits: whole numbers in [0, DIGIT_BASE) (no bit above the lowest 8), then the tag
         if (
