@@ -207,7 +207,7 @@ class PrunedPrompt:
             config,
             full_ids,
             image_grid_thw=image_grid_thw,
-            video_grid_thw=video_grid_thw,
+            video_grid_thw=grid,  # (converted above: not decoded twice)
             second_per_grid_ts=second_per_grid_ts,
         )
         self._vllm_recompute = (
@@ -227,11 +227,10 @@ class PrunedPrompt:
         pieces, starts, ends, kept, spans = [], [], [], [], []
         at = shift = 0
         for k, (t, size) in enumerate(zip(self.num_frames, self.frame_sizes)):
-            found = np.flatnonzero(is_video[at:])
-            if found.shape[0] == 0:
+            first = at + int(is_video[at:].argmax()) if at < ids.shape[0] else at  # (a bool argmax stops at a True)
+            if first == ids.shape[0] or not is_video[first]:
                 raise ValueError(f"video_grid_thw: expected {len(self.num_frames)} videos in token_ids, found {k}")
-            first = at + int(found[0])
-            run = int(np.argmin(is_video[first:])) if not is_video[first:].all() else ids.shape[0] - first
+            run = int(is_video[first:].argmin()) or ids.shape[0] - first  # 0: video tokens to the end
             pieces.append(ids[at:first])
             starts.append(first)
             kept.append(run)
