@@ -8,8 +8,8 @@ serving; the seed PR compiled lazily, during the engine's profiling run.
 time, so that containers start with a filled cache).
 
 On a cold cache the compile is split in two groups (the builder from tokens,
-the prompt kernels that call it and the step kernel; the builder from ranges
-with the layout check, decode, fill and pool kernels), each compiled in a
+the prompt kernels that call it and the layout check; the builder from
+ranges with the fill, step, decode and pool kernels), each compiled in a
 forked child process, so
 that two cores share it; numba's compiler holds one lock per process, so
 threads would not help. The children only compile and write numba's cache (no torch,
@@ -36,7 +36,8 @@ from .core.config import MRopeConfig
 from .core.inputs import as_grid, as_token_ids
 from .core.layout import PromptLayout
 from .core.positions import next_positions, prompt_positions
-from .device.warm import canvas_prompt, device_rows, per_frame_video
+from .device.warm import canvas_prompt, device_rows, per_frame_video, pruned_rows
+from .evs.pruned import PRUNABLE
 from .kernels import layout_codes as C
 from .tracker.position_tracker import PositionTracker
 
@@ -129,6 +130,7 @@ class _Plan:
     rope_state: bool  # the device rows' cast and fill
     frames: bool  # the per-frame video locator
     canvas: bool  # MiniCPM-V 4.7's canvas
+    pruning: bool  # EVS's row split around pruned video tokens (the families vLLM prunes)
     key: str  # names the marker of a completed warm-up of this plan
 
     @classmethod
@@ -141,20 +143,22 @@ class _Plan:
             rope_state=runner in ("all", "rope_state"),
             frames=everything or config.spec.video_blocks == "frames",
             canvas=everything or config.canvas,
+            pruning=everything or config.family in PRUNABLE,
             key="all" if everything and runner == "all" else f"{config.family if config else 'any'}-{runner}",
         )
 
     def groups(self, config, dtypes, ids, kwargs, ranges) -> tuple:
-        """What the forked children compile: the builder from tokens with the prompt entries (the longer
-        group) when the plan has them, else the builder from ranges; the rest in the other child."""
+        """What the forked children compile: with the builder from tokens, that
+        builder's group and the ranges builder's (`_token_group`,
+        `_ranges_group`); without it, the builder from ranges and the rest."""
         if self.tokens:
             return (
-                lambda: _token_builder_group(self, config, dtypes, ids, kwargs),
-                lambda: _other_kernels_group(self, config, ids, kwargs, ranges),
+                lambda: _token_group(config, ids, kwargs),
+                lambda: _ranges_group(self, config, dtypes, ids, kwargs, ranges),
             )
         return (
             lambda: PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges),
-            lambda: _other_kernels_group(self, config, ids, kwargs, ranges, with_ranges=False),
+            lambda: _device_group(self),
         )
 
 
@@ -196,6 +200,8 @@ def _layouts(plan, config, ids, kwargs, ranges) -> None:
         per_frame_video()
     if plan.canvas:
         canvas_prompt()
+    if plan.pruning:
+        pruned_rows()
 
 
 def _next_positions() -> None:
@@ -221,29 +227,85 @@ def _tracker_round(config, ids, kwargs, ranges, dtype) -> None:
 # --------------------------------------------------------------------------
 
 
-def _token_builder_group(plan, config, dtypes, ids, kwargs) -> None:
-    """Group 1: the builder from tokens through the prompt entries that call
-    it, and with a tracker the step kernel. Nothing here builds a
-    `PromptLayout` or decodes a list: the layout check and the list decoders
-    compile in the other group only (once each, not in both), and the step
-    kernel, independent of the builders, evens the groups out (CPU seconds
-    of each in docs/benchmarks.md, "Warm-up for one model")."""
+def _token_group(config, ids, kwargs) -> None:
+    """With the builder from tokens: that builder through the prompt entries
+    that call it and a layout (the layout check), and the list decoders. The
+    other group builds no `PromptLayout` and decodes no list, so each kernel
+    compiles in one child only (CPU seconds of each group in
+    docs/benchmarks.md, "Warm-up for one model")."""
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
     prompt_positions(config, ids, **kwargs)
     prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]]))
+    PromptLayout.from_tokens(config, ids, **kwargs)
+    _list_decoders()
+
+
+def _ranges_group(plan, config, dtypes, ids, kwargs, ranges) -> None:
+    """Beside the token group: the builder from ranges, run bare (no
+    `PromptLayout`, whose check the token group compiles), the fill, what
+    the plan's model and runner need of the device group, and for a tracker
+    the step kernel that calls the fill, the decode kernel and the pool
+    compaction."""
+    from .core.inputs import Items
+    from .core.layout import build_rows_from_ranges
+    from .core.ranges import Ranges
+
+    items = Items.normalize(
+        config,
+        None,
+        kwargs["video_grid_thw"],
+        kwargs["second_per_grid_ts"],
+        kwargs["audio_feature_lengths"],
+        kwargs["use_audio_in_video"],
+    )
+    spans = Ranges(
+        config,
+        items,
+        None,
+        ranges["video_ranges"],
+        ranges["audio_ranges"],
+        "transformers",
+        kwargs["second_per_grid_ts"],
+    )
+    build_rows_from_ranges(config, len(ids), items, spans)
+    _device_group(plan, list_decoders=False)
     if plan.tracker:
-        _fill_kernel()
+        from numba import float32, int64
+
+        from .kernels.pool import compact_pool
+
         _step_kernels(dtypes)
+        _next_positions()
+        compact_pool.compile((int64[:, ::1], float32[:, ::1], int64[:, ::1]))
 
 
-def _fill_kernel() -> None:
-    """The fill of a layout's rows (`PromptLayout.positions`), which the step kernel also calls: one
-    group compiles it, the one with the step kernel where there is one."""
+def _device_group(plan, *, list_decoders=True) -> None:
+    """The fill of a layout's rows and, as the plan needs them, the canvas,
+    the frame locator, EVS's row split and the device rows' cast (with the builder from
+    ranges in the other child, for a `RopeState` alone the list decoders
+    too)."""
     from numba import float32, int64
 
+    from .kernels.device_cast import cast_rows
+    from .kernels.frames import locate_frames
     from .kernels.layout_fill import fill_positions
 
     fill_positions.compile((int64[:, ::1], int64, int64[:, ::1], float32[:, ::1], int64, int64, int64, int64))
+    if plan.canvas:
+        canvas_prompt()
+    if list_decoders:
+        _list_decoders()
+    if plan.frames:  # a per-frame video's frames
+        locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))
+    if plan.pruning:
+        pruned_rows()
+    if plan.rope_state:  # RopeState's admission
+        cast_rows(np.zeros((1, C.NUM_COLS), np.int64), np.empty((1, C.NUM_COLS + 2), np.int32))
+
+
+def _list_decoders() -> None:
+    as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of grids and ranges
+    as_token_ids([1, 2])  # the list decoder of token ids
 
 
 def _step_kernels(dtypes) -> None:
@@ -254,38 +316,6 @@ def _step_kernels(dtypes) -> None:
     for dtype in dtypes:
         for signature in step_signatures(np.int32 if dtype == torch.int32 else np.int64):
             prepare_step.compile(signature)
-
-
-def _other_kernels_group(plan, config, ids, kwargs, ranges, *, with_ranges=True) -> None:
-    """Group 2: the builder from ranges (its emitters, shared with the
-    builder from tokens, compile in both groups: the groups balance better
-    so) and the layout check, the list decoders, the fill of a layout's
-    rows unless the token group has it, and as the plan needs them the
-    canvas, the frame locator, the device rows' cast, the decode kernel and
-    the pool compaction (a tracker's plan always has the token group, which
-    compiles the step kernel)."""
-    from numba import float32, int64
-
-    from .kernels.device_cast import cast_rows
-    from .kernels.frames import locate_frames
-    from .kernels.pool import compact_pool
-
-    if with_ranges:
-        PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
-    if plan.canvas:
-        canvas_prompt()
-    as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of grids and ranges
-    as_token_ids([1, 2])  # the list decoder of token ids
-    if plan.frames:  # a per-frame video's frames
-        locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))
-    if not plan.tracker:  # (else the token group's, with the step kernel)
-        _fill_kernel()
-    if plan.rope_state:  # RopeState's admission
-        cast_rows(np.zeros((1, C.NUM_COLS), np.int64), np.empty((1, C.NUM_COLS + 2), np.int32))
-    if not plan.tracker:
-        return
-    _next_positions()
-    compact_pool.compile((int64[:, ::1], float32[:, ::1], int64[:, ::1]))
 
 
 def _num_jobs(jobs: int | None) -> int:

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.inputs import as_config, as_grid, as_token_ids, describe, true_runs
+from ..core.inputs import as_config, as_grid, as_token_ids, describe
 from ..core.layout import PromptLayout
 from ..kernels import layout_codes as C
+from ..kernels.pruned_rows import split_rows
 
 __all__ = ["PendingPrune", "PrunedPrompt", "delete_tokens"]
 
@@ -61,98 +62,21 @@ def delete_tokens(layout: PromptLayout, keep) -> PromptLayout:
 
 
 def _deleted_rows(layout: PromptLayout, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`delete_tokens`' tables (rows with their token starts renumbered, scales), from a checked `keep`."""
-    # kept tokens of each row, summed at once (a layout's rows tile its tokens in order, so a sum from each
-    # row's start to the next one's is the row's): a row kept whole or dropped whole needs no work of its own
-    starts = layout.rows[:, C.COL_TOK_START]
-    lengths = layout.rows[:, C.COL_TOK_LEN]
-    counts = np.add.reduceat(keep.view(np.uint8), starts, dtype=np.int64)
-    if not counts.any():
+    """`delete_tokens`' tables (rows with their token starts renumbered, scales), from a checked `keep`:
+    the kernel counts the rows, then writes them into tables of that size."""
+    if not (keep.flags.c_contiguous and keep.flags.writeable):  # the kernel's one signature
+        keep = keep.copy()
+    num_rows = split_rows(layout.rows, layout.scales, keep, _NO_ROWS, _NO_SCALES, False)
+    if num_rows == 0:
         raise ValueError("keep: expected at least one token kept, got none")
-    partial = np.flatnonzero((counts != 0) & (counts != lengths)).tolist()
-    if not partial:  # rows kept or dropped whole: a selection (no row copied one by one)
-        whole = counts != 0
-        return _renumbered(layout.rows[whole]), layout.scales[whole]
-    out_rows, out_scales = [], []
-    done = 0
-    for r in partial:
-        whole = np.flatnonzero(counts[done:r]) + done  # rows kept whole before row r
-        out_rows.append(layout.rows[whole])
-        out_scales.append(layout.scales[whole])
-        pieces = _split_row(layout.rows[r], keep[starts[r] : starts[r] + lengths[r]], int(counts[r]))
-        out_rows.append(pieces)
-        out_scales.append(np.repeat(layout.scales[r : r + 1], pieces.shape[0], axis=0))
-        done = r + 1
-    whole = np.flatnonzero(counts[done:]) + done
-    out_rows.append(layout.rows[whole])
-    out_scales.append(layout.scales[whole])
-    return _renumbered(np.concatenate(out_rows)), np.concatenate(out_scales)
+    rows = np.empty((num_rows, C.NUM_COLS), np.int64)
+    scales = np.empty((num_rows, C.NUM_SCALE_COLS), np.float32)
+    split_rows(layout.rows, layout.scales, keep, rows, scales, True)
+    return rows, scales
 
 
-def _renumbered(rows: np.ndarray) -> np.ndarray:
-    """`rows` (a new array of our own) with each row's token start after the rows before it."""
-    lengths = rows[:, C.COL_TOK_LEN]
-    np.cumsum(lengths, out=rows[:, C.COL_TOK_START])
-    rows[:, C.COL_TOK_START] -= lengths
-    return rows
-
-
-def _split_row(row: np.ndarray, kept: np.ndarray, count: int) -> np.ndarray:
-    """The rows one layout row becomes when only its `kept` tokens (`count`
-    of them, some but not all) stay: one row per run of kept tokens, or for a
-    GRID row whose runs outnumber its windows of kept bits, `_bits_rows`."""
-    # the runs, counted from their rising edges before they are listed (the bits rows rarely need them)
-    num_runs = int(kept[0]) + int(np.count_nonzero(kept[1:] > kept[:-1]))
-    first = int(kept.argmax())
-    if num_runs == 1:
-        runs = np.array([[first, count]], np.int64)
-    else:
-        if row[C.COL_KIND] == C.KIND_GRID:
-            last = kept.shape[0] - int(kept[::-1].argmax())
-            bits = _bits_rows(row, kept, first, last)
-            if bits is not None and bits.shape[0] < num_runs:
-                return bits
-        runs = true_runs(kept)
-    pieces = np.repeat(row[None, :], runs.shape[0], axis=0)
-    pieces[:, C.COL_TOK_LEN] = runs[:, 1]
-    if row[C.COL_KIND] == C.KIND_LINEAR:
-        pieces[:, C.COL_BASE] += runs[:, 0]
-    elif row[C.COL_KIND] in (C.KIND_GRID, C.KIND_GRID_RAW):
-        pieces[:, C.COL_GRID_OFFSET] += runs[:, 0]
-    return pieces
-
-
-def _bits_rows(row: np.ndarray, kept: np.ndarray, first: int, last: int) -> np.ndarray | None:
-    """A grid row's kept tokens (from `first` to `last`) as GRID_BITS rows,
-    one per window of BITS_PER_ROW grid tokens from the first kept one, and
-    GRID rows for runs of windows kept whole; None when the grid's sides do
-    not fit the packing."""
-    h, w, mode = int(row[C.COL_H]), int(row[C.COL_W]), int(row[C.COL_SCALED])
-    if max(h, w) >= 1 << C.BITS_SIDE:
-        return None
-    size = C.BITS_PER_ROW
-    # every window at once: its kept count and its bits packed into BITS_WORDS little-endian words
-    num_windows = -(-(last - first) // size)
-    padded = np.zeros(num_windows * size, np.bool_)
-    padded[: last - first] = kept[first:last]
-    counts = np.add.reduceat(padded.view(np.uint8), np.arange(0, num_windows * size, size), dtype=np.int64)
-    words = np.packbits(padded, bitorder="little").view("<i8").reshape(num_windows, C.BITS_WORDS)
-    widths = np.full(num_windows, size, np.int64)
-    widths[-1] = last - first - (num_windows - 1) * size
-    whole = counts == widths
-    # a window kept whole after another kept whole extends that one's GRID row; an empty window makes no row
-    follows_whole = np.zeros(num_windows, np.bool_)
-    follows_whole[1:] = whole[:-1]
-    chosen = np.flatnonzero((counts != 0) & ~(whole & follows_whole))
-    out = np.repeat(row[None, :], chosen.shape[0], axis=0)
-    # each row's tokens: its window's and those of the (whole, or empty) windows up to the next row's
-    out[:, C.COL_TOK_LEN] = np.add.reduceat(counts, chosen)
-    out[:, C.COL_GRID_OFFSET] += first + chosen * size
-    bits = ~whole[chosen]
-    out[bits, C.COL_KIND] = C.KIND_GRID_BITS
-    out[bits, C.COL_BITS_SHAPE] = h | (w << C.BITS_SIDE) | (mode << (2 * C.BITS_SIDE))
-    out[bits, C.COL_BITS_WORDS : C.COL_BITS_WORDS + C.BITS_WORDS] = words[chosen[bits]]
-    return out
+_NO_ROWS = np.empty((0, C.NUM_COLS), np.int64)
+_NO_SCALES = np.empty((0, C.NUM_SCALE_COLS), np.float32)
 
 
 def _layout(config, rows: np.ndarray, scales: np.ndarray) -> PromptLayout:
