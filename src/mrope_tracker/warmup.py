@@ -59,7 +59,8 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     anything `MRopeConfig.from_hf_config` reads) for only those its model
     needs: MiniCPM-V 4.7's canvas kernels only for a canvas config, the
     per-frame video locator only for families whose videos are a block per
-    frame. `runner`: which of this package's runners will serve: "tracker"
+    frame, EVS's row split only for the families vLLM prunes. `runner`:
+    which of this package's runners will serve: "tracker"
     (`PositionTracker`: the prompt entries, the builder from tokens, the step
     kernel), "rope_state" (`RopeState`, as the vLLM plugin builds it: the
     builder from ranges and the device rows' kernels only), or "all". So an
