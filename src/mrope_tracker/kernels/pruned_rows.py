@@ -17,12 +17,12 @@ tables, a C-contiguous writable bool mask.
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import inner, jit
+from .jit_options import helper, tiny
 
 _SIZE = C.BITS_PER_ROW
 
 
-@inner
+@tiny
 def _kept_in(keep, start, stop):
     n = 0
     for i in range(start, stop):
@@ -31,7 +31,7 @@ def _kept_in(keep, start, stop):
     return n
 
 
-@inner
+@tiny
 def _copy_row(rows, scales, r, out_rows, out_scales, o):
     for c in range(C.NUM_COLS):
         out_rows[o, c] = rows[r, c]
@@ -39,7 +39,7 @@ def _copy_row(rows, scales, r, out_rows, out_scales, o):
         out_scales[o, c] = scales[r, c]
 
 
-@inner
+@tiny
 def _bits_row_count(keep, first, last):
     """Rows of the GRID_BITS form over [first, last) of the mask (absolute indices)."""
     n = 0
@@ -54,7 +54,7 @@ def _bits_row_count(keep, first, last):
     return n
 
 
-@inner
+@tiny
 def _write_bits_rows(rows, scales, r, keep, start, first, last, out_rows, out_scales, o):
     """Write row r's GRID_BITS form from out row o; returns the next out row."""
     h, w, mode = rows[r, C.COL_H], rows[r, C.COL_W], rows[r, C.COL_SCALED]
@@ -88,7 +88,7 @@ def _write_bits_rows(rows, scales, r, keep, start, first, last, out_rows, out_sc
     return o
 
 
-@inner
+@tiny
 def _write_runs(rows, scales, r, keep, start, stop, out_rows, out_scales, o):
     """Write one row per run of kept tokens of row r from out row o; returns the next out row."""
     kind = rows[r, C.COL_KIND]
@@ -111,7 +111,7 @@ def _write_runs(rows, scales, r, keep, start, stop, out_rows, out_scales, o):
     return o
 
 
-@jit
+@helper
 def split_rows(rows, scales, keep, out_rows, out_scales, write):
     """The number of rows of the layout without the tokens `keep` drops
     (written into out_rows / out_scales when `write`)."""
