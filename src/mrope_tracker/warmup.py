@@ -151,15 +151,16 @@ class _Plan:
     def groups(self, config, dtypes, ids, kwargs, ranges) -> tuple:
         """What the forked children compile: with the builder from tokens, that
         builder's group and the ranges builder's (`_token_group`,
-        `_ranges_group`); without it, the builder from ranges and the rest."""
+        `_ranges_group`); without it, the builder from ranges alone (the
+        longest kernel) and the rest, with the layout check."""
         if self.tokens:
             return (
                 lambda: _token_group(config, ids, kwargs),
                 lambda: _ranges_group(self, config, dtypes, ids, kwargs, ranges),
             )
         return (
-            lambda: PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges),
-            lambda: _device_group(self),
+            lambda: _bare_ranges_builder(config, ids, kwargs, ranges),
+            lambda: (_layout_check(), _device_group(self)),
         )
 
 
@@ -247,6 +248,20 @@ def _ranges_group(plan, config, dtypes, ids, kwargs, ranges) -> None:
     the plan's model and runner need of the device group, and for a tracker
     the step kernel that calls the fill, the decode kernel and the pool
     compaction."""
+    _bare_ranges_builder(config, ids, kwargs, ranges)
+    _device_group(plan, list_decoders=False)
+    if plan.tracker:
+        from numba import float32, int64
+
+        from .kernels.pool import compact_pool
+
+        _step_kernels(dtypes)
+        _next_positions()
+        compact_pool.compile((int64[:, ::1], float32[:, ::1], int64[:, ::1]))
+
+
+def _bare_ranges_builder(config, ids, kwargs, ranges) -> None:
+    """The builder from ranges run bare: no `PromptLayout`, so not its check."""
     from .core.inputs import Items
     from .core.layout import build_rows_from_ranges
     from .core.ranges import Ranges
@@ -269,15 +284,18 @@ def _ranges_group(plan, config, dtypes, ids, kwargs, ranges) -> None:
         kwargs["second_per_grid_ts"],
     )
     build_rows_from_ranges(config, len(ids), items, spans)
-    _device_group(plan, list_decoders=False)
-    if plan.tracker:
-        from numba import float32, int64
 
-        from .kernels.pool import compact_pool
 
-        _step_kernels(dtypes)
-        _next_positions()
-        compact_pool.compile((int64[:, ::1], float32[:, ::1], int64[:, ::1]))
+def _layout_check() -> None:
+    """The check every `PromptLayout` runs, with its argument types (read-only tables)."""
+    from .kernels.layout_check import check_layout
+
+    rows = np.zeros((1, C.NUM_COLS), np.int64)
+    rows[0, C.COL_TOK_LEN] = 1
+    scales = np.zeros((1, C.NUM_SCALE_COLS), np.float32)
+    rows.setflags(write=False)
+    scales.setflags(write=False)
+    check_layout(rows, scales, 1)
 
 
 def _device_group(plan, *, list_decoders=True) -> None:

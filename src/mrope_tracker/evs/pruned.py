@@ -80,9 +80,13 @@ _NO_SCALES = np.empty((0, C.NUM_SCALE_COLS), np.float32)
 
 
 def _layout(config, rows: np.ndarray, scales: np.ndarray) -> PromptLayout:
-    """The layout of tables of our own (C-contiguous), its token count their rows' lengths."""
+    """The layout of tables of our own (C-contiguous), its token count their rows' lengths. They go in
+    read-only, as every layout's tables reach the layout check: one compiled signature of it, not two."""
     num_tokens = int(rows[-1, C.COL_TOK_START] + rows[-1, C.COL_TOK_LEN])
-    return PromptLayout.from_rows(config, np.ascontiguousarray(rows), np.ascontiguousarray(scales), num_tokens)
+    rows, scales = np.ascontiguousarray(rows), np.ascontiguousarray(scales)
+    rows.setflags(write=False)
+    scales.setflags(write=False)
+    return PromptLayout.from_rows(config, rows, scales, num_tokens)
 
 
 class PrunedPrompt:
