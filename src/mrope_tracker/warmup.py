@@ -155,7 +155,7 @@ class _Plan:
         longest kernel) and the rest, with the layout check."""
         if self.tokens:
             return (
-                lambda: _token_group(config, ids, kwargs),
+                lambda: _token_group(self, config, ids, kwargs),
                 lambda: _ranges_group(self, config, dtypes, ids, kwargs, ranges),
             )
         return (
@@ -229,10 +229,11 @@ def _tracker_round(config, ids, kwargs, ranges, dtype) -> None:
 # --------------------------------------------------------------------------
 
 
-def _token_group(config, ids, kwargs) -> None:
+def _token_group(plan, config, ids, kwargs) -> None:
     """With the builder from tokens: that builder through the prompt entries
-    that call it and a layout (the layout check), and the list decoders. The
-    other group builds no `PromptLayout` and decodes no list, so each kernel
+    that call it and a layout (the layout check), the list decoders and, as
+    the plan needs it, EVS's row split (the lighter group's). The other
+    group builds no `PromptLayout` and decodes no list, so each kernel
     compiles in one child only (CPU seconds of each group in
     docs/benchmarks.md, "Warm-up for one model")."""
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
@@ -240,6 +241,8 @@ def _token_group(config, ids, kwargs) -> None:
     prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]]))
     PromptLayout.from_tokens(config, ids, **kwargs)
     _list_decoders()
+    if plan.pruning:
+        pruned_rows()
 
 
 def _ranges_group(plan, config, dtypes, ids, kwargs, ranges) -> None:
@@ -249,7 +252,7 @@ def _ranges_group(plan, config, dtypes, ids, kwargs, ranges) -> None:
     the step kernel that calls the fill, the decode kernel and the pool
     compaction."""
     _bare_ranges_builder(config, ids, kwargs, ranges)
-    _device_group(plan, list_decoders=False)
+    _device_group(plan, list_decoders=False, pruning=False)
     if plan.tracker:
         from numba import float32, int64
 
@@ -298,11 +301,11 @@ def _layout_check() -> None:
     check_layout(rows, scales, 1)
 
 
-def _device_group(plan, *, list_decoders=True) -> None:
+def _device_group(plan, *, list_decoders=True, pruning=True) -> None:
     """The fill of a layout's rows and, as the plan needs them, the canvas,
-    the frame locator, EVS's row split and the device rows' cast (with the builder from
-    ranges in the other child, for a `RopeState` alone the list decoders
-    too)."""
+    the frame locator, EVS's row split and the device rows' cast (with the
+    builder from ranges in the other child, for a `RopeState` alone the list
+    decoders too; beside the token group, the row split goes there)."""
     from numba import float32, int64
 
     from .kernels.device_cast import cast_rows
@@ -316,7 +319,7 @@ def _device_group(plan, *, list_decoders=True) -> None:
         _list_decoders()
     if plan.frames:  # a per-frame video's frames
         locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))
-    if plan.pruning:
+    if pruning and plan.pruning:
         pruned_rows()
     if plan.rope_state:  # RopeState's admission
         cast_rows(np.zeros((1, C.NUM_COLS), np.int64), np.empty((1, C.NUM_COLS + 2), np.int32))
