@@ -1,12 +1,13 @@
-"""EVS: `delete_tokens`' vectorised rows against the row-by-row form it replaced.
+"""EVS: `delete_tokens`' rows against the row-by-row form they replaced.
 
 `delete_tokens` once split a layout row by row in Python, each window of
-mask bits a row of its own; it now selects whole rows at once and builds a
-grid row's windows in a few array operations. The rows are part of the
-contract (`device/rows.py` reads GRID_BITS rows, `to_bytes` writes them), so
-the vectorised form must give the same rows, not only the same positions:
-this file keeps the earlier form as the oracle and compares the tables on
-random masks, scattered, in runs, with whole windows and empty ones.
+mask bits a row of its own; it then built them in a few array operations
+per row, and now in one numba kernel (kernels/pruned_rows.py). The rows are
+part of the contract (`device/rows.py` reads GRID_BITS rows, `to_bytes`
+writes them), so the faster forms must give the same rows, not only the
+same positions: this file keeps the first form as the oracle and compares
+the tables on random masks, scattered, in runs, with whole windows and
+empty ones.
 """
 
 from __future__ import annotations
