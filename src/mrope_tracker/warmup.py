@@ -7,9 +7,10 @@ serving; the seed PR compiled lazily, during the engine's profiling run.
 `mrope-tracker warmup` runs this from the command line (e.g. at image build
 time, so that containers start with a filled cache).
 
-On a cold cache the compile is split in two groups (the builder from tokens
-and the prompt kernels that call it; the builder from ranges with the step,
-decode and fill kernels), each compiled in a forked child process, so
+On a cold cache the compile is split in two groups (the builder from tokens,
+the prompt kernels that call it and the layout check; the builder from
+ranges with the fill, step and decode kernels), each compiled in a
+forked child process, so
 that two cores share it; numba's compiler holds one lock per process, so
 threads would not help. The children only compile and write numba's cache (no torch,
 no device); the parent then runs every stage, which loads what they wrote.
@@ -35,7 +36,8 @@ from .core.config import MRopeConfig
 from .core.inputs import as_grid, as_token_ids
 from .core.layout import PromptLayout
 from .core.positions import next_positions, prompt_positions
-from .device.warm import canvas_prompt, device_rows, per_frame_video
+from .device.warm import canvas_prompt, device_rows, per_frame_video, pruned_rows
+from .evs.pruned import PRUNABLE
 from .kernels import layout_codes as C
 from .tracker.position_tracker import PositionTracker
 
@@ -57,7 +59,8 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     anything `MRopeConfig.from_hf_config` reads) for only those its model
     needs: MiniCPM-V 4.7's canvas kernels only for a canvas config, the
     per-frame video locator only for families whose videos are a block per
-    frame. `runner`: which of this package's runners will serve: "tracker"
+    frame, EVS's row split only for the families vLLM prunes. `runner`:
+    which of this package's runners will serve: "tracker"
     (`PositionTracker`: the prompt entries, the builder from tokens, the step
     kernel), "rope_state" (`RopeState`, as the vLLM plugin builds it: the
     builder from ranges and the device rows' kernels only), or "all". So an
@@ -128,6 +131,7 @@ class _Plan:
     rope_state: bool  # the device rows' cast and fill
     frames: bool  # the per-frame video locator
     canvas: bool  # MiniCPM-V 4.7's canvas
+    pruning: bool  # EVS's row split around pruned video tokens (the families vLLM prunes)
     key: str  # names the marker of a completed warm-up of this plan
 
     @classmethod
@@ -140,20 +144,23 @@ class _Plan:
             rope_state=runner in ("all", "rope_state"),
             frames=everything or config.spec.video_blocks == "frames",
             canvas=everything or config.canvas,
+            pruning=everything or config.family in PRUNABLE,
             key="all" if everything and runner == "all" else f"{config.family if config else 'any'}-{runner}",
         )
 
     def groups(self, config, dtypes, ids, kwargs, ranges) -> tuple:
-        """What the forked children compile: the builder from tokens with the prompt entries (the longer
-        group) when the plan has them, else the builder from ranges; the rest in the other child."""
+        """What the forked children compile: with the builder from tokens, that
+        builder's group and the ranges builder's (`_token_group`,
+        `_ranges_group`); without it, the builder from ranges alone (the
+        longest kernel) and the rest, with the layout check."""
         if self.tokens:
             return (
-                lambda: _token_builder_group(config, ids, kwargs, ranges),
-                lambda: _other_kernels_group(self, config, dtypes, ids, kwargs, ranges),
+                lambda: _token_group(self, config, ids, kwargs),
+                lambda: _ranges_group(self, config, dtypes, ids, kwargs, ranges),
             )
         return (
-            lambda: PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges),
-            lambda: _other_kernels_group(self, config, dtypes, ids, kwargs, ranges, with_ranges=False),
+            lambda: _bare_ranges_builder(config, ids, kwargs, ranges),
+            lambda: (_layout_check(), _device_group(self)),
         )
 
 
@@ -195,6 +202,8 @@ def _layouts(plan, config, ids, kwargs, ranges) -> None:
         per_frame_video()
     if plan.canvas:
         canvas_prompt()
+    if plan.pruning:
+        pruned_rows()
 
 
 def _next_positions() -> None:
@@ -220,43 +229,105 @@ def _tracker_round(config, ids, kwargs, ranges, dtype) -> None:
 # --------------------------------------------------------------------------
 
 
-def _token_builder_group(config, ids, kwargs, ranges) -> None:
-    """Group 1: the builder from tokens and the prompt entries, which call
-    it (not through `positions()`, the other group's fill). This is the
-    longer group."""
+def _token_group(plan, config, ids, kwargs) -> None:
+    """With the builder from tokens: that builder through the prompt entries
+    that call it and a layout (the layout check), the list decoders and, as
+    the plan needs it, EVS's row split (the lighter group's). The other
+    group builds no `PromptLayout` and decodes no list, so each kernel
+    compiles in one child only (CPU seconds of each group in
+    docs/benchmarks.md, "Warm-up for one model")."""
+    image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
+    prompt_positions(config, ids, **kwargs)
+    prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]]))
     PromptLayout.from_tokens(config, ids, **kwargs)
-    image_ids = [1, config.image_token_id, config.image_token_id, 2]
-    prompt_positions(config, np.array(image_ids), image_grid_thw=np.array([[1, 2, 4]]))
-    prompt_positions(config, np.array(image_ids), image_grid_thw=[[1, 2, 4]])
+    _list_decoders()
+    if plan.pruning:
+        pruned_rows()
 
 
-def _other_kernels_group(plan, config, dtypes, ids, kwargs, ranges, *, with_ranges=True) -> None:
-    """Group 2: the builder from ranges (its emitters, shared with the
-    builder from tokens, compile in both groups: the groups balance better
-    so), the list decoders, the frame locator, and as the plan needs them
-    the device rows' cast, the decode kernel and from their signatures (no
-    tracker, so no torch in the child) the step kernel and the fill of a layout's rows."""
+def _ranges_group(plan, config, dtypes, ids, kwargs, ranges) -> None:
+    """Beside the token group: the builder from ranges, run bare (no
+    `PromptLayout`, whose check the token group compiles), the fill, what
+    the plan's model and runner need of the device group, and for a tracker
+    the step kernel that calls the fill and the decode kernel."""
+    _bare_ranges_builder(config, ids, kwargs, ranges)
+    _device_group(plan, list_decoders=False, pruning=False)
+    if plan.tracker:
+        _step_kernels(dtypes)
+        _next_positions()
+
+
+def _bare_ranges_builder(config, ids, kwargs, ranges) -> None:
+    """The builder from ranges run bare: no `PromptLayout`, so not its check."""
+    from .core.inputs import Items
+    from .core.layout import build_rows_from_ranges
+    from .core.ranges import Ranges
+
+    items = Items.normalize(
+        config,
+        None,
+        kwargs["video_grid_thw"],
+        kwargs["second_per_grid_ts"],
+        kwargs["audio_feature_lengths"],
+        kwargs["use_audio_in_video"],
+    )
+    spans = Ranges(
+        config,
+        items,
+        None,
+        ranges["video_ranges"],
+        ranges["audio_ranges"],
+        "transformers",
+        kwargs["second_per_grid_ts"],
+    )
+    build_rows_from_ranges(config, len(ids), items, spans)
+
+
+def _layout_check() -> None:
+    """The check every `PromptLayout` runs, with its argument types (read-only tables)."""
+    from .kernels.layout_check import check_layout
+
+    rows = np.zeros((1, C.NUM_COLS), np.int64)
+    rows[0, C.COL_TOK_LEN] = 1
+    scales = np.zeros((1, C.NUM_SCALE_COLS), np.float32)
+    rows.setflags(write=False)
+    scales.setflags(write=False)
+    check_layout(rows, scales, 1)
+
+
+def _device_group(plan, *, list_decoders=True, pruning=True) -> None:
+    """The fill of a layout's rows and, as the plan needs them, the canvas,
+    the frame locator, EVS's row split and the device rows' cast (with the
+    builder from ranges in the other child, for a `RopeState` alone the list
+    decoders too; beside the token group, the row split goes there)."""
     from numba import float32, int64
 
     from .kernels.device_cast import cast_rows
     from .kernels.frames import locate_frames
     from .kernels.layout_fill import fill_positions
-    from .kernels.tracker_step import prepare_step, step_signatures
 
-    if with_ranges:
-        PromptLayout.from_ranges(config, len(ids), **kwargs, **ranges)
+    fill_positions.compile((int64[:, ::1], int64, int64[:, ::1], float32[:, ::1], int64, int64, int64, int64))
     if plan.canvas:
         canvas_prompt()
-    as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of grids and ranges
-    as_token_ids([1, 2])  # the list decoder of token ids
+    if list_decoders:
+        _list_decoders()
     if plan.frames:  # a per-frame video's frames
         locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))
-    fill_positions.compile((int64[:, ::1], int64, int64[:, ::1], float32[:, ::1], int64, int64, int64, int64))
+    if pruning and plan.pruning:
+        pruned_rows()
     if plan.rope_state:  # RopeState's admission
         cast_rows(np.zeros((1, C.NUM_COLS), np.int64), np.empty((1, C.NUM_COLS + 2), np.int32))
-    if not plan.tracker:
-        return
-    _next_positions()
+
+
+def _list_decoders() -> None:
+    as_grid([[1, 2, 4]], "image_grid_thw")  # the list decoder of grids and ranges
+    as_token_ids([1, 2])  # the list decoder of token ids
+
+
+def _step_kernels(dtypes) -> None:
+    """The step kernel, from its signatures (no tracker, so no torch in the child)."""
+    from .kernels.tracker_step import prepare_step, step_signatures
+
     prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
     for dtype in dtypes:
         for signature in step_signatures(np.int32 if dtype == torch.int32 else np.int64):

@@ -2,9 +2,10 @@
 
 The vLLM plugin calls `warm_rope_state(config)` when it builds a state, so a
 worker compiles (or loads from numba's cache) the builder from ranges and
-the device rows' kernels, plus MiniCPM-V 4.7's canvas kernels or the
-per-frame video locator only when its model uses them: never the prompt
-entries, the builder from tokens or `PositionTracker`'s step kernel.
+the device rows' kernels, plus MiniCPM-V 4.7's canvas kernels, the
+per-frame video locator or EVS's row split only when its model uses them:
+never the prompt entries, the builder from tokens or `PositionTracker`'s
+step kernel.
 `mrope_tracker.warmup(config, runner="rope_state")` does the same, with a
 forked compile on a cold cache; its other workloads live in warmup.py.
 """
@@ -17,9 +18,10 @@ import numpy as np
 
 from ..core.config import MRopeConfig
 from ..core.layout import PromptLayout
+from ..evs.pruned import PRUNABLE
 from ..kernels import layout_codes as C
 
-__all__ = ["warm_rope_state"]
+__all__ = ["warm_rope_state", "pruned_rows"]
 
 
 def warm_rope_state(config: MRopeConfig) -> float:
@@ -42,6 +44,8 @@ def warm_rope_state(config: MRopeConfig) -> float:
         per_frame_video()
     if config.canvas:
         canvas_prompt()
+    if config.family in PRUNABLE:
+        pruned_rows()
     return time.perf_counter() - start
 
 
@@ -82,3 +86,16 @@ def per_frame_video() -> None:
         video_ranges=[(1, 6, np.array([0, 1, 0, 0, 1, 0], bool))],
         video_grid_thw=[[2, 2, 2]],
     )
+
+
+def pruned_rows() -> None:
+    """EVS's split of a layout's rows around pruned tokens (kernels/pruned_rows.py), with the argument types
+    `delete_tokens` passes: a layout's read-only tables and a writable bool mask."""
+    from ..kernels.pruned_rows import split_rows
+
+    rows = np.zeros((1, C.NUM_COLS), np.int64)
+    rows[0, C.COL_TOK_LEN] = 2
+    scales = np.zeros((1, C.NUM_SCALE_COLS), np.float32)
+    rows.setflags(write=False)
+    scales.setflags(write=False)
+    split_rows(rows, scales, np.array([True, False]), rows[:0].copy(), scales[:0].copy(), False)

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.inputs import as_config, as_grid, as_token_ids, describe, true_runs
+from ..core.inputs import as_config, as_grid, as_token_ids, describe
 from ..core.layout import PromptLayout
 from ..kernels import layout_codes as C
+from ..kernels.pruned_rows import split_rows
 
 __all__ = ["PendingPrune", "PrunedPrompt", "delete_tokens"]
 
@@ -56,95 +57,36 @@ def delete_tokens(layout: PromptLayout, keep) -> PromptLayout:
     keep = np.asarray(keep)
     if keep.dtype != np.bool_ or keep.shape != (layout.num_tokens,):
         raise ValueError(f"keep: expected a bool array of shape ({layout.num_tokens},), got {describe(keep)}")
-    if not keep.any():
+    rows, scales = _deleted_rows(layout, keep)
+    return _layout(layout.config, rows, scales)
+
+
+def _deleted_rows(layout: PromptLayout, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`delete_tokens`' tables (rows with their token starts renumbered, scales), from a checked `keep`:
+    the kernel counts the rows, then writes them into tables of that size."""
+    if not (keep.flags.c_contiguous and keep.flags.writeable):  # the kernel's one signature
+        keep = keep.copy()
+    num_rows = split_rows(layout.rows, layout.scales, keep, _NO_ROWS, _NO_SCALES, False)
+    if num_rows == 0:
         raise ValueError("keep: expected at least one token kept, got none")
-    out_rows, out_scales = [], []
-    # kept tokens before each row's start and end, from one prefix sum: a row
-    # kept whole or dropped whole (most text rows) needs no work of its own
-    before = np.concatenate(([0], np.cumsum(keep, dtype=np.int64)))
-    starts = layout.rows[:, C.COL_TOK_START]
-    counts = (before[starts + layout.rows[:, C.COL_TOK_LEN]] - before[starts]).tolist()
-    for r in range(layout.num_rows):
-        row, scale = layout.rows[r], layout.scales[r]
-        start, length = int(row[C.COL_TOK_START]), int(row[C.COL_TOK_LEN])
-        if counts[r] == 0:
-            continue
-        if counts[r] == length:
-            out_rows.append(row)
-            out_scales.append(scale)
-            continue
-        kept = keep[start : start + length]
-        runs = true_runs(kept)
-        grid = row[C.COL_KIND] in (C.KIND_GRID, C.KIND_GRID_RAW)
-        if row[C.COL_KIND] == C.KIND_GRID and runs.shape[0] > 1:
-            bits = _bits_rows(row, kept, runs)
-            if bits is not None and len(bits) < runs.shape[0]:
-                out_rows.extend(bits)
-                out_scales.extend([scale] * len(bits))
-                continue
-        for offset, count in runs.tolist():
-            piece = row.copy()
-            piece[C.COL_TOK_LEN] = count
-            if row[C.COL_KIND] == C.KIND_LINEAR:
-                piece[C.COL_BASE] += offset
-            elif grid:
-                piece[C.COL_GRID_OFFSET] += offset
-            out_rows.append(piece)
-            out_scales.append(scale)
-    rows = np.array(out_rows, np.int64)
-    lengths = rows[:, C.COL_TOK_LEN]
-    rows[:, C.COL_TOK_START] = np.cumsum(lengths) - lengths
-    return _layout(layout.config, rows, np.array(out_scales, np.float32), int(lengths.sum()))
+    rows = np.empty((num_rows, C.NUM_COLS), np.int64)
+    scales = np.empty((num_rows, C.NUM_SCALE_COLS), np.float32)
+    split_rows(layout.rows, layout.scales, keep, rows, scales, True)
+    return rows, scales
 
 
-def _bits_rows(row: np.ndarray, kept: np.ndarray, runs: np.ndarray) -> list[np.ndarray] | None:
-    """A grid row's kept tokens as GRID_BITS rows, one per window of
-    BITS_PER_ROW grid tokens from the first kept one, and GRID rows for runs
-    of windows kept whole; None when the grid's sides do not fit the packing."""
-    h, w, mode = int(row[C.COL_H]), int(row[C.COL_W]), int(row[C.COL_SCALED])
-    if max(h, w) >= 1 << C.BITS_SIDE:
-        return None
-    shape = h | (w << C.BITS_SIDE) | (mode << (2 * C.BITS_SIDE))
-    first, last = int(runs[0, 0]), int(runs[-1, 0] + runs[-1, 1])
-    size = C.BITS_PER_ROW
-    # every window at once: its kept count and its bits packed into BITS_WORDS little-endian words
-    num_windows = -(-(last - first) // size)
-    padded = np.zeros(num_windows * size, np.bool_)
-    padded[: last - first] = kept[first:last]
-    windows = padded.reshape(num_windows, size)
-    kept_counts = np.count_nonzero(windows, axis=1).tolist()
-    words = np.packbits(windows, axis=1, bitorder="little").view("<i8")
-    widths = [min(size, last - first - k * size) for k in range(num_windows)]
-    out: list[np.ndarray] = []
-    grid_end = -1  # where the last GRID row of whole windows ends (row-local), if it was the last row
-    for k in range(num_windows):
-        count = kept_counts[k]
-        at = first + k * size
-        if count == 0:
-            grid_end = -1
-            continue
-        whole = count == widths[k]
-        if whole and grid_end == at:
-            out[-1][C.COL_TOK_LEN] += count  # whole windows one after the other: one GRID row
-            grid_end += count
-            continue
-        piece = row.copy()
-        piece[C.COL_TOK_LEN] = count
-        if whole:
-            piece[C.COL_GRID_OFFSET] += at
-            grid_end = at + count
-        else:
-            grid_end = -1
-            piece[C.COL_KIND] = C.KIND_GRID_BITS
-            piece[C.COL_GRID_OFFSET] = row[C.COL_GRID_OFFSET] + at
-            piece[C.COL_BITS_SHAPE] = shape
-            piece[C.COL_BITS_WORDS : C.COL_BITS_WORDS + C.BITS_WORDS] = words[k]
-        out.append(piece)
-    return out
+_NO_ROWS = np.empty((0, C.NUM_COLS), np.int64)
+_NO_SCALES = np.empty((0, C.NUM_SCALE_COLS), np.float32)
 
 
-def _layout(config, rows: np.ndarray, scales: np.ndarray, num_tokens: int) -> PromptLayout:
-    return PromptLayout.from_rows(config, np.ascontiguousarray(rows), np.ascontiguousarray(scales), num_tokens)
+def _layout(config, rows: np.ndarray, scales: np.ndarray) -> PromptLayout:
+    """The layout of tables of our own (C-contiguous), its token count their rows' lengths. They go in
+    read-only, as every layout's tables reach the layout check: one compiled signature of it, not two."""
+    num_tokens = int(rows[-1, C.COL_TOK_START] + rows[-1, C.COL_TOK_LEN])
+    rows, scales = np.ascontiguousarray(rows), np.ascontiguousarray(scales)
+    rows.setflags(write=False)
+    scales.setflags(write=False)
+    return PromptLayout.from_rows(config, rows, scales, num_tokens)
 
 
 class PrunedPrompt:
@@ -169,11 +111,10 @@ class PrunedPrompt:
         if grid is None or grid.shape[0] == 0:
             raise ValueError(f"video_grid_thw: expected an (n, 3) grid with n >= 1, got {describe(video_grid_thw)}")
         m = config.spatial_merge_size
-        if (grid <= 0).any() or (grid[:, 1:] % m).any():
-            raise ValueError(
-                f"video_grid_thw: expected positive t, h, w with h, w divisible by {m}, got {grid.tolist()}"
-            )
-        unpruned = sum(t * (h // m) * (w // m) for t, h, w in grid.tolist())  # Python ints: no overflow
+        grids = grid.tolist()  # (a few videos: Python ints check them faster than array operations, and never overflow)
+        if any(t <= 0 or h <= 0 or w <= 0 or h % m or w % m for t, h, w in grids):
+            raise ValueError(f"video_grid_thw: expected positive t, h, w with h, w divisible by {m}, got {grids}")
+        unpruned = sum(t * (h // m) * (w // m) for t, h, w in grids)
         if unpruned > MAX_UNPRUNED_TOKENS:
             raise ValueError(
                 f"video_grid_thw: expected grids of at most {MAX_UNPRUNED_TOKENS} tokens in all (unpruned), got "
@@ -181,8 +122,8 @@ class PrunedPrompt:
             )
         self.config = config
         self.num_tokens = int(ids.shape[0])
-        self.frame_sizes = [int(h // m) * int(w // m) for _, h, w in grid.tolist()]
-        self.num_frames = [int(t) for t in grid[:, 0].tolist()]
+        self.frame_sizes = [(h // m) * (w // m) for _, h, w in grids]
+        self.num_frames = [t for t, _, _ in grids]
         full_ids, self.video_starts, self.video_ends, self.num_kept, self._grid_spans = self._unpruned(ids)
         for k, (kept, t, size) in enumerate(zip(self.num_kept, self.num_frames, self.frame_sizes)):
             if kept > t * size:
@@ -194,7 +135,7 @@ class PrunedPrompt:
             config,
             full_ids,
             image_grid_thw=image_grid_thw,
-            video_grid_thw=video_grid_thw,
+            video_grid_thw=grid,  # (converted above: not decoded twice)
             second_per_grid_ts=second_per_grid_ts,
         )
         self._vllm_recompute = (
@@ -214,11 +155,10 @@ class PrunedPrompt:
         pieces, starts, ends, kept, spans = [], [], [], [], []
         at = shift = 0
         for k, (t, size) in enumerate(zip(self.num_frames, self.frame_sizes)):
-            found = np.flatnonzero(is_video[at:])
-            if found.shape[0] == 0:
+            first = at + int(is_video[at:].argmax()) if at < ids.shape[0] else at  # (a bool argmax stops at a True)
+            if first == ids.shape[0] or not is_video[first]:
                 raise ValueError(f"video_grid_thw: expected {len(self.num_frames)} videos in token_ids, found {k}")
-            first = at + int(found[0])
-            run = int(np.argmin(is_video[first:])) if not is_video[first:].all() else ids.shape[0] - first
+            run = int(is_video[first:].argmin()) or ids.shape[0] - first  # 0: video tokens to the end
             pieces.append(ids[at:first])
             starts.append(first)
             kept.append(run)
@@ -285,12 +225,13 @@ class PrunedPrompt:
     def layout(self, retention_masks) -> PromptLayout:
         """The pruned prompt's layout (our rule, or vLLM 0.33's recompute where
         that applies, see the module docstring)."""
-        layout = delete_tokens(self._full, self.keep(retention_masks))
+        rows, scales = _deleted_rows(self._full, self.keep(retention_masks))
+        if self._vllm_recompute:
+            _vllm_recompute(rows, scales, self.video_starts[0], self.video_starts[0] + self.num_kept[0])
+        layout = _layout(self.config, rows, scales)
         if layout.num_tokens != self.num_tokens:  # _checked_mask counted every video's kept tokens
             raise RuntimeError(f"evs: expected {self.num_tokens} tokens after pruning, got {layout.num_tokens}")
-        if not self._vllm_recompute:
-            return layout
-        return _vllm_recompute(layout, self.video_starts[0], self.video_starts[0] + self.num_kept[0])
+        return layout
 
     def stand_in_mask(self, k: int) -> np.ndarray:
         """A mask keeping video k's first kept-count tokens: it stands in for a
@@ -331,24 +272,21 @@ def _checked_mask(mask, k: int, size: int, kept: int) -> np.ndarray:
     return array
 
 
-def _vllm_recompute(layout: PromptLayout, video_start: int, video_end: int) -> PromptLayout:
+def _vllm_recompute(rows: np.ndarray, scales: np.ndarray, video_start: int, video_end: int) -> None:
     """vLLM 0.33's Qwen2.5-VL recompute of a one-video prompt whose video
-    tokens are [video_start, video_end): the video's time scale truncated to
-    an integer, and every token from `video_end` (its vision_end) on at the
-    video's base + w', counting up by one."""
-    rows, scales = layout.rows.copy(), layout.scales.copy()
-    starts = rows[:, C.COL_TOK_START]
-    video = (starts >= video_start) & (starts < video_end)
-    scales[video, C.SCALE_SP] = np.trunc(scales[video, C.SCALE_SP])
-    first = int(np.flatnonzero(video)[0])
-    base = int(rows[first, C.COL_BASE])
-    if rows[first, C.COL_KIND] == C.KIND_GRID_BITS:
-        width = int(rows[first, C.COL_BITS_SHAPE] >> C.BITS_SIDE) & ((1 << C.BITS_SIDE) - 1)
+    tokens are [video_start, video_end), applied to its pruned tables in
+    place: the video's time scale truncated to an integer, and every token
+    from `video_end` (its vision_end) on at the video's base + w', counting
+    up by one."""
+    # the rows tile the tokens in order: the video's rows and those after it are two slices
+    lo, hi = np.searchsorted(rows[:, C.COL_TOK_START], (video_start, video_end)).tolist()
+    scales[lo:hi, C.SCALE_SP] = np.trunc(scales[lo:hi, C.SCALE_SP])
+    base = int(rows[lo, C.COL_BASE])
+    if rows[lo, C.COL_KIND] == C.KIND_GRID_BITS:
+        width = int(rows[lo, C.COL_BITS_SHAPE] >> C.BITS_SIDE) & ((1 << C.BITS_SIDE) - 1)
     else:
-        width = int(rows[first, C.COL_W])
-    after = starts >= video_end
-    rows[after, C.COL_BASE] = base + width + starts[after] - video_end
-    return _layout(layout.config, rows, scales, layout.num_tokens)
+        width = int(rows[lo, C.COL_W])
+    rows[hi:, C.COL_BASE] = base + width + rows[hi:, C.COL_TOK_START] - video_end
 
 
 class PendingPrune:

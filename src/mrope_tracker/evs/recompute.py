@@ -52,13 +52,14 @@ MAX_IDENTITY = DIGIT_BASE**DIGITS - 1
 # the channel after the digits holds this tag (vLLM's own there: Qwen2.5-VL's w', Qwen3-VL's 0/1
 # vision-start flag; neither is read by our recompute), so columns vLLM wrote are told apart
 TAG = 201
+DIGIT_WEIGHTS = np.array([DIGIT_BASE**d for d in range(DIGITS)], np.int64)  # identity = digits @ weights
 
 
 def _identity_columns(identity: np.ndarray) -> torch.Tensor:
     """(rows, DIGITS + 1) float32: the base-256 digits of each identity, then the tag."""
     columns = np.empty((identity.shape[0], DIGITS + 1), np.float32)
-    for d in range(DIGITS):
-        columns[:, d] = (identity >> (8 * d)) & (DIGIT_BASE - 1)
+    # an identity's digits are its low bytes (little-endian int64: all at once, no shift per digit)
+    columns[:, :DIGITS] = identity.astype("<i8", copy=False).view(np.uint8).reshape(-1, 8)[:, :DIGITS]
     columns[:, DIGITS] = TAG
     return torch.from_numpy(columns)
 
@@ -82,23 +83,24 @@ def write_identity_columns(embeddings: torch.Tensor, retention_mask, *, family: 
         raise ValueError(f"retention_mask: expected at most {MAX_IDENTITY + 1} entries, got {mask.shape[0]}")
     kept = np.flatnonzero(mask)
     rows = embeddings.shape[0]
-    if family == "qwen2_5_vl":
-        is_video = np.ones(rows, np.bool_)
+    if family == "qwen2_5_vl":  # every row a video row
+        is_video, num_video = None, rows
     else:
         is_video = (embeddings[:, -1] != 0).cpu().numpy()
-    if int(is_video.sum()) != kept.shape[0]:
+        num_video = int(np.count_nonzero(is_video))
+    if num_video != kept.shape[0]:
         raise ValueError(
-            f"retention_mask: expected {int(is_video.sum())} kept tokens (the embedding's video rows), "
-            f"got {kept.shape[0]}"
+            f"retention_mask: expected {num_video} kept tokens (the embedding's video rows), got {kept.shape[0]}"
         )
-    if family == "qwen2_5_vl":
+    if is_video is None:
         identity = kept
     else:
         identity = np.empty(rows, np.int64)
         identity[is_video] = kept
         identity[~is_video] = np.arange(rows - kept.shape[0])
     start = embeddings.shape[1] - extra
-    embeddings[:, start : start + DIGITS + 1] = _identity_columns(identity).to(embeddings.device)
+    # (a narrowed view's copy_: torch's slice assignment costs several times more, and copy_ converts alike)
+    embeddings.narrow(1, start, DIGITS + 1).copy_(_identity_columns(identity))
     return embeddings
 
 
@@ -210,7 +212,7 @@ class EvsRecompute:
                 f"multimodal_embeddings: expected at most {len(items)} items (those not yet computed), "
                 f"got {len(multimodal_embeddings)}"
             )
-        masks = [self.prompt.stand_in_mask(k) for k in range(self.prompt.num_videos)]
+        masks: list = [None] * self.prompt.num_videos  # a video the call holds no row of: a stand-in mask
         stripped = []
         for j, (embedding, item) in enumerate(zip(multimodal_embeddings, items)):
             name = f"multimodal_embeddings[{j}]"
@@ -225,43 +227,42 @@ class EvsRecompute:
                     f"{name}: expected at most {length - first} rows (placeholder {item} from row {first}), "
                     f"got {embedding.shape[0]}"
                 )
-            stripped.append(embedding[:, : embedding.shape[1] - self.extra])
+            stripped.append(embedding.narrow(1, 0, embedding.shape[1] - self.extra))
             k = self.video_of_item[item]
             if k is not None and embedding.shape[0] > 0:
                 masks[k] = self._chunk_mask(k, first, embedding, name)
-        layout = self.prompt.layout(masks)
+        layout = self.prompt.layout([self.prompt.stand_in_mask(k) if m is None else m for k, m in enumerate(masks)])
+        rewritten = torch.from_numpy(layout.positions(computed, n))
+        if computed == 0:  # a whole prompt (vLLM's one-shot prefill): nothing to keep, and the layout knows its delta
+            return stripped, rewritten.to(mrope_positions.device, mrope_positions.dtype), layout.delta
         positions = mrope_positions.clone()
-        positions[:, computed:] = torch.from_numpy(layout.positions(computed, n)).to(positions.device)
+        positions[:, computed:] = rewritten.to(positions.device)
         delta = int(positions.max()) + 1 - n
         return stripped, positions, delta
 
     def _chunk_mask(self, k: int, first: int, embedding: torch.Tensor, name: str) -> np.ndarray:
         """A mask for video k that agrees with the chunk's rows, which start at
         row `first` of its placeholder."""
-        columns = embedding[:, embedding.shape[1] - self.extra :].to(torch.float32).cpu().numpy()
+        columns = embedding.narrow(1, embedding.shape[1] - self.extra, self.extra).to(torch.float32).cpu().numpy()
         digits = columns[:, :DIGITS].astype(np.int64)
-        bad = (digits != columns[:, :DIGITS]).any() or digits.min() < 0 or digits.max() >= DIGIT_BASE
-        if bad or (columns[:, DIGITS] != TAG).any():
+        # digits: whole numbers in [0, DIGIT_BASE) (no bit above the lowest 8), then the tag
+        if (
+            (digits != columns[:, :DIGITS]).any()
+            or (digits & ~(DIGIT_BASE - 1)).any()
+            or (columns[:, DIGITS] != TAG).any()
+        ):
             raise ValueError(f"{name}: expected identity digits written by write_identity_columns, got other values")
-        identity = digits[:, 0] | (digits[:, 1] << 8) | (digits[:, 2] << 16)
-        is_video = columns[:, -1] != 0 if self.extra == 5 else np.ones(identity.shape[0], np.bool_)
-        size, total = self.prompt.frame_sizes[k], self.prompt.num_frames[k] * self.prompt.frame_sizes[k]
-        kept = identity[is_video]
-        if kept.shape[0] and ((np.diff(kept) <= 0).any() or kept[0] < 0 or kept[-1] >= total):
-            raise ValueError(f"{name}: expected increasing grid indices in [0, {total}), got {kept[:8].tolist()}...")
+        identity = digits @ DIGIT_WEIGHTS
+        total = self.prompt.num_frames[k] * self.prompt.frame_sizes[k]
         if self.extra == 4:  # Qwen2.5-VL: the placeholder is the video tokens alone
-            text_before = 0
-        elif is_video[0]:
-            text_before = self.text_before_frame[k][int(kept[0]) // size]
+            is_video, kept, text_before = None, identity, 0
         else:
-            text_before = int(identity[0])
-        text = identity[~is_video]  # the span's text rows are numbered on from those before the chunk
-        span_text = self.placeholders[self.video_of_item.index(k)][1] - self.prompt.num_kept[k]
-        if (text != text_before + np.arange(text.shape[0])).any() or text_before + text.shape[0] > span_text:
-            raise ValueError(
-                f"{name}: expected the span's text rows numbered {text_before} on, below {span_text}, "
-                f"got {text[:8].tolist()}"
-            )
+            is_video = columns[:, -1] != 0
+            kept = identity[is_video]
+        if kept.shape[0] and ((kept[1:] <= kept[:-1]).any() or kept[0] < 0 or kept[-1] >= total):
+            raise ValueError(f"{name}: expected increasing grid indices in [0, {total}), got {kept[:8].tolist()}...")
+        if is_video is not None:
+            text_before = self._text_before(k, is_video, identity, kept, name)
         before = first - text_before  # the video's kept tokens before the chunk
         after = self.prompt.num_kept[k] - before - kept.shape[0]
         limit_before = int(kept[0]) if kept.shape[0] else total
@@ -277,3 +278,19 @@ class EvsRecompute:
         if after:
             mask[total - after :] = True
         return mask
+
+    def _text_before(self, k: int, is_video: np.ndarray, identity: np.ndarray, kept: np.ndarray, name: str) -> int:
+        """Qwen3-VL: how many of video k's span text rows precede the chunk,
+        checked against the text rows' ordinals in it."""
+        if is_video[0]:
+            text_before = self.text_before_frame[k][int(kept[0]) // self.prompt.frame_sizes[k]]
+        else:
+            text_before = int(identity[0])
+        text = identity[~is_video]  # the span's text rows are numbered on from those before the chunk
+        span_text = self.placeholders[self.video_of_item.index(k)][1] - self.prompt.num_kept[k]
+        if (text != text_before + np.arange(text.shape[0])).any() or text_before + text.shape[0] > span_text:
+            raise ValueError(
+                f"{name}: expected the span's text rows numbered {text_before} on, below {span_text}, "
+                f"got {text[:8].tolist()}"
+            )
+        return text_before
