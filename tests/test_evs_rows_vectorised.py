@@ -30,13 +30,8 @@ VS, VE, VIDEO, IMAGE = 151652, 151653, 151656, 151655
 
 
 def _row_by_row(layout: PromptLayout, keep) -> tuple[np.ndarray, np.ndarray]:
-    """`layout` with the tokens where `keep` is False removed, each kept token
-    at its old position. A row keeps its kind where its kept tokens form few
-    runs (one row per run, its base or grid offset moved to the run's start);
-    a grid row whose kept tokens are scattered becomes GRID_BITS rows, the
-    mask itself at 192 bits a row, with runs of whole windows as GRID rows.
-    So the rows grow with the mask's bits (divided by 192) or its runs,
-    whichever is fewer, never with the tokens."""
+    """The rows `delete_tokens` makes (its docstring states the rule), made
+    one layout row at a time in Python, as before the row-split kernel."""
     out_rows, out_scales = [], []
     # kept tokens before each row's start and end, from one prefix sum: a row
     # kept whole or dropped whole (most text rows) needs no work of its own
