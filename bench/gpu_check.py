@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     copy_modes = ["rows", "span"] if args.copy == "both" else [args.copy]
     results: dict = {"device": torch.cuda.get_device_name(0) if on_cuda else "cpu", "copy_modes": copy_modes}
     folder = os.path.join(os.path.dirname(__file__), "..", "tests")
-    names = ["test_rope_state.py", "test_rope_state_engine.py", "test_device_rows.py", "test_vllm_plugin.py"]
+    names = ["test_rope_state.py", "test_rope_state_serving.py", "test_device_rows.py", "test_vllm_plugin.py"]
     if not args.rope_only and on_cuda:
         names.insert(0, "test_gpu.py")
     tests = [os.path.join(folder, name) for name in names if os.path.exists(os.path.join(folder, name))]

@@ -149,7 +149,7 @@ MODEL_TYPES = {
     "openpangu_vl": "openpangu_vl",
     # transformers 5.24's rules only (tests/test_hunyuan_vl.py draws its prompts)
     "hunyuan_vl": "hunyuan_vl",
-    # the canvas rule (tests/test_minicpmv4_7.py draws its prompts)
+    # the canvas rule (tests/test_canvas_reference.py draws its prompts)
     "minicpmv4_7": "minicpmv4_7",
 }
 # family -> audio-in-video layout conventions it can be generated with

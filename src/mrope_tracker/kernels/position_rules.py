@@ -327,7 +327,7 @@ def canvas_coordinate(i, size, extent):
     as torch's CPU kernel computes it: the step (extent - 1) / (size - 1) in
     float32, from the start for the first half, back from the end for the
     rest. Exhaustively equal to torch's for sizes 2..119 and extents 1..479
-    (tests/test_minicpmv4_7.py)."""
+    (tests/test_canvas_reference.py)."""
     if size == 1:
         return np.int64(0)
     one = np.float32(1.0)

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
-from test_minicpmv4_7 import (
+from test_canvas_reference import (
     CONFIG,
     IM_END,
     IM_START,
