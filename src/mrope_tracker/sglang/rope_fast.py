@@ -54,16 +54,12 @@ def _ids(value) -> np.ndarray | None:
     return ids if ids.flags.num & _C_CONTIGUOUS else None
 
 
-def _grid(value) -> np.ndarray | None:
-    """None as no items, a CPU (n, 3) int64 C-contiguous tensor as a numpy view; else None."""
-    if value is None:
-        return EMPTY_GRID
+def _grid_view(value) -> np.ndarray | None:
+    """A CPU (n, 3) int64 C-contiguous tensor as a numpy view, else None; raises where numpy() does (another
+    device, a tensor that needs its grad)."""
     if type(value) is not _TENSOR:
         return None
-    try:
-        grid = value.numpy()
-    except (TypeError, RuntimeError):
-        return None
+    grid = value.numpy()
     if grid.dtype is not _INT64 or grid.ndim != 2 or grid.shape[1] != 3 or not grid.flags.num & _C_CONTIGUOUS:
         return None
     return grid
@@ -115,23 +111,42 @@ class RopePlan:
             return None
         return times if times.flags.num & _C_CONTIGUOUS else None
 
+    def _arrays(self, input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts):
+        """(ids (1, L), image grids, video grids, times) in the kernels' form, read in place; None where any is
+        not in SGLang's usual form. (The reads are written out, not called: a call costs a part of them.)"""
+        try:  # (numpy() raises for other devices, and for a tensor that needs its grad or a conversion)
+            ids = input_ids.numpy() if type(input_ids) is _TENSOR else None
+            images = EMPTY_GRID if image_grid_thw is None else _grid_view(image_grid_thw)
+            videos = EMPTY_GRID if video_grid_thw is None else _grid_view(video_grid_thw)
+        except (TypeError, RuntimeError):
+            return None
+        if (
+            ids is None
+            or ids.dtype is not _INT64
+            or ids.ndim != 2
+            or len(ids) != 1
+            or not ids.size
+            or not ids.flags.c_contiguous
+            or images is None
+            or videos is None
+        ):
+            return None
+        if self.scaled and len(videos):
+            times = self._times(second_per_grid_ts, videos)
+        else:  # SGLang reads no time scale for these families; a scaled one takes none without videos
+            times = EMPTY_FLOAT if not self.scaled or second_per_grid_ts is None else None
+        return None if times is None else (ids, images, videos, times)
+
     def _integer_call(self, input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs):
         """(positions (3, 1, L) int64, delta (1, 1) int64) by the prompt kernel, or None."""
-        ids = _ids(input_ids)
-        images = _grid(image_grid_thw)
-        videos = _grid(video_grid_thw)
-        if ids is None or images is None or videos is None:
-            return None
-        length = ids.shape[1]
         if image_grid_thw is None and video_grid_thw is None:
-            return _index(length)
-        times = self._times(second_per_grid_ts, videos)
-        if times is None:
+            return _index_call(input_ids)
+        arrays = self._arrays(input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts)
+        if arrays is None:
             return None
-        out = _empty((3, 1, length), _INT64)
-        delta = self.kernel(
-            out.reshape(3, length), ids.reshape(length), self.params, images, videos, times, EMPTY_INT, False, _SCRATCH
-        )
+        ids, images, videos, times = arrays
+        out = _empty((3, 1, ids.shape[1]), _INT64)
+        delta = self.kernel(out[:, 0], ids[0], self.params, images, videos, times, EMPTY_INT, False, _SCRATCH)
         if delta == FAILED:
             return None
         deltas = _DELTA.copy()
@@ -140,21 +155,16 @@ class RopePlan:
 
     def _omni_call(self, input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs):
         """(positions (3, 1, L) float32, delta (1, 1) float32) by the one-pass kernel, or None."""
-        ids = _ids(input_ids)
-        images = _grid(image_grid_thw)
-        videos = _grid(video_grid_thw)
-        if ids is None or images is None or videos is None:
-            return None
-        length = ids.shape[1]
         use_av = kwargs.get("use_audio_in_video", False)
         if not (use_av is False or use_av is True):
             return None
         if image_grid_thw is None and video_grid_thw is None:
-            return _index(length)
-        times = self._times(second_per_grid_ts, videos)
-        audio = kwargs.get("audio_seqlens")
-        if times is None:
+            return _index_call(input_ids)
+        arrays = self._arrays(input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts)
+        if arrays is None:
             return None
+        ids, images, videos, times = arrays
+        audio = kwargs.get("audio_seqlens")
         if audio is None:  # (normalize_items' result, without its call)
             items = (images, videos, times, EMPTY_INT, use_av)
         else:
@@ -165,8 +175,9 @@ class RopePlan:
                 items, _ = normalize_items(self.config, images, videos, times, audio, use_av)
             except (TypeError, ValueError):
                 return None
+        length = ids.shape[1]
         out = _empty((3, 1, length), _FLOAT32)
-        top = omni_checked_positions(out.reshape(3, length), ids.reshape(length), self.params, *items)
+        top = omni_checked_positions(out[:, 0], ids[0], self.params, *items)
         if top < 0:
             return None
         deltas = _FLOAT_DELTA.copy()
@@ -189,8 +200,14 @@ def _none(*args):
     return None
 
 
+def _index_call(input_ids):
+    """No grids: the index positions of a usual (1, L) CPU int64 ``input_ids``; else None."""
+    ids = _ids(input_ids)
+    return None if ids is None else _index(ids.shape[1])
+
+
 def _index(length: int):
-    """No grids: index positions (3, 1, L) int64 and a (1, 1) int64 zero delta, what SGLang returns
+    """Index positions (3, 1, L) int64 and a (1, 1) int64 zero delta, what SGLang returns without grids
     (for Qwen3-Omni too: its function returns them before its float32 rule)."""
     positions = _empty((3, 1, length), _INT64)
     positions[:] = np.arange(length)

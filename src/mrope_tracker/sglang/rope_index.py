@@ -239,7 +239,27 @@ def get_rope_index(
     """SGLang 0.5's ``get_rope_index``: ``(positions (3, B, L), deltas (B, 1))``.
 
     `semantics` (ours, keyword only): the preset (default `default_semantics()`)."""
-    if model_type == "qwen3_omni_moe":
+    omni = model_type == "qwen3_omni_moe"
+    if omni:  # (the key of get_rope_index_qwen3_omni's plans, which this call shares)
+        get = kwargs.get
+        key = (
+            spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, tokens_per_second, semantics,
+            get("audio_token_id"), get("audio_start_token_id"), get("position_id_per_seconds"),
+        )  # fmt: skip
+    else:
+        key = (
+            spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second,
+            semantics,
+        )  # fmt: skip
+    try:
+        plan = _PLANS.get(key)
+    except TypeError:  # an unhashable argument: the checked route says what is wrong
+        plan = key = None
+    if plan is not None:
+        result = plan.call(input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs)
+        if result is not None:
+            return result
+    if omni:
         return get_rope_index_qwen3_omni(
             spatial_merge_size,
             image_token_id,
@@ -253,16 +273,6 @@ def get_rope_index(
             semantics=semantics,
             **kwargs,
         )
-    key = (spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second)
-    key += (semantics,)
-    try:
-        plan = _PLANS.get(key)
-    except TypeError:  # an unhashable argument: the checked route says what is wrong
-        plan = key = None
-    if plan is not None:
-        result = plan.call(input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs)
-        if result is not None:
-            return result
     semantics = check_semantics(semantics)
     ids, images, videos = prepared(input_ids, image_grid_thw, video_grid_thw)
     config = qwen_config(
@@ -289,8 +299,11 @@ def get_rope_index_qwen3_omni(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang 0.5's ``get_rope_index_qwen3_omni``: float32 positions (3, B, L)
     and float32 deltas (B, 1); ``audio_seqlens`` are mel frames per track."""
-    key = (spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, tokens_per_second, semantics)
-    key += (kwargs.get("audio_token_id"), kwargs.get("audio_start_token_id"), kwargs.get("position_id_per_seconds"))
+    get = kwargs.get
+    key = (
+        spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, tokens_per_second, semantics,
+        get("audio_token_id"), get("audio_start_token_id"), get("position_id_per_seconds"),
+    )  # fmt: skip
     try:
         plan = _PLANS.get(key)
     except TypeError:
