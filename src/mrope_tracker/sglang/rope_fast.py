@@ -29,9 +29,9 @@ from ..kernels.sglang_omni import omni_checked_positions
 __all__ = ["RopePlan"]
 
 _TENSOR = torch.Tensor
+_NDARRAY = np.ndarray
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
-_C_CONTIGUOUS = 0x0001  # numpy's NPY_ARRAY_C_CONTIGUOUS, read from flags.num without a flags object
 _empty = np.empty
 _from_numpy = torch.from_numpy
 # the prompt kernel's state (it keeps the GIL for its whole run, as prompt_positions' own scratch)
@@ -51,18 +51,18 @@ def _ids(value) -> np.ndarray | None:
         return None
     if ids.dtype is not _INT64 or ids.ndim != 2 or ids.shape[0] != 1 or not ids.shape[1]:
         return None
-    return ids if ids.flags.num & _C_CONTIGUOUS else None
+    return ids if ids.flags.c_contiguous else None
 
 
-def _grid_view(value) -> np.ndarray | None:
-    """A CPU (n, 3) int64 C-contiguous tensor as a numpy view, else None; raises where numpy() does (another
-    device, a tensor that needs its grad)."""
-    if type(value) is not _TENSOR:
-        return None
-    grid = value.numpy()
-    if grid.dtype is not _INT64 or grid.ndim != 2 or grid.shape[1] != 3 or not grid.flags.num & _C_CONTIGUOUS:
-        return None
-    return grid
+def _usual_grid(grid) -> bool:
+    """Whether `grid` is an (n, 3) int64 C-contiguous numpy array (read from a tensor in place)."""
+    return (
+        type(grid) is _NDARRAY
+        and grid.dtype is _INT64
+        and grid.ndim == 2
+        and grid.shape[1] == 3
+        and grid.flags.c_contiguous
+    )
 
 
 class RopePlan:
@@ -94,48 +94,54 @@ class RopePlan:
         else:
             self.call = self._integer_call
 
-    def _times(self, value, videos: np.ndarray) -> np.ndarray | None:
-        """second_per_grid_ts as normalize_items makes it (None: the checked route's to read)."""
-        if not self.scaled:  # SGLang reads no time scale for these families
-            return EMPTY_FLOAT
-        count = videos.shape[0]
-        if value is None:
-            return np.full(count, self.default_sp, np.float32) if count else EMPTY_FLOAT
-        if type(value) is not _TENSOR or not count:
-            return None
-        try:
-            times = value.numpy()
-        except (TypeError, RuntimeError):
-            return None
-        if times.dtype is not _FLOAT32 or times.ndim != 1 or times.shape[0] != count:
-            return None
-        return times if times.flags.num & _C_CONTIGUOUS else None
-
     def _arrays(self, input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts):
-        """(ids (1, L), image grids, video grids, times) in the kernels' form, read in place; None where any is
-        not in SGLang's usual form. (The reads are written out, not called: a call costs a part of them.)"""
+        """(ids (1, L), image grids, video grids, times) in the kernels' form (times as normalize_items makes
+        them), read in place; None where any is not in SGLang's usual form. (Written out in one function: a
+        Python call costs a good part of each read.)"""
+        tensor = _TENSOR
         try:  # (numpy() raises for other devices, and for a tensor that needs its grad or a conversion)
-            ids = input_ids.numpy() if type(input_ids) is _TENSOR else None
-            images = EMPTY_GRID if image_grid_thw is None else _grid_view(image_grid_thw)
-            videos = EMPTY_GRID if video_grid_thw is None else _grid_view(video_grid_thw)
+            ids = input_ids.numpy() if type(input_ids) is tensor else None
+            images = image_grid_thw
+            if images is None:
+                images = EMPTY_GRID
+            elif type(images) is tensor:
+                images = images.numpy()
+            videos = video_grid_thw
+            if videos is None:
+                videos = EMPTY_GRID
+            elif type(videos) is tensor:
+                videos = videos.numpy()
+            times = second_per_grid_ts
+            if type(times) is tensor:
+                times = times.numpy()
         except (TypeError, RuntimeError):
             return None
         if (
-            ids is None
+            type(ids) is not _NDARRAY
             or ids.dtype is not _INT64
             or ids.ndim != 2
             or len(ids) != 1
             or not ids.size
             or not ids.flags.c_contiguous
-            or images is None
-            or videos is None
+            or not _usual_grid(images)
+            or not _usual_grid(videos)
         ):
             return None
-        if self.scaled and len(videos):
-            times = self._times(second_per_grid_ts, videos)
-        else:  # SGLang reads no time scale for these families; a scaled one takes none without videos
-            times = EMPTY_FLOAT if not self.scaled or second_per_grid_ts is None else None
-        return None if times is None else (ids, images, videos, times)
+        count = len(videos)
+        if not self.scaled:  # SGLang reads no time scale for these families
+            times = EMPTY_FLOAT
+        elif times is None:
+            times = np.full(count, self.default_sp, np.float32) if count else EMPTY_FLOAT
+        elif (
+            not count
+            or type(times) is not _NDARRAY
+            or times.dtype is not _FLOAT32
+            or times.ndim != 1
+            or len(times) != count
+            or not times.flags.c_contiguous
+        ):
+            return None
+        return ids, images, videos, times
 
     def _integer_call(self, input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs):
         """(positions (3, 1, L) int64, delta (1, 1) int64) by the prompt kernel, or None."""
