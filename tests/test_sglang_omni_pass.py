@@ -9,6 +9,9 @@ special id, a token dropped, an item taken away, use_audio_in_video
 flipped), the one pass may only accept what both passes accept, and then
 writes their positions, bit for bit; on intact prompts it accepts whatever
 they accept, so the drop-in's lean path is the one SGLang's calls take.
+The drop-ins' lean path (sglang/rope_fast.py) is then driven with a plan
+kept: what it refuses must raise the checked route's errors or give its
+positions.
 """
 
 from __future__ import annotations
@@ -129,3 +132,40 @@ def test_lean_path_refusals_take_the_checked_route():
     flagged = _call(config, av_ids, use_audio_in_video=True, **dict(kwargs))
     tensor_flag = _call(config, av_ids, use_audio_in_video=torch.tensor(True), **dict(kwargs))
     assert torch.equal(flagged[0], tensor_flag[0]) and torch.equal(flagged[1], tensor_flag[1])
+
+
+def test_lean_path_of_get_rope_index_refuses_what_the_checked_route_refuses():
+    """Qwen2.5-VL with a plan kept: bad grids, times and tokens raise the checked route's errors (the kernel
+    refuses, nothing is returned from the lean path), and other forms give the checked route's positions."""
+    from mrope_tracker import prompt_positions
+    from mrope_tracker.sglang import get_rope_index
+
+    config = MRopeConfig(family="qwen2_5_vl", semantics=SEMANTICS)
+    vs, ve, v = config.vision_start_token_id, config.vision_end_token_id, config.video_token_id
+    ids = [1, vs, *[v] * 8, ve, 2]
+
+    def call(token_ids, grid, times):
+        return get_rope_index(
+            2, config.image_token_id, v, vs, "qwen2_5_vl", config.tokens_per_second, token_ids, None, grid, times,
+            semantics=SEMANTICS,
+        )  # fmt: skip
+
+    grid, sp = torch.tensor([[2, 4, 4]]), torch.tensor([1.2])
+    positions, delta = call(torch.tensor([ids]), grid, sp)  # (the first call keeps the plan)
+    expected, expected_delta = prompt_positions(config, ids, video_grid_thw=[[2, 4, 4]], second_per_grid_ts=[1.2])
+    assert (positions[:, 0].numpy() == expected).all() and int(delta) == expected_delta
+    again = call(torch.tensor([ids]), grid, sp)
+    assert torch.equal(again[0], positions) and torch.equal(again[1], delta)
+    with pytest.raises(ValueError, match="second_per_grid_ts"):
+        call(torch.tensor([ids]), grid, torch.tensor([float("nan")]))
+    with pytest.raises(ValueError, match="second_per_grid_ts"):
+        call(torch.tensor([ids]), grid, torch.tensor([1.2, 1.2]))
+    with pytest.raises(ValueError, match="video_grid_thw"):
+        call(torch.tensor([ids]), torch.tensor([[2, 4, 0]]), sp)
+    with pytest.raises(ValueError, match="token_ids|video"):
+        call(torch.tensor([ids[:-3] + [2]]), grid, sp)  # the video cut short
+    rows = call(torch.tensor([ids, ids]), torch.tensor([[2, 4, 4], [2, 4, 4]]), sp.repeat(2))  # a batch
+    assert rows[0].shape == (3, 2, len(ids)) and torch.equal(rows[0][:, 1:], positions)
+    default = call(torch.tensor([ids]), grid, None)  # the family's default time scale
+    expected, _ = prompt_positions(config, ids, video_grid_thw=[[2, 4, 4]])
+    assert (default[0][:, 0].numpy() == expected).all()
