@@ -187,6 +187,7 @@ def test_warm_process_neither_forks_nor_compiles():
         stages = warmup(dtypes=(torch.int64, torch.int32))
     assert list(stages) == [
         "prompt_positions",
+        "sglang_omni",
         "layout",
         "next_positions",
         "tracker[int64]",
@@ -273,6 +274,10 @@ def test_warmup_for_one_model_and_runner_runs_only_its_stages(monkeypatch):
     assert set(stages) == {"layout", "rope_state rows"}
     stages = warmup("tests/data/configs/qwen3_vl.json", runner="tracker", jobs=1)
     assert "prompt_positions" in stages and "tracker[int64]" in stages and "rope_state rows" not in stages
+    assert "sglang_omni" not in stages  # the SGLang Qwen3-Omni pass: only for a float_carry config
+    sglang_omni = MRopeConfig(family="qwen3_omni", model_type="qwen3_omni_moe", semantics="sglang-0.5")
+    assert "sglang_omni" in warmup(sglang_omni, runner="tracker", jobs=1)
+    assert "sglang_omni" not in warmup(sglang_omni, runner="rope_state", jobs=1)
     assert "tracker[int32]" in warmup((torch.int64, torch.int32), jobs=1)
 
     def refused(*args):

@@ -59,11 +59,14 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     anything `MRopeConfig.from_hf_config` reads) for only those its model
     needs: MiniCPM-V 4.7's canvas kernels only for a canvas config, the
     per-frame video locator only for families whose videos are a block per
-    frame, EVS's row split only for the families vLLM prunes. `runner`:
+    frame, EVS's row split only for the families vLLM prunes, the SGLang
+    Qwen3-Omni drop-in's one pass (`mrope_tracker.sglang`) only for a
+    `float_carry` config (Qwen3-Omni under "sglang-0.5"). `runner`:
     which of this package's runners will serve: "tracker"
-    (`PositionTracker`: the prompt entries, the builder from tokens, the step
-    kernel), "rope_state" (`RopeState`, as the vLLM plugin builds it: the
-    builder from ranges and the device rows' kernels only), or "all". So an
+    (`PositionTracker` and SGLang's drop-ins: the prompt entries, the builder
+    from tokens, the step kernel), "rope_state" (`RopeState`, as the vLLM
+    plugin builds it: the builder from ranges and the device rows' kernels
+    only), or "all". So an
     engine worker pays for its own model and runner alone (figures in
     docs/benchmarks.md, "startup").
 
@@ -108,6 +111,8 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
         stage(f"compile ({num_jobs} processes)", lambda: _compile_in_children(groups))
     if plan.tokens:
         stage("prompt_positions", lambda: _prompt_entries(omni, ids, kwargs))
+    if plan.sglang_omni:
+        stage("sglang_omni", sglang_omni_pass)
     stage("layout", lambda: _layouts(plan, omni, ids, kwargs, ranges))
     if plan.tracker:
         stage("next_positions", _next_positions)
@@ -132,6 +137,7 @@ class _Plan:
     frames: bool  # the per-frame video locator
     canvas: bool  # MiniCPM-V 4.7's canvas
     pruning: bool  # EVS's row split around pruned video tokens (the families vLLM prunes)
+    sglang_omni: bool  # the SGLang Qwen3-Omni drop-in's one pass (float_carry configs; not for a RopeState)
     key: str  # names the marker of a completed warm-up of this plan
 
     @classmethod
@@ -145,6 +151,7 @@ class _Plan:
             frames=everything or config.spec.video_blocks == "frames",
             canvas=everything or config.canvas,
             pruning=everything or config.family in PRUNABLE,
+            sglang_omni=tracker and (everything or config.float_carry),
             key="all" if everything and runner == "all" else f"{config.family if config else 'any'}-{runner}",
         )
 
@@ -172,6 +179,22 @@ def _prompt_entries(config, ids, kwargs) -> None:
     prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]]))
     # lists (token ids, grid rows) go through the marshal decoders
     prompt_positions(config, image_ids.tolist(), image_grid_thw=[[1, 2, 4]])
+
+
+def sglang_omni_pass() -> None:
+    """The SGLang Qwen3-Omni drop-in's one pass (kernels/sglang_omni.py), with the argument types its lean
+    path passes (sglang/rope_fast.py: views of (1, L) and (3, 1, L) arrays), on a video at 2/3 s a grid.
+    numpy only (the forked children import no torch)."""
+    from .kernels.sglang_omni import omni_checked_positions
+
+    config = MRopeConfig(family="qwen3_omni", model_type="qwen3_omni_moe", semantics="sglang-0.5")
+    video = [config.video_token_id] * 8
+    ids = np.array([[1, config.vision_start_token_id, *video, config.vision_end_token_id, 2]], np.int64)
+    out = np.empty((3, 1, ids.shape[1]), np.float32)
+    grids = (np.zeros((0, 3), np.int64), np.array([[2, 4, 4]], np.int64))
+    omni_checked_positions(
+        out[:, 0], ids[0], config.kernel_params, *grids, np.array([2 / 3], np.float32), np.zeros(0, np.int64), False
+    )
 
 
 def _tiny_prompt(config: MRopeConfig):
@@ -249,9 +272,12 @@ def _ranges_group(plan, config, dtypes, ids, kwargs, ranges) -> None:
     """Beside the token group: the builder from ranges, run bare (no
     `PromptLayout`, whose check the token group compiles), the fill, what
     the plan's model and runner need of the device group, and for a tracker
-    the step kernel that calls the fill and the decode kernel."""
+    the step kernel that calls the fill and the decode kernel; the SGLang
+    Qwen3-Omni one pass where the plan has it (the token group is the longer)."""
     _bare_ranges_builder(config, ids, kwargs, ranges)
     _device_group(plan, list_decoders=False, pruning=False)
+    if plan.sglang_omni:
+        sglang_omni_pass()
     if plan.tracker:
         _step_kernels(dtypes)
         _next_positions()

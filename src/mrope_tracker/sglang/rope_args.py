@@ -11,9 +11,12 @@ Any other form is converted once, torch to numpy, and the rules' own checks
 (core/inputs.py) name what is wrong with it.
 
 `one_prompt` positions one row: `prompt_positions` (one jitted scan), or for
-SGLang's Qwen3-Omni rule the integer scan (which checks the prompt) and one
-jitted pass of the float32 rule (kernels/sglang_omni.py), in place of the
-layout rows `prompt_positions` builds for that rule in Python.
+SGLang's Qwen3-Omni rule one jitted pass that checks the prompt and writes
+the float32 rule's positions truncated (kernels/sglang_omni.py), in place of
+the layout rows `prompt_positions` builds for that rule in Python; what that
+pass refuses takes the integer scan (which checks the prompt) and the float
+rule on its own. SGLang's usual call does not come here: rope_fast.py
+serves it, and hands anything else to these helpers.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ..core.config import MRopeConfig
 from ..core.inputs import normalize_items
 from ..core.positions import prompt_positions
 from ..kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
-from ..kernels.sglang_omni import omni_truncated_positions
+from ..kernels.sglang_omni import omni_checked_positions, omni_truncated_positions
 
 __all__ = ["input_ids_arg", "grid_arg", "floats_arg", "counts_arg", "one_prompt", "as_result"]
 
@@ -114,13 +117,19 @@ def one_prompt(
 
 
 def _float_carry_prompt(config, ids, images, videos, times, audio, use_av) -> tuple[np.ndarray, int]:
-    """The integer scan checks the prompt (items, counts, brackets of the
-    integer rule); one jitted pass of the float32 rule then writes it."""
+    """One jitted pass checks the prompt and writes it; where it refuses,
+    the integer scan checks the prompt (items, counts, brackets of the
+    integer rule) and the float32 rule's own pass writes it."""
     items, _ = normalize_items(config, images, videos, times, audio, use_av)
     length = ids.shape[0]
+    if length:
+        out = np.empty((3, length), np.float32)
+        top = omni_checked_positions(out, ids, config.kernel_params, *items)  # check, rule and floor: one pass
+        if top >= 0:
+            return out, int(top) + 1 - length
+    # what the one pass refuses: the integer scan's check, then the float rule on its own
     checked = length and prompt_from_arrays(_scan_out(length), ids, config.kernel_params, *items, _SCRATCH) != FAILED
     if checked:
-        out = np.empty((3, length), np.float32)
         top = omni_truncated_positions(out, ids, config.kernel_params, *items)
         if top >= 0:
             return out, int(top) + 1 - length

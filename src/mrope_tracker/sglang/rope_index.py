@@ -35,6 +35,7 @@ import torch
 from ..core.config import MRopeConfig
 from ..families import SEMANTICS
 from .rope_args import as_result, counts_arg, floats_arg, grid_arg, input_ids_arg, one_prompt
+from .rope_fast import RopePlan
 
 __all__ = [
     "get_rope_index",
@@ -62,6 +63,16 @@ def check_semantics(semantics) -> str:
 
 
 _CONFIGS: dict = {}
+# SGLang's call, by its arguments as they come: what the lean path needs of the config (rope_fast.py)
+_PLANS: dict = {}
+
+
+def _plan_of(key, config: MRopeConfig, omni_function: bool) -> None:
+    """Keep the plan of a config the checked route has just read, under the call's own arguments."""
+    if key is not None and key not in _PLANS:
+        if len(_PLANS) > 256:
+            _PLANS.clear()
+        _PLANS[key] = RopePlan(config, omni_function)
 
 
 def _cached_config(key, build) -> MRopeConfig:
@@ -228,8 +239,27 @@ def get_rope_index(
     """SGLang 0.5's ``get_rope_index``: ``(positions (3, B, L), deltas (B, 1))``.
 
     `semantics` (ours, keyword only): the preset (default `default_semantics()`)."""
-    semantics = check_semantics(semantics)
-    if model_type == "qwen3_omni_moe":
+    omni = model_type == "qwen3_omni_moe"
+    if omni:  # (the key of get_rope_index_qwen3_omni's plans, which this call shares)
+        get = kwargs.get
+        key = (
+            spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, tokens_per_second, semantics,
+            get("audio_token_id"), get("audio_start_token_id"), get("position_id_per_seconds"),
+        )  # fmt: skip
+    else:
+        key = (
+            spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second,
+            semantics,
+        )  # fmt: skip
+    try:
+        plan = _PLANS.get(key)
+    except TypeError:  # an unhashable argument: the checked route says what is wrong
+        plan = key = None
+    if plan is not None:
+        result = plan.call(input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs)
+        if result is not None:
+            return result
+    if omni:
         return get_rope_index_qwen3_omni(
             spatial_merge_size,
             image_token_id,
@@ -243,11 +273,13 @@ def get_rope_index(
             semantics=semantics,
             **kwargs,
         )
+    semantics = check_semantics(semantics)
     ids, images, videos = prepared(input_ids, image_grid_thw, video_grid_thw)
     config = qwen_config(
         spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second,
         kwargs, semantics,
     )  # fmt: skip
+    _plan_of(key, config, omni_function=False)
     return _result(config, input_ids, ids, images, videos, second_per_grid_ts)
 
 
@@ -267,12 +299,26 @@ def get_rope_index_qwen3_omni(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SGLang 0.5's ``get_rope_index_qwen3_omni``: float32 positions (3, B, L)
     and float32 deltas (B, 1); ``audio_seqlens`` are mel frames per track."""
+    get = kwargs.get
+    key = (
+        spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, tokens_per_second, semantics,
+        get("audio_token_id"), get("audio_start_token_id"), get("position_id_per_seconds"),
+    )  # fmt: skip
+    try:
+        plan = _PLANS.get(key)
+    except TypeError:
+        plan = key = None
+    if plan is not None:
+        result = plan.call(input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs)
+        if result is not None:
+            return result
     semantics = check_semantics(semantics)
     ids, images, videos = prepared(input_ids, image_grid_thw, video_grid_thw)
     config = qwen_config(
         spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, "qwen3_omni_moe",
         tokens_per_second, kwargs, semantics,
     )  # fmt: skip
+    _plan_of(key, config, omni_function=True)
     if (images is not None or videos is not None) and ids.shape[0] != 1:
         raise ValueError(f"input_ids: expected one row for qwen3_omni_moe, got {ids.shape[0]}")
     audio, use_av = counts_arg(kwargs.get("audio_seqlens")), bool(kwargs.get("use_audio_in_video", False))
