@@ -9,9 +9,10 @@ time, so that containers start with a filled cache).
 
 On a cold cache the compile is split in two groups (the builder from tokens,
 the prompt kernels that call it and the layout check; the builder from
-ranges with the fill, step and decode kernels), each compiled in a
-forked child process, so
-that two cores share it; numba's compiler holds one lock per process, so
+ranges with the fill, step and decode kernels; for a worker's plan without
+the builder from tokens, "rope_state" or "vllm_v1", the builder from
+ranges alone and everything else), each compiled in a forked child
+process, so that two cores share it; numba's compiler holds one lock per process, so
 threads would not help. The children only compile and write numba's cache (no torch,
 no device); the parent then runs every stage, which loads what they wrote.
 Anything that goes wrong in a child costs only time: the parent compiles
