@@ -30,6 +30,9 @@ result depends on chunk boundaries and our rule applies
 
 from __future__ import annotations
 
+import bisect
+import itertools
+
 import numpy as np
 
 from ..core.inputs import EMPTY_RANGES, Items, as_config, as_grid, as_token_ids, describe
@@ -203,11 +206,15 @@ class PrunedPrompt:
         images' are their token runs, moved as `moves` say."""
         config = self.config
         items = Items.normalize(config, image_grid_thw, video_grid, second_per_grid_ts, None, False)
-        at, gained = zip(*moves)  # (every prompt here holds a video)
-        shift_before = np.concatenate(([0], np.cumsum(gained)))
-        image = _image_ranges(config, items.image_grid, np.flatnonzero(ids == config.image_token_id))
-        # into the unpruned prompt: no video's grid lands inside an image's run
-        image[:, 0] += shift_before[np.searchsorted(np.array(at), image[:, 0], side="right")]
+        image_at = np.flatnonzero(ids == config.image_token_id)
+        image = EMPTY_RANGES
+        if image_at.shape[0] or items.image_grid.shape[0]:
+            image = _image_ranges(config, items.image_grid, image_at)
+            # into the unpruned prompt (no video's grid lands inside an image's run); a few moves: Python ints
+            at = [index for index, _ in moves]
+            shift_before = list(itertools.accumulate((gained for _, gained in moves), initial=0))
+            for k, offset in enumerate(image[:, 0].tolist()):
+                image[k, 0] += shift_before[bisect.bisect_right(at, offset)]
         video_masks = None
         if config.spec.video_blocks == "frames":  # a range over the frames and the text between; is_embed: the frames
             video, video_masks = [], []
@@ -231,7 +238,8 @@ class PrunedPrompt:
             None,
             second_per_grid_ts=second_per_grid_ts,
         )
-        return PromptLayout.from_normalized(config, self.num_tokens + int(shift_before[-1]), items, ranges)
+        num_unpruned = self.num_tokens + sum(gained for _, gained in moves)
+        return PromptLayout.from_normalized(config, num_unpruned, items, ranges)
 
     def checked_mask(self, k: int, mask) -> np.ndarray:
         """Video k's mask, checked, as a bool array of our own."""
