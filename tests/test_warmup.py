@@ -167,6 +167,30 @@ def test_warm_start_loads_everything_and_compiles_nothing(cold_cache):
     assert all(result["after"].values()), result["after"]
 
 
+# A cold warm-up of one worker's plan in a fresh process: what the parent itself compiles after the fork.
+_PLAN_CHILD = (
+    _RECORD_COMPILES
+    + """
+from mrope_tracker import warmup
+
+with event.install_listener("numba:compile", Listener()):
+    stages = warmup(sys.argv[1], runner=sys.argv[2], jobs=2)
+print(json.dumps({"stages": list(stages), "compiled": compiled}))
+"""
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["rope_state", "vllm_v1"])
+def test_a_cold_worker_plan_compiles_in_two_processes(tmp_path, runner):
+    """warmup(config, runner=...) on a cold cache: the two children compile everything the plan's stages
+    reach, so the parent compiles nothing itself."""
+    result = _run(_PLAN_CHILD, tmp_path, "tests/data/configs/qwen2_5_vl.json", runner)
+    assert result["stages"][0] == "compile (2 processes)"
+    assert result["compiled"] == [], f"compiled in the parent after the fork: {result['compiled']}"
+
+
 class _Compiles(event.Listener):
     def __init__(self):
         self.names = []
@@ -288,8 +312,10 @@ def test_warmup_for_one_model_and_runner_runs_only_its_stages(monkeypatch):
     assert warm.warm_rope_state(MRopeConfig(family="qwen2_5_vl")) >= 0
     with pytest.raises(AssertionError):
         warm.warm_rope_state(MRopeConfig(family="qwen3_vl"))  # per-frame videos: the locator runs
-    with pytest.raises(ValueError, match="runner: expected one of all, tracker, rope_state"):
+    with pytest.raises(ValueError, match="runner: expected one of all, tracker, rope_state, vllm_v1, got 'engine'"):
         warmup(runner="engine")
+    stages = warmup("tests/data/configs/qwen2_5_vl.json", runner="vllm_v1", jobs=1)
+    assert set(stages) == {"layout", "next_positions", "tracker[int64]"}  # no prompt entry, no device rows
 
 
 @pytest.mark.parametrize("jobs", [0, -1, 1.5, "2", True])

@@ -9,9 +9,10 @@ time, so that containers start with a filled cache).
 
 On a cold cache the compile is split in two groups (the builder from tokens,
 the prompt kernels that call it and the layout check; the builder from
-ranges with the fill, step and decode kernels), each compiled in a
-forked child process, so
-that two cores share it; numba's compiler holds one lock per process, so
+ranges with the fill, step and decode kernels; for a worker's plan without
+the builder from tokens, "rope_state" or "vllm_v1", the builder from
+ranges alone and everything else), each compiled in a forked child
+process, so that two cores share it; numba's compiler holds one lock per process, so
 threads would not help. The children only compile and write numba's cache (no torch,
 no device); the parent then runs every stage, which loads what they wrote.
 Anything that goes wrong in a child costs only time: the parent compiles
@@ -36,7 +37,7 @@ from .core.config import MRopeConfig
 from .core.inputs import as_grid, as_token_ids
 from .core.layout import PromptLayout
 from .core.positions import next_positions, prompt_positions
-from .device.warm import canvas_prompt, device_rows, per_frame_video, pruned_rows
+from .device.warm import canvas_prompt, cast_device_rows, device_rows, per_frame_video, pruned_prompt, pruned_rows
 from .evs.pruned import PRUNABLE
 from .kernels import layout_codes as C
 from .tracker.position_tracker import PositionTracker
@@ -49,7 +50,9 @@ __all__ = ["warmup"]
 MAX_JOBS = 2
 
 
-RUNNERS = ("all", "tracker", "rope_state")
+# "tracker": PositionTracker admitting from tokens or ranges; "vllm_v1": PositionTracker as vLLM's V1 runner
+# drives it (admission from features, never from tokens); "rope_state": RopeState (the vLLM plugin, MRV2)
+RUNNERS = ("all", "tracker", "rope_state", "vllm_v1")
 
 
 def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runner: str = "all") -> dict[str, float]:
@@ -63,12 +66,14 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     Qwen3-Omni drop-in's one pass (`mrope_tracker.sglang`) only for a
     `float_carry` config (Qwen3-Omni under "sglang-0.5"). `runner`:
     which of this package's runners will serve: "tracker"
-    (`PositionTracker` and SGLang's drop-ins: the prompt entries, the builder
-    from tokens, the step kernel), "rope_state" (`RopeState`, as the vLLM
-    plugin builds it: the builder from ranges and the device rows' kernels
-    only), or "all". So an
-    engine worker pays for its own model and runner alone (figures in
-    docs/benchmarks.md, "startup").
+    (`PositionTracker` and SGLang's drop-ins: the prompt entries, both layout builders, the step
+    kernel), "vllm_v1" (`PositionTracker` as vLLM's V1 runner drives it:
+    admission from vLLM's features, so the builder from ranges, the step
+    kernel and `next_positions`, never the builder from tokens),
+    "rope_state" (`RopeState`, as the vLLM plugin builds it: the builder
+    from ranges and the device rows' kernels only; EVS's pruned prompts
+    need nothing more), or "all". So an engine worker pays for its own
+    model and runner alone (figures in docs/benchmarks.md, "startup").
 
     `dtypes` lists the `PositionTracker` dtypes to prepare (int64 by
     default; add torch.int32 if a tracker uses it). A sequence of dtypes
@@ -119,7 +124,7 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
         for dtype in dtypes:
             stage(
                 f"tracker[{str(dtype).replace('torch.', '')}]",
-                lambda dtype=dtype: _tracker_round(omni, ids, kwargs, ranges, dtype),
+                lambda dtype=dtype: _tracker_round(omni, ids, kwargs, ranges, dtype, plan.tokens),
             )
     if plan.rope_state:
         stage("rope_state rows", device_rows)
@@ -142,16 +147,15 @@ class _Plan:
 
     @classmethod
     def of(cls, config: MRopeConfig | None, runner: str) -> _Plan:
-        tracker = runner in ("all", "tracker")
         everything = config is None
         return cls(
-            tokens=tracker,
-            tracker=tracker,
+            tokens=runner in ("all", "tracker"),
+            tracker=runner in ("all", "tracker", "vllm_v1"),
             rope_state=runner in ("all", "rope_state"),
             frames=everything or config.spec.video_blocks == "frames",
             canvas=everything or config.canvas,
             pruning=everything or config.family in PRUNABLE,
-            sglang_omni=tracker and (everything or config.float_carry),
+            sglang_omni=runner in ("all", "tracker") and (everything or config.float_carry),
             key="all" if everything and runner == "all" else f"{config.family if config else 'any'}-{runner}",
         )
 
@@ -159,7 +163,7 @@ class _Plan:
         """What the forked children compile: with the builder from tokens, that
         builder's group and the ranges builder's (`_token_group`,
         `_ranges_group`); without it, the builder from ranges alone (the
-        longest kernel) and the rest, with the layout check."""
+        longest kernel) and the rest, with the layout check (`_rest_group`)."""
         if self.tokens:
             return (
                 lambda: _token_group(self, config, ids, kwargs),
@@ -167,7 +171,7 @@ class _Plan:
             )
         return (
             lambda: _bare_ranges_builder(config, ids, kwargs, ranges),
-            lambda: (_layout_check(), _device_group(self)),
+            lambda: _rest_group(self, dtypes),
         )
 
 
@@ -226,7 +230,7 @@ def _layouts(plan, config, ids, kwargs, ranges) -> None:
     if plan.canvas:
         canvas_prompt()
     if plan.pruning:
-        pruned_rows()
+        pruned_prompt()
 
 
 def _next_positions() -> None:
@@ -236,15 +240,23 @@ def _next_positions() -> None:
         next_positions(out, 0, -3, 9, 4)
 
 
-def _tracker_round(config, ids, kwargs, ranges, dtype) -> None:
+def _tracker_round(config, ids, kwargs, ranges, dtype, tokens=True) -> None:
+    """A tracker's life: admissions (from tokens only where the plan has that builder), steps, a rollback, a
+    removal and an admission that compacts the pool."""
+
+    def admit(req_id, **more):
+        if tokens:
+            return tracker.add_request(req_id, ids, **kwargs, **more)
+        return tracker.add_request_from_ranges(req_id, len(ids), **kwargs, **ranges, **more)
+
     tracker = PositionTracker(config, max_num_reqs=4, max_num_batched_tokens=64, dtype=dtype, layout_rows=1)
-    tracker.add_request("a", ids, **kwargs)
+    admit("a")
     tracker.add_request_from_ranges("b", len(ids), **kwargs, **ranges, num_computed_tokens=5)
     tracker.prepare(["a", "b"], [10, 3])
     tracker.prepare_slots(np.array([tracker.slot("b"), tracker.slot("a")]), np.array([2, 9]))
     tracker.rollback("a", 2)
     tracker.remove_request("a")
-    tracker.add_request("c", ids, **kwargs)  # reuses the pool: compaction
+    admit("c")  # reuses the pool: compaction
 
 
 # --------------------------------------------------------------------------
@@ -309,6 +321,17 @@ def _bare_ranges_builder(config, ids, kwargs, ranges) -> None:
     build_rows_from_ranges(config, len(ids), items, spans)
 
 
+def _rest_group(plan, dtypes) -> None:
+    """Beside the bare builder from ranges, without the builder from tokens:
+    the layout check, the device group and, for a V1 worker's tracker, the
+    step kernel and the decode kernel."""
+    _layout_check()
+    _device_group(plan)
+    if plan.tracker:
+        _step_kernels(dtypes)
+        _next_positions()
+
+
 def _layout_check() -> None:
     """The check every `PromptLayout` runs, with its argument types (read-only tables)."""
     from .kernels.layout_check import check_layout
@@ -328,7 +351,6 @@ def _device_group(plan, *, list_decoders=True, pruning=True) -> None:
     decoders too; beside the token group, the row split goes there)."""
     from numba import float32, int64
 
-    from .kernels.device_cast import cast_rows
     from .kernels.frames import locate_frames
     from .kernels.layout_fill import fill_positions
 
@@ -342,7 +364,7 @@ def _device_group(plan, *, list_decoders=True, pruning=True) -> None:
     if pruning and plan.pruning:
         pruned_rows()
     if plan.rope_state:  # RopeState's admission
-        cast_rows(np.zeros((1, C.NUM_COLS), np.int64), np.empty((1, C.NUM_COLS + 2), np.int32))
+        cast_device_rows()
 
 
 def _list_decoders() -> None:

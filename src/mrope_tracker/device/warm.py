@@ -21,7 +21,7 @@ from ..core.layout import PromptLayout
 from ..evs.pruned import PRUNABLE
 from ..kernels import layout_codes as C
 
-__all__ = ["warm_rope_state", "pruned_rows"]
+__all__ = ["warm_rope_state", "pruned_rows", "pruned_prompt"]
 
 
 def warm_rope_state(config: MRopeConfig) -> float:
@@ -45,19 +45,29 @@ def warm_rope_state(config: MRopeConfig) -> float:
     if config.canvas:
         canvas_prompt()
     if config.family in PRUNABLE:
-        pruned_rows()
+        pruned_prompt()
     return time.perf_counter() - start
 
 
 def device_rows() -> None:
     """RopeState's admission (rows cast to the device's int32 records) and its dense read-back (the fill)."""
-    from ..kernels.device_cast import cast_rows
-
-    cast_rows(np.zeros((1, C.NUM_COLS), np.int64), np.empty((1, C.NUM_COLS + 2), np.int32))
+    cast_device_rows()
     layout = PromptLayout.from_ranges(
         MRopeConfig(family="qwen2_vl"), 6, image_ranges=[(1, 4)], image_grid_thw=[[1, 4, 4]]
     )
     layout.positions(0, 6)
+
+
+def cast_device_rows() -> None:
+    """The cast of layout rows to the device's int32 records, for both kinds of table it takes: writable (the
+    rows an admission from features builds) and read-only (a `PromptLayout`'s: EVS's pruned prompts, the
+    canvas, `init_prefill_layout`)."""
+    from ..kernels.device_cast import cast_rows
+
+    rows = np.zeros((1, C.NUM_COLS), np.int64)
+    cast_rows(rows, np.empty((1, C.NUM_COLS + 2), np.int32))
+    rows.setflags(write=False)
+    cast_rows(rows, np.empty((1, C.NUM_COLS + 2), np.int32))
 
 
 def canvas_prompt() -> None:
@@ -86,6 +96,19 @@ def per_frame_video() -> None:
         video_ranges=[(1, 6, np.array([0, 1, 0, 0, 1, 0], bool))],
         video_grid_thw=[[2, 2, 2]],
     )
+
+
+def pruned_prompt() -> None:
+    """EVS's admission as the plugin and the recompute make it (evs/pruned.py): a pruned prompt from a list of
+    ids and list grids (the list decoders), its unpruned layout from ranges, its rows split around the pruned
+    tokens (`pruned_rows`' kernel), their positions. In a forked child use `pruned_rows`: this one also runs the
+    builder from ranges, which the other child compiles."""
+    from ..evs.pruned import PrunedPrompt
+
+    config = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
+    vs, ve, video = config.vision_start_token_id, config.vision_end_token_id, config.video_token_id
+    prompt = PrunedPrompt(config, [1, vs, video, video, video, ve, 2], video_grid_thw=[[1, 4, 4]])
+    prompt.layout([np.array([True, True, False, True])]).positions(1, 6)
 
 
 def pruned_rows() -> None:

@@ -30,19 +30,23 @@ result depends on chunk boundaries and our rule applies
 
 from __future__ import annotations
 
+import bisect
+import itertools
+
 import numpy as np
 
-from ..core.inputs import as_config, as_grid, as_token_ids, describe
+from ..core.inputs import EMPTY_RANGES, Items, as_config, as_grid, as_token_ids, describe
 from ..core.layout import PromptLayout
+from ..core.ranges import Ranges
 from ..kernels import layout_codes as C
 from ..kernels.pruned_rows import split_rows
 
 __all__ = ["PendingPrune", "PrunedPrompt", "delete_tokens"]
 
 PRUNABLE = ("qwen2_5_vl", "qwen3_vl")
-# The most tokens the videos' unpruned grids may hold in all: the unpruned prompt is rebuilt as ids (8 bytes a
-# token), so a wild grid would allocate without limit (MemoryError) before anything refused it. A million-token
-# context pruned at rate 0.9 unprunes to 10M tokens.
+# The most tokens the videos' unpruned grids may hold in all: the unpruned prompt's keep mask (and a Qwen3-VL
+# video's is_embed mask) take a byte a token, so a wild grid would allocate without limit (MemoryError) before
+# anything refused it. A million-token context pruned at rate 0.9 unprunes to 10M tokens.
 MAX_UNPRUNED_TOKENS = 1 << 24
 
 
@@ -93,11 +97,14 @@ class PrunedPrompt:
     """A prompt whose videos vLLM pruned, read once at admission.
 
     `token_ids` is the pruned prompt as vLLM lays it out, `video_grid_thw`
-    the videos' unpruned grids. It reads the ids once (rebuilding the
-    unpruned prompt, O(tokens)) and keeps the unpruned prompt's layout rows
-    and where each video's grid tokens sit in it: O(items + frames), no
-    token ids. `layout(masks)` gives the pruned prompt's layout once the
-    retention masks are known. Tokens [`video_starts[k]`, `video_ends[k]`)
+    the videos' unpruned grids. It reads the ids once (numpy, O(tokens):
+    where the videos' kept tokens and the images' tokens sit) and builds the
+    unpruned prompt's layout rows from those ranges with the builder from
+    ranges, as `RopeState` admits any request (so a worker warmed for
+    `RopeState` has every kernel EVS calls); it keeps those rows and where
+    each video's grid tokens sit: O(items + frames), no token ids.
+    `layout(masks)` gives the pruned prompt's layout once the retention
+    masks are known. Tokens [`video_starts[k]`, `video_ends[k]`)
     of the pruned prompt are those whose positions video k's mask decides;
     every other token's position is known at admission.
     """
@@ -124,54 +131,49 @@ class PrunedPrompt:
         self.num_tokens = int(ids.shape[0])
         self.frame_sizes = [(h // m) * (w // m) for _, h, w in grids]
         self.num_frames = [t for t, _, _ in grids]
-        full_ids, self.video_starts, self.video_ends, self.num_kept, self._grid_spans = self._unpruned(ids)
+        self.video_starts, self.video_ends, self.num_kept, self._grid_spans, moves = self._unpruned(ids)
         for k, (kept, t, size) in enumerate(zip(self.num_kept, self.num_frames, self.frame_sizes)):
             if kept > t * size:
                 raise ValueError(
                     f"token_ids: video {k} holds {kept} video tokens from index {self.video_starts[k]}, more than "
                     f"its unpruned grid's {t * size} (video_grid_thw[{k}])"
                 )
-        self._full = PromptLayout.from_tokens(
-            config,
-            full_ids,
-            image_grid_thw=image_grid_thw,
-            video_grid_thw=grid,  # (converted above: not decoded twice)
-            second_per_grid_ts=second_per_grid_ts,
-        )
+        self._full = self._unpruned_layout(ids, moves, image_grid_thw, grid, second_per_grid_ts)
         self._vllm_recompute = (
             config.semantics == "vllm-0.33"
             and config.family == "qwen2_5_vl"
             and len(self.num_frames) == 1
-            and not (full_ids[self._grid_spans[0][0][0] :] == config.image_token_id).any()
+            and not (ids[self.video_starts[0] :] == config.image_token_id).any()  # no image after the video
         )
 
     def _unpruned(self, ids: np.ndarray):
-        """(unpruned ids, per video: the start and end of the tokens whose
-        positions its mask decides and its kept count (pruned prompt), and the
-        (start, length) of its grid runs (unpruned prompt))."""
+        """Per video: the start and end of the tokens whose positions its mask
+        decides and its kept count (pruned prompt), and the (start, length) of
+        its grid runs (unpruned prompt); then where the unpruned prompt's
+        tokens move: (pruned index, tokens gained before it) pairs, in order.
+        No unpruned id is made: the layout comes from ranges."""
         video = self.config.video_token_id
         per_frame = self.config.family == "qwen3_vl"
         is_video = ids == video
-        pieces, starts, ends, kept, spans = [], [], [], [], []
+        starts, ends, kept, spans, moves = [], [], [], [], []
         at = shift = 0
         for k, (t, size) in enumerate(zip(self.num_frames, self.frame_sizes)):
             first = at + int(is_video[at:].argmax()) if at < ids.shape[0] else at  # (a bool argmax stops at a True)
             if first == ids.shape[0] or not is_video[first]:
                 raise ValueError(f"video_grid_thw: expected {len(self.num_frames)} videos in token_ids, found {k}")
             run = int(is_video[first:].argmin()) or ids.shape[0] - first  # 0: video tokens to the end
-            pieces.append(ids[at:first])
             starts.append(first)
             kept.append(run)
             if not per_frame:
-                pieces.append(np.full(t * size, video, np.int64))
                 spans.append([(first + shift, t * size)])
+                moves.append((first + run, t * size - run))
                 shift += t * size - run
                 at = first + run
                 ends.append(at)
                 continue
             # Qwen3-VL: frame 0's run holds every kept token; frames 1.. are empty start/end pairs
             frame_spans = [(first + shift, size)]
-            pieces.append(np.full(size, video, np.int64))
+            moves.append((first + run, size - run))
             shift += size - run
             at = first + run
             pairs = np.flatnonzero(
@@ -182,10 +184,9 @@ class PrunedPrompt:
                     f"token_ids: expected video {k} to have {t} frames, frame 0 with the kept tokens and the others "
                     f"an empty vision_start, vision_end pair, found {1 + pairs.shape[0]}"
                 )
-            for p in (at + pairs[: t - 1] + 1).tolist():  # each later frame's vision_end
-                pieces.append(ids[at:p])
+            for p in (at + pairs[: t - 1] + 1).tolist():  # each later frame's vision_end: its grid goes before it
                 frame_spans.append((p + shift, size))
-                pieces.append(np.full(size, video, np.int64))
+                moves.append((p, size))
                 shift += size
                 at = p
             # the frames' text moves with the split of the kept tokens; the last vision_end does not
@@ -196,8 +197,49 @@ class PrunedPrompt:
             raise ValueError(
                 f"token_ids: expected {len(self.num_frames)} pruned videos, got another video token at index {extra}"
             )
-        pieces.append(ids[at:])
-        return np.concatenate(pieces), starts, ends, kept, spans
+        return starts, ends, kept, spans, moves
+
+    def _unpruned_layout(self, ids, moves, image_grid_thw, video_grid, second_per_grid_ts) -> PromptLayout:
+        """The unpruned prompt's layout from its items' ranges, with the builder
+        from ranges that admits every other request (so the EVS path never
+        needs the builder from tokens): the videos' grid runs are known, the
+        images' are their token runs, moved as `moves` say."""
+        config = self.config
+        items = Items.normalize(config, image_grid_thw, video_grid, second_per_grid_ts, None, False)
+        image_at = np.flatnonzero(ids == config.image_token_id)
+        image = EMPTY_RANGES
+        if image_at.shape[0] or items.image_grid.shape[0]:
+            image = _image_ranges(config, items.image_grid, image_at)
+            # into the unpruned prompt (no video's grid lands inside an image's run); a few moves: Python ints
+            at = [index for index, _ in moves]
+            shift_before = list(itertools.accumulate((gained for _, gained in moves), initial=0))
+            for k, offset in enumerate(image[:, 0].tolist()):
+                image[k, 0] += shift_before[bisect.bisect_right(at, offset)]
+        video_masks = None
+        if config.spec.video_blocks == "frames":  # a range over the frames and the text between; is_embed: the frames
+            video, video_masks = [], []
+            for frames in self._grid_spans:
+                start, (last, size) = frames[0][0], frames[-1]
+                mask = np.zeros(last + size - start, np.bool_)
+                for offset, length in frames:
+                    mask[offset - start : offset - start + length] = True
+                video.append((start, mask.shape[0]))
+                video_masks.append(mask)
+        else:
+            video = [frames[0] for frames in self._grid_spans]
+        ranges = Ranges.from_rows(
+            config,
+            items,
+            image,
+            None,
+            np.array(video, np.int64),
+            video_masks,
+            EMPTY_RANGES,
+            None,
+            second_per_grid_ts=second_per_grid_ts,
+        )
+        num_unpruned = self.num_tokens + sum(gained for _, gained in moves)
+        return PromptLayout.from_normalized(config, num_unpruned, items, ranges)
 
     def checked_mask(self, k: int, mask) -> np.ndarray:
         """Video k's mask, checked, as a bool array of our own."""
@@ -249,6 +291,35 @@ class PrunedPrompt:
         """Per video, the (start, length) of its grid runs in the unpruned
         prompt: one run (Qwen2.5-VL) or one per frame (Qwen3-VL)."""
         return [list(spans) for spans in self._grid_spans]
+
+
+def _image_ranges(config, image_grid: np.ndarray, image_at: np.ndarray) -> np.ndarray:
+    """(offset, length) of each image's tokens in the pruned prompt, from where
+    its image tokens sit (`image_at`, increasing): image k takes the next t*h'*w' of them, which
+    must be one run, and none may be left over (the rule the builder from
+    tokens applies: transformers' scan for the next image token)."""
+    m = config.spatial_merge_size
+    sizes = [t * (h // m) * (w // m) for t, h, w in image_grid.tolist()]
+    out = np.empty((len(sizes), 2), np.int64)
+    used = 0
+    for k, size in enumerate(sizes):
+        if used + size > image_at.shape[0]:
+            raise ValueError(
+                f"token_ids: expected image {k}'s {size} tokens (image_grid_thw[{k}]) after the {used} before it, "
+                f"got {image_at.shape[0] - used}"
+            )
+        if image_at[used + size - 1] - image_at[used] != size - 1:
+            raise ValueError(
+                f"token_ids: expected image {k}'s {size} tokens (image_grid_thw[{k}]) in one run from index "
+                f"{int(image_at[used])}, got other tokens among them"
+            )
+        out[k] = image_at[used], size
+        used += size
+    if used != image_at.shape[0]:
+        raise ValueError(
+            f"token_ids: expected {used} image tokens (image_grid_thw: {len(sizes)} images), got {image_at.shape[0]}"
+        )
+    return out
 
 
 def _checked_mask(mask, k: int, size: int, kept: int) -> np.ndarray:
