@@ -3,8 +3,8 @@
 - tau(f): a frame's temporal index;
 - writers for the three segment kinds (see layout_codes): their inner loops
   run over a whole text run or frame, so LLVM can vectorise them, and no
-  integer division happens per token (a frame's H and W rows take each
-  token's row from a float reciprocal, exact below 2**50 tokens).
+  division happens per token (a frame's H and W rows are written a grid
+  row at a time).
 """
 
 import numpy as np
@@ -93,37 +93,40 @@ def write_const(out, col, value, count):
     out[:, col : col + count] = value
 
 
-# Below this many tokens into a frame, the row index of token m is exactly
-# trunc((m + 0.5) * (1 / w)) in float64: (m + 0.5) / w lies at least 0.5 / w
-# from an integer, and the rounded reciprocal and product move it by at most
-# about 2**-52 of itself, which stays below 0.5 / w while m < 2**51.
-_FLOAT_ROWS_EXACT = 2**50
+# Grid rows at least this wide are written one row at a time (two short
+# vectorised loops); narrower ones in one scalar pass with a running (i, j),
+# where a row's loop setup would cost more than its few stores.
+_ROW_LOOP_WIDTH = 8
 
 
 @inner
 def _write_hw_rows(out, col, base, offset, count, w, h_axis, w_axis):
     """H and W rows of grid tokens offset .. offset+count-1 within one frame,
-    into out[h_axis] and out[w_axis] (1 and 2, or an XD_GRID row's axes)."""
-    if offset + count <= _FLOAT_ROWS_EXACT:
-        # One vectorised pass, the row index from a float reciprocal: rows
-        # a dozen or two tokens wide are too short for a loop per row, and
-        # the narrower the rows, the more this gains.
-        h_row = out[h_axis, col : col + count]
-        w_row = out[w_axis, col : col + count]
-        inv_w = 1.0 / np.float64(w)
-        for n in range(count):
-            m = offset + n
-            i = np.int64((np.float64(m) + 0.5) * inv_w)
-            h_row[n] = base + i
-            w_row[n] = base + m - i * w
-        return
+    into out[h_axis] and out[w_axis] (1 and 2, or an XD_GRID row's axes).
+    No division per token: the AVX2 machines we measure on cannot vectorise
+    a float reciprocal's int64 conversion, and it cost 2 ns a token against
+    0.2 to 0.8 here (docs/benchmarks.md, "Measurements behind design choices")."""
     i = offset // w
     j = offset - i * w
+    h_all = out[h_axis, col : col + count]
+    w_all = out[w_axis, col : col + count]
+    if w < _ROW_LOOP_WIDTH:
+        h_pos = base + i
+        w_pos = base + j
+        w_end = base + w
+        for n in range(count):
+            h_all[n] = h_pos
+            w_all[n] = w_pos
+            w_pos += 1
+            if w_pos == w_end:
+                w_pos = base
+                h_pos += 1
+        return
     done = 0
     while done < count:
         run = min(w - j, count - done)
-        h_row = out[h_axis, col + done : col + done + run]
-        w_row = out[w_axis, col + done : col + done + run]
+        h_row = h_all[done : done + run]
+        w_row = w_all[done : done + run]
         h_pos = base + i
         w_pos = base + j
         for n in range(run):
