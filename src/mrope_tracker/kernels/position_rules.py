@@ -93,53 +93,56 @@ def write_const(out, col, value, count):
     out[:, col : col + count] = value
 
 
-# Grid rows at least this wide are written one row at a time (two short
-# vectorised loops); narrower ones in one scalar pass with a running (i, j),
-# where a row's loop setup would cost more than its few stores.
-_ROW_LOOP_WIDTH = 8
+# _write_hw_rows and _repeat_forward double the block they copy up to this
+# many tokens, then copy blocks of that length: a source that stays in L1 cache.
+_COPY_BLOCK = 1024
 
 
 @inner
 def _write_hw_rows(out, col, base, offset, count, w, h_axis, w_axis):
     """H and W rows of grid tokens offset .. offset+count-1 within one frame,
     into out[h_axis] and out[w_axis] (1 and 2, or an XD_GRID row's axes).
-    No division per token: the AVX2 machines we measure on cannot vectorise
-    a float reciprocal's int64 conversion, and it cost 2 ns a token against
-    0.2 to 0.8 here (docs/benchmarks.md, "Measurements behind design choices")."""
+
+    The rest of the first grid row and one full row are written token by
+    token; the rows after them are copies of the rows already written (W
+    as is, H plus the rows between them), in blocks that double up to
+    _COPY_BLOCK tokens: a few long vectorised loops whatever the width,
+    where a loop per grid row pays its setup every w tokens, and a row index
+    per token (a division, or a float reciprocal's int64 conversion, which
+    AVX2 cannot vectorise) cost several times more (docs/benchmarks.md,
+    "Measurements behind design choices")."""
     i = offset // w
     j = offset - i * w
     h_all = out[h_axis, col : col + count]
     w_all = out[w_axis, col : col + count]
-    if w < _ROW_LOOP_WIDTH:
-        h_pos = base + i
-        w_pos = base + j
-        w_end = base + w
-        for n in range(count):
-            h_all[n] = h_pos
-            w_all[n] = w_pos
-            w_pos += 1
-            if w_pos == w_end:
-                w_pos = base
-                h_pos += 1
+    head = min(w - j, count)
+    for n in range(head):
+        h_all[n] = base + i
+        w_all[n] = base + j + n
+    if head == count:
         return
-    done = 0
-    while done < count:
-        run = min(w - j, count - done)
-        h_row = h_all[done : done + run]
-        w_row = w_all[done : done + run]
-        h_pos = base + i
-        w_pos = base + j
+    h_rows = h_all[head:]
+    w_rows = w_all[head:]
+    rest = count - head
+    done = min(w, rest)
+    for n in range(done):
+        h_rows[n] = base + i + 1
+        w_rows[n] = base + n
+    period = done  # whole rows from here on, while done < rest
+    while done < rest:
+        run = min(period, rest - done)
+        shift = done // w
+        h_src = h_rows[:run]
+        h_dst = h_rows[done : done + run]
         for n in range(run):
-            h_row[n] = h_pos
-            w_row[n] = w_pos + n
+            h_dst[n] = h_src[n] + shift
+        w_src = w_rows[:run]
+        w_dst = w_rows[done : done + run]
+        for n in range(run):
+            w_dst[n] = w_src[n]
         done += run
-        j = 0
-        i += 1
-
-
-# _repeat_forward doubles its source block up to this many tokens, then
-# copies a block of the same length: a source that stays in L1 cache.
-_COPY_BLOCK = 1024
+        if period < _COPY_BLOCK:
+            period = done
 
 
 @inner
