@@ -200,7 +200,8 @@ def as_token_ids(token_ids) -> np.ndarray:
         ids = _cpu_numpy(ids, "token_ids")
     if type(ids) is _NDARRAY and ids.ndim == 1 and ids.dtype.kind == "i" and ids.shape[0]:
         if ids.dtype is not _INT64 or ids.flags.num & READY_FLAGS != READY_FLAGS:
-            ids = ids.astype(_INT64)  # (1-D: the copy is C-contiguous whatever the source's order)
+            # (1-D: the copy is C-contiguous whatever the source's order; `copy` costs less than `astype`)
+            ids = ids.copy() if ids.dtype is _INT64 else ids.astype(_INT64)
         return ids
     ids = as_int_array(token_ids, "token_ids", 1, "(num_tokens,)")  # (the user's own value: messages describe it)
     if ids.shape[0] == 0:
@@ -222,7 +223,8 @@ def as_grid(value, name: str) -> np.ndarray:
         if type(arr) is _NDARRAY and arr.ndim == 2 and arr.shape[1] == 3 and arr.dtype.kind == "i":
             if arr.dtype is _INT64 and arr.flags.num & READY_FLAGS == READY_FLAGS:
                 return arr
-            return arr.astype(_INT64, order="C")  # any other layout or width: one copy
+            # any other layout or width: one copy (C order; `copy` costs less than `astype`)
+            return arr.copy() if arr.dtype is _INT64 else arr.astype(_INT64, order="C")
     arr = _to_numpy(value, name)
     if arr.size == 0 and (arr.ndim == 1 or arr.shape[-1:] == (3,)):
         return EMPTY_GRID

@@ -126,6 +126,9 @@ def prompt_positions(
         entry = _config_entry(config)  # (raises for a canvas config)
         config = entry[0]
     params, num_dims, route = entry[1], entry[2], entry[3]
+    if route == _ROUTE_FLOAT_CARRY:  # SGLang 0.5's Qwen3-Omni rule: through its layout rows (core/float_carry.py)
+        items = (image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
+        return _float_carry_positions(config, token_ids, *items)
     ids = token_ids
     if (  # as_token_ids' own test, inline (a call costs a good part of a small prompt's), read-only arrays taken
         type(ids) is not _NDARRAY
@@ -136,7 +139,7 @@ def prompt_positions(
         ids = as_token_ids(token_ids)
     if route == _ROUTE_INLINE and audio_feature_lengths is None and use_audio_in_video is False:
         # vision items of a family that serves both (the commonest calls): normalize_items' work, with its
-        # tests of canonical grids inline (a call costs a good part of a small prompt's); read-only arrays taken
+        # test of a canonical grid inline (a call costs a good part of a small prompt's); read-only arrays taken
         image_grid = image_grid_thw
         if image_grid is None:
             image_grid = EMPTY_GRID
@@ -148,34 +151,12 @@ def prompt_positions(
             and image_grid.flags.num & READABLE_FLAGS == READABLE_FLAGS
         ):
             image_grid = as_grid(image_grid, "image_grid_thw")
-        video_grid = video_grid_thw
-        if video_grid is None:
-            video_grid = EMPTY_GRID
-            video_sp = EMPTY_FLOAT
-            if second_per_grid_ts is not None:  # (refused unless empty)
-                video_sp = as_second_per_grid_ts(second_per_grid_ts, 0, config)
+        if video_grid_thw is None and second_per_grid_ts is None:
+            video_grid, video_sp = EMPTY_GRID, EMPTY_FLOAT
         else:
-            if not (
-                type(video_grid) is _NDARRAY
-                and video_grid.dtype is _INT64
-                and video_grid.ndim == 2
-                and video_grid.shape[1] == 3
-                and video_grid.flags.num & READABLE_FLAGS == READABLE_FLAGS
-            ):
-                video_grid = as_grid(video_grid, "video_grid_thw")
-            video_sp = as_second_per_grid_ts(second_per_grid_ts, video_grid.shape[0], config)
+            video_grid, video_sp = _videos(config, video_grid_thw, second_per_grid_ts)
         out = _empty((num_dims, ids.shape[0]), _INT64)
         delta = _prompt_call(out, ids, params, image_grid, video_grid, video_sp, EMPTY_INT, False, _SCRATCH)
-    elif route == _ROUTE_FLOAT_CARRY:  # SGLang 0.5's Qwen3-Omni rule: through its layout rows (core/float_carry.py)
-        return _float_carry_positions(
-            config,
-            token_ids,
-            image_grid_thw,
-            video_grid_thw,
-            second_per_grid_ts,
-            audio_feature_lengths,
-            use_audio_in_video,
-        )
     else:
         items, _ = normalize_items(
             config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
@@ -187,6 +168,22 @@ def prompt_positions(
             config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
     return out, delta
+
+
+def _videos(config, video_grid_thw, second_per_grid_ts) -> tuple[np.ndarray, np.ndarray]:
+    """normalize_items' video grid and times, a canonical grid tested inline (read-only taken)."""
+    grid = video_grid_thw
+    if grid is None:
+        return EMPTY_GRID, as_second_per_grid_ts(second_per_grid_ts, 0, config)  # (times refused unless empty)
+    if not (
+        type(grid) is _NDARRAY
+        and grid.dtype is _INT64
+        and grid.ndim == 2
+        and grid.shape[1] == 3
+        and grid.flags.num & READABLE_FLAGS == READABLE_FLAGS
+    ):
+        grid = as_grid(grid, "video_grid_thw")
+    return grid, as_second_per_grid_ts(second_per_grid_ts, grid.shape[0], config)
 
 
 def _float_carry_positions(config, token_ids, images, videos, times, audio_lengths, use_audio_in_video):

@@ -93,9 +93,13 @@ def write_const(out, col, value, count):
     out[:, col : col + count] = value
 
 
-# _write_hw_rows and _repeat_forward double the block they copy up to this
-# many tokens, then copy blocks of that length: a source that stays in L1 cache.
+# _repeat_forward doubles the block it copies up to this many tokens, then
+# copies blocks of that length: a source that stays in L1 cache.
 _COPY_BLOCK = 1024
+
+
+# Grid rows narrower than this have their H row counted out token by token.
+_NARROW = 4
 
 
 @inner
@@ -103,52 +107,49 @@ def _write_hw_rows(out, col, base, offset, count, w, h_axis, w_axis):
     """H and W rows of grid tokens offset .. offset+count-1 within one frame,
     into out[h_axis] and out[w_axis] (1 and 2, or an XD_GRID row's axes).
 
-    The rest of the first grid row and one full row are written token by
-    token; the rows after them are copies of the rows already written (W
-    as is, H plus the rows between them), in blocks that double up to
-    _COPY_BLOCK tokens: a few long vectorised loops whatever the width,
-    where a loop per grid row pays its setup every w tokens, and a row index
-    per token (a division, or a float reciprocal's int64 conversion, which
-    AVX2 cannot vectorise) cost several times more (docs/benchmarks.md,
-    "Measurements behind design choices")."""
+    H is one constant run per grid row (counted out token by token when the
+    rows are narrower than _NARROW). W repeats with period w: its first
+    w tokens are counted out, then copied forward by _repeat_forward (a few
+    long vectorised copies, whatever the width). A row index per token (a
+    division, or a float reciprocal's int64 conversion, which AVX2 cannot
+    vectorise) cost several times more (docs/benchmarks.md, "Measurements
+    behind design choices")."""
     i = offset // w
     j = offset - i * w
     h_all = out[h_axis, col : col + count]
     w_all = out[w_axis, col : col + count]
-    head = min(w - j, count)
-    for n in range(head):
-        h_all[n] = base + i
-        w_all[n] = base + j + n
-    if head == count:
+    period = min(w, count)
+    w_pos = base + j
+    for n in range(period):
+        w_all[n] = w_pos
+        w_pos = base if w_pos == base + w - 1 else w_pos + 1
+    _repeat_forward(w_all, np.int64(0), period, count)
+    if w < _NARROW:  # rows of a token or three: one counted pass, not a loop per row
+        h_pos = base + i
+        left = w - j
+        for n in range(count):
+            h_all[n] = h_pos
+            left -= 1
+            if left == 0:
+                left = w
+                h_pos += 1
         return
-    h_rows = h_all[head:]
-    w_rows = w_all[head:]
-    rest = count - head
-    done = min(w, rest)
-    for n in range(done):
-        h_rows[n] = base + i + 1
-        w_rows[n] = base + n
-    period = done  # whole rows from here on, while done < rest
-    while done < rest:
-        run = min(period, rest - done)
-        shift = done // w
-        h_src = h_rows[:run]
-        h_dst = h_rows[done : done + run]
+    done = 0
+    while done < count:
+        run = min(w - j, count - done)
+        h_row = h_all[done : done + run]
         for n in range(run):
-            h_dst[n] = h_src[n] + shift
-        w_src = w_rows[:run]
-        w_dst = w_rows[done : done + run]
-        for n in range(run):
-            w_dst[n] = w_src[n]
+            h_row[n] = base + i
         done += run
-        if period < _COPY_BLOCK:
-            period = done
+        j = 0
+        i += 1
 
 
 @inner
 def _repeat_forward(row, start, done, count):
-    """row[start:done] holds whole frames: repeat them up to `count`, in a few
-    long vectorised copies rather than one short loop per frame. The block
+    """row[start:done] holds whole periods (frames, or a W row's grid row):
+    repeat them up to `count`, in a few long vectorised copies rather than
+    one short loop per period. The block
     copied doubles while it is short, then stays at _COPY_BLOCK tokens or
     more, so that its reads hit L1 rather than what the last copies wrote."""
     period = done - start
