@@ -129,14 +129,13 @@ def prompt_positions(
     if route == _ROUTE_FLOAT_CARRY:  # SGLang 0.5's Qwen3-Omni rule: through its layout rows (core/float_carry.py)
         items = (image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         return _float_carry_positions(config, token_ids, *items)
+    # as_token_ids' own tests, inline (a call costs a good part of a small prompt's); read-only arrays taken, an
+    # empty one too (the kernel refuses it, and the checked path explains)
     ids = token_ids
-    if (  # as_token_ids' own test, inline (a call costs a good part of a small prompt's), read-only arrays taken
-        type(ids) is not _NDARRAY
-        or ids.dtype is not _INT64
-        or ids.ndim != 1
-        or ids.flags.num & READABLE_FLAGS != READABLE_FLAGS
-    ):  # (an empty array passes: the kernel refuses it, and the checked path explains)
+    if type(ids) is not _NDARRAY or ids.dtype is not _INT64 or ids.ndim != 1:
         ids = as_token_ids(token_ids)
+    elif ids.flags.num & READABLE_FLAGS != READABLE_FLAGS:
+        ids = ids.copy()  # strided or misaligned: as_token_ids' one copy
     if route == _ROUTE_INLINE and audio_feature_lengths is None and use_audio_in_video is False:
         # vision items of a family that serves both (the commonest calls): normalize_items' work, with its
         # test of a canonical grid inline (a call costs a good part of a small prompt's); read-only arrays taken
@@ -148,9 +147,10 @@ def prompt_positions(
             and image_grid.dtype is _INT64
             and image_grid.ndim == 2
             and image_grid.shape[1] == 3
-            and image_grid.flags.num & READABLE_FLAGS == READABLE_FLAGS
         ):
             image_grid = as_grid(image_grid, "image_grid_thw")
+        elif image_grid.flags.num & READABLE_FLAGS != READABLE_FLAGS:
+            image_grid = image_grid.copy()  # strided or misaligned: as_grid's one copy
         if video_grid_thw is None and second_per_grid_ts is None:
             video_grid, video_sp = EMPTY_GRID, EMPTY_FLOAT
         else:
@@ -175,14 +175,10 @@ def _videos(config, video_grid_thw, second_per_grid_ts) -> tuple[np.ndarray, np.
     grid = video_grid_thw
     if grid is None:
         return EMPTY_GRID, as_second_per_grid_ts(second_per_grid_ts, 0, config)  # (times refused unless empty)
-    if not (
-        type(grid) is _NDARRAY
-        and grid.dtype is _INT64
-        and grid.ndim == 2
-        and grid.shape[1] == 3
-        and grid.flags.num & READABLE_FLAGS == READABLE_FLAGS
-    ):
+    if not (type(grid) is _NDARRAY and grid.dtype is _INT64 and grid.ndim == 2 and grid.shape[1] == 3):
         grid = as_grid(grid, "video_grid_thw")
+    elif grid.flags.num & READABLE_FLAGS != READABLE_FLAGS:
+        grid = grid.copy()  # strided or misaligned: as_grid's one copy
     return grid, as_second_per_grid_ts(second_per_grid_ts, grid.shape[0], config)
 
 
