@@ -264,7 +264,7 @@ def as_ranges(value, name: str) -> np.ndarray:
 # (config, scaled_time, int_sp, default time) of the last config whose times
 # were read: `spec` and `switches` are dict lookups, a good part of a small
 # prompt's call. Swapped whole (one tuple: safe between threads).
-_last_time_rules: tuple = (None, False, False, 0.0)
+_last_time_rules: tuple = (object(), False, False, 0.0)  # (no caller's config is that first entry's)
 
 
 def _time_rules(config: MRopeConfig) -> tuple:

@@ -59,7 +59,7 @@ _SCRATCH = np.empty(SCRATCH_SIZE, np.int64)
 _ROUTE_ITEMS = 0  # items of any kind, through normalize_items
 _ROUTE_INLINE = 1  # also serves images and videos: text or images alone take the inline tests
 _ROUTE_FLOAT_CARRY = 2  # SGLang 0.5's Qwen3-Omni rule (core/float_carry.py)
-_last_config: tuple = (None, None, 0, _ROUTE_ITEMS)
+_last_config: tuple = (object(), None, 0, _ROUTE_ITEMS)  # (a first entry no caller's config is: not None)
 
 
 def _config_entry(config) -> tuple:
