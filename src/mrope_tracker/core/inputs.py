@@ -277,6 +277,13 @@ def _time_rules(config: MRopeConfig) -> tuple:
     return rules
 
 
+def _all_floats(seq) -> bool:
+    for x in seq:
+        if type(x) is not float:
+            return False
+    return True
+
+
 def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.ndarray:
     """One float32 per video (the reference holds them as a float32 tensor);
     the family's default when omitted. Families without a time scale refuse it."""
@@ -292,11 +299,14 @@ def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.nda
         if num_videos == 0:
             return EMPTY_FLOAT
         return np.full(num_videos, default, np.float32)
-    # a 1-D float array of one time per video (the commonest forms), by exact type
-    if type(value) is _NDARRAY and value.ndim == 1 and value.dtype.kind == "f" and value.shape[0] == num_videos:
+    # a 1-D float array or a list of Python floats, one time per video (the commonest forms), by exact type
+    tv = type(value)
+    if tv is _NDARRAY and value.ndim == 1 and value.dtype.kind == "f" and value.shape[0] == num_videos:
         arr = value
         if arr.dtype is not _FLOAT32 or arr.flags.num & READY_FLAGS != READY_FLAGS:
             arr = arr.astype(_FLOAT32)  # (1-D: the copy is C-contiguous whatever the source's order)
+    elif (tv is list or tv is tuple) and len(value) == num_videos and _all_floats(value):
+        arr = np.array(value, _FLOAT32)  # (rounded to nearest, as astype from float64 rounds)
     else:
         arr = _to_numpy(value, "second_per_grid_ts")
         if arr.dtype.kind not in "iuf" or arr.ndim != 1:
