@@ -200,7 +200,8 @@ def as_token_ids(token_ids) -> np.ndarray:
         ids = _cpu_numpy(ids, "token_ids")
     if type(ids) is _NDARRAY and ids.ndim == 1 and ids.dtype.kind == "i" and ids.shape[0]:
         if ids.dtype is not _INT64 or ids.flags.num & READY_FLAGS != READY_FLAGS:
-            ids = ids.astype(_INT64)  # (1-D: the copy is C-contiguous whatever the source's order)
+            # (1-D: the copy is C-contiguous whatever the source's order; `copy` costs less than `astype`)
+            ids = ids.copy() if ids.dtype is _INT64 else ids.astype(_INT64)
         return ids
     ids = as_int_array(token_ids, "token_ids", 1, "(num_tokens,)")  # (the user's own value: messages describe it)
     if ids.shape[0] == 0:
@@ -222,7 +223,8 @@ def as_grid(value, name: str) -> np.ndarray:
         if type(arr) is _NDARRAY and arr.ndim == 2 and arr.shape[1] == 3 and arr.dtype.kind == "i":
             if arr.dtype is _INT64 and arr.flags.num & READY_FLAGS == READY_FLAGS:
                 return arr
-            return arr.astype(_INT64, order="C")  # any other layout or width: one copy
+            # any other layout or width: one copy (C order; `copy` costs less than `astype`)
+            return arr.copy() if arr.dtype is _INT64 else arr.astype(_INT64, order="C")
     arr = _to_numpy(value, name)
     if arr.size == 0 and (arr.ndim == 1 or arr.shape[-1:] == (3,)):
         return EMPTY_GRID
@@ -259,11 +261,34 @@ def as_ranges(value, name: str) -> np.ndarray:
     return as_int_array(arr, name, 2, "(num_items, 2)")
 
 
+# (config, scaled_time, int_sp, default time) of the last config whose times
+# were read: `spec` and `switches` are dict lookups, a good part of a small
+# prompt's call. Swapped whole (one tuple: safe between threads).
+_last_time_rules: tuple = (object(), False, False, 0.0)  # (no caller's config is that first entry's)
+
+
+def _time_rules(config: MRopeConfig) -> tuple:
+    global _last_time_rules
+    rules = _last_time_rules
+    if rules[0] is not config:
+        spec = config.spec
+        rules = (config, spec.scaled_time, "int_sp" in config.switches, spec.default_second_per_grid_ts)
+        _last_time_rules = rules
+    return rules
+
+
+def _all_floats(seq) -> bool:
+    for x in seq:
+        if type(x) is not float:
+            return False
+    return True
+
+
 def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.ndarray:
     """One float32 per video (the reference holds them as a float32 tensor);
     the family's default when omitted. Families without a time scale refuse it."""
-    spec = config.spec
-    if not spec.scaled_time:
+    _, scaled_time, int_sp, default = _time_rules(config)
+    if not scaled_time:
         if value is None:
             return EMPTY_FLOAT
         raise ValueError(
@@ -273,19 +298,26 @@ def as_second_per_grid_ts(value, num_videos: int, config: MRopeConfig) -> np.nda
     if value is None:
         if num_videos == 0:
             return EMPTY_FLOAT
-        return np.full(num_videos, spec.default_second_per_grid_ts, np.float32)
-    if ready(value, _FLOAT32, 1) and value.shape[0] == num_videos and "int_sp" not in config.switches:
-        return value
-    arr = _to_numpy(value, "second_per_grid_ts")
-    if arr.dtype.kind not in "iuf" or arr.ndim != 1:
-        if arr.dtype.kind not in "iuf":
-            raise TypeError(f"second_per_grid_ts: expected real numbers, got {describe(value)}")
-        raise ValueError(f"second_per_grid_ts: expected shape (num_videos,), got {describe(value)}")
-    if arr.shape[0] != num_videos:
-        raise ValueError(f"second_per_grid_ts: expected one value per video ({num_videos}), got {arr.shape[0]}")
-    if not ready(arr, _FLOAT32, 1):
-        arr = arr.astype(np.float32, order="C")
-    if "int_sp" in config.switches:  # transformers 4.57 casts it to the int64 frame index dtype (D2)
+        return np.full(num_videos, default, np.float32)
+    # a 1-D float array or a list of Python floats, one time per video (the commonest forms), by exact type
+    tv = type(value)
+    if tv is _NDARRAY and value.ndim == 1 and value.dtype.kind == "f" and value.shape[0] == num_videos:
+        arr = value
+        if arr.dtype is not _FLOAT32 or arr.flags.num & READY_FLAGS != READY_FLAGS:
+            arr = arr.astype(_FLOAT32)  # (1-D: the copy is C-contiguous whatever the source's order)
+    elif (tv is list or tv is tuple) and len(value) == num_videos and _all_floats(value):
+        arr = np.array(value, _FLOAT32)  # (rounded to nearest, as astype from float64 rounds)
+    else:
+        arr = _to_numpy(value, "second_per_grid_ts")
+        if arr.dtype.kind not in "iuf" or arr.ndim != 1:
+            if arr.dtype.kind not in "iuf":
+                raise TypeError(f"second_per_grid_ts: expected real numbers, got {describe(value)}")
+            raise ValueError(f"second_per_grid_ts: expected shape (num_videos,), got {describe(value)}")
+        if arr.shape[0] != num_videos:
+            raise ValueError(f"second_per_grid_ts: expected one value per video ({num_videos}), got {arr.shape[0]}")
+        if not ready(arr, _FLOAT32, 1):
+            arr = arr.astype(np.float32, order="C")
+    if int_sp:  # transformers 4.57 casts it to the int64 frame index dtype (D2)
         arr = np.trunc(arr)
     return arr
 

@@ -7,7 +7,8 @@ then one numba call scans the tokens and writes the (num_dims, L) output
 (kernels/prompt.py). The canonical forms are tested inline first, by exact
 type (on a small prompt a function call is a good part of the time); token
 ids and a lone image grid that are read-only but otherwise canonical go to
-the kernel uncopied (its one signature takes read-only inputs).
+the kernel uncopied (its one signature takes read-only inputs). What it
+reads of the config is kept for the last config seen (`_last_config`).
 `next_positions` is the in-place decode rule (index + delta), the seed PR's
 `get_next_input_positions`.
 """
@@ -35,6 +36,7 @@ from .inputs import (
     as_config,
     as_grid,
     as_index,
+    as_second_per_grid_ts,
     as_token_ids,
     canvas_error,
     normalize_items,
@@ -50,8 +52,37 @@ _empty = np.empty
 # its whole run and calls no Python. (A free-threaded CPython build, without
 # a GIL, would need one buffer per thread; we support none yet.)
 _SCRATCH = np.empty(SCRATCH_SIZE, np.int64)
-# The kernel's items for a text-only prompt (normalize_items' result for no items).
-_TEXT_ONLY = (EMPTY_GRID, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)
+# What the one route reads of the last config it ran: (config, its kernel
+# params, num_dims, its route), swapped whole (one tuple: safe between
+# threads). An engine passes one config on every call, and one identity test
+# costs less than the half dozen attribute reads it replaces.
+_ROUTE_ITEMS = 0  # items of any kind, through normalize_items
+_ROUTE_INLINE = 1  # also serves images and videos: text or images alone take the inline tests
+_ROUTE_FLOAT_CARRY = 2  # SGLang 0.5's Qwen3-Omni rule (core/float_carry.py)
+_last_config: tuple = (object(), None, 0, _ROUTE_ITEMS)  # (a first entry no caller's config is: not None)
+
+
+def _config_entry(config) -> tuple:
+    """`_last_config`'s entry for `config` (an MRopeConfig is remembered;
+    anything else is converted on every call, as it may change)."""
+    global _last_config
+    if type(config) is not MRopeConfig:
+        return _config_entry_of(as_config(config))
+    entry = _config_entry_of(config)
+    _last_config = entry
+    return entry
+
+
+def _config_entry_of(config: MRopeConfig) -> tuple:
+    if config.canvas:
+        raise canvas_error(config)
+    if config.float_carry:
+        route = _ROUTE_FLOAT_CARRY
+    elif config.image_token_id is not None and config.video_token_id is not None:
+        route = _ROUTE_INLINE
+    else:  # normalize_items checks the modalities such a family serves
+        route = _ROUTE_ITEMS
+    return config, config.kernel_params, config.num_dims, route
 
 
 def _first_prompt_call(*args):
@@ -90,60 +121,65 @@ def prompt_positions(
     audio track in prompt order: audio clips, and with `use_audio_in_video`
     the tracks of the videos too. Bad input raises ValueError or TypeError.
     """
-    if type(config) is not MRopeConfig:
-        config = as_config(config)
-    if config.canvas:
-        raise canvas_error(config)
-    if config.float_carry:  # SGLang 0.5's Qwen3-Omni rule: through its layout rows (core/float_carry.py)
-        return _float_carry_positions(
-            config,
-            token_ids,
-            image_grid_thw,
-            video_grid_thw,
-            second_per_grid_ts,
-            audio_feature_lengths,
-            use_audio_in_video,
-        )
+    entry = _last_config
+    if entry[0] is not config:
+        entry = _config_entry(config)  # (raises for a canvas config)
+        config = entry[0]
+    params, num_dims, route = entry[1], entry[2], entry[3]
+    if route == _ROUTE_FLOAT_CARRY:  # SGLang 0.5's Qwen3-Omni rule: through its layout rows (core/float_carry.py)
+        items = (image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
+        return _float_carry_positions(config, token_ids, *items)
+    # as_token_ids' own tests, inline (a call costs a good part of a small prompt's); read-only arrays taken, an
+    # empty one too (the kernel refuses it, and the checked path explains)
     ids = token_ids
-    if (  # as_token_ids' own test, inline (a call costs a good part of a small prompt's), read-only arrays taken
-        type(ids) is not _NDARRAY
-        or ids.dtype is not _INT64
-        or ids.ndim != 1
-        or ids.flags.num & READABLE_FLAGS != READABLE_FLAGS
-        or not ids.shape[0]
-    ):
+    if type(ids) is not _NDARRAY or ids.dtype is not _INT64 or ids.ndim != 1:
         ids = as_token_ids(token_ids)
-    if (  # text or images alone (the commonest calls) of a family that serves both: the one grid, inline
-        video_grid_thw is None
-        and second_per_grid_ts is None
-        and audio_feature_lengths is None
-        and use_audio_in_video is False
-        and config.image_token_id is not None
-        and config.video_token_id is not None  # (else normalize_items checks the served modalities)
-    ):
-        grid = image_grid_thw
-        if grid is None:
-            items = _TEXT_ONLY
+    elif ids.flags.num & READABLE_FLAGS != READABLE_FLAGS:
+        ids = ids.copy()  # strided or misaligned: as_token_ids' one copy
+    if route == _ROUTE_INLINE and audio_feature_lengths is None and use_audio_in_video is False:
+        # vision items of a family that serves both (the commonest calls): normalize_items' work, with its
+        # test of a canonical grid inline (a call costs a good part of a small prompt's); read-only arrays taken
+        image_grid = image_grid_thw
+        if image_grid is None:
+            image_grid = EMPTY_GRID
+        elif not (
+            type(image_grid) is _NDARRAY
+            and image_grid.dtype is _INT64
+            and image_grid.ndim == 2
+            and image_grid.shape[1] == 3
+        ):
+            image_grid = as_grid(image_grid, "image_grid_thw")
+        elif image_grid.flags.num & READABLE_FLAGS != READABLE_FLAGS:
+            image_grid = image_grid.copy()  # strided or misaligned: as_grid's one copy
+        if video_grid_thw is None and second_per_grid_ts is None:
+            video_grid, video_sp = EMPTY_GRID, EMPTY_FLOAT
         else:
-            if not (  # as_grid's own test, inline; read-only arrays taken
-                type(grid) is _NDARRAY
-                and grid.dtype is _INT64
-                and grid.ndim == 2
-                and grid.shape[1] == 3
-                and grid.flags.num & READABLE_FLAGS == READABLE_FLAGS
-            ):
-                grid = as_grid(grid, "image_grid_thw")
-            items = (grid, EMPTY_GRID, EMPTY_FLOAT, EMPTY_INT, False)
-        audio_lengths = EMPTY_INT
+            video_grid, video_sp = _videos(config, video_grid_thw, second_per_grid_ts)
+        out = _empty((num_dims, ids.shape[0]), _INT64)
+        delta = _prompt_call(out, ids, params, image_grid, video_grid, video_sp, EMPTY_INT, False, _SCRATCH)
     else:
-        items, audio_lengths = normalize_items(
+        items, _ = normalize_items(
             config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
-    out = _empty((config.num_dims, ids.shape[0]), _INT64)
-    delta = _prompt_call(out, ids, config.kernel_params, *items, _SCRATCH)
-    if delta == FAILED:  # the builder found an error: run it again on its own state, for the message
-        return _build_checked(config, ids, items, audio_lengths)
+        out = _empty((num_dims, ids.shape[0]), _INT64)
+        delta = _prompt_call(out, ids, params, *items, _SCRATCH)
+    if delta == FAILED:  # the builder found an error (or no token came): the checked path explains it
+        return checked_prompt_positions(
+            config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
+        )
     return out, delta
+
+
+def _videos(config, video_grid_thw, second_per_grid_ts) -> tuple[np.ndarray, np.ndarray]:
+    """normalize_items' video grid and times, a canonical grid tested inline (read-only taken)."""
+    grid = video_grid_thw
+    if grid is None:
+        return EMPTY_GRID, as_second_per_grid_ts(second_per_grid_ts, 0, config)  # (times refused unless empty)
+    if not (type(grid) is _NDARRAY and grid.dtype is _INT64 and grid.ndim == 2 and grid.shape[1] == 3):
+        grid = as_grid(grid, "video_grid_thw")
+    elif grid.flags.num & READABLE_FLAGS != READABLE_FLAGS:
+        grid = grid.copy()  # strided or misaligned: as_grid's one copy
+    return grid, as_second_per_grid_ts(second_per_grid_ts, grid.shape[0], config)
 
 
 def _float_carry_positions(config, token_ids, images, videos, times, audio_lengths, use_audio_in_video):

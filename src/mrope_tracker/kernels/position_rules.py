@@ -3,8 +3,8 @@
 - tau(f): a frame's temporal index;
 - writers for the three segment kinds (see layout_codes): their inner loops
   run over a whole text run or frame, so LLVM can vectorise them, and no
-  integer division happens per token (a frame's H and W rows take each
-  token's row from a float reciprocal, exact below 2**50 tokens).
+  division happens per token (a frame's H and W rows are written a grid
+  row at a time).
 """
 
 import numpy as np
@@ -93,56 +93,63 @@ def write_const(out, col, value, count):
     out[:, col : col + count] = value
 
 
-# Below this many tokens into a frame, the row index of token m is exactly
-# trunc((m + 0.5) * (1 / w)) in float64: (m + 0.5) / w lies at least 0.5 / w
-# from an integer, and the rounded reciprocal and product move it by at most
-# about 2**-52 of itself, which stays below 0.5 / w while m < 2**51.
-_FLOAT_ROWS_EXACT = 2**50
+# _repeat_forward doubles the block it copies up to this many tokens, then
+# copies blocks of that length: a source that stays in L1 cache.
+_COPY_BLOCK = 1024
+
+
+# Grid rows narrower than this have their H row counted out token by token.
+_NARROW = 4
 
 
 @inner
 def _write_hw_rows(out, col, base, offset, count, w, h_axis, w_axis):
     """H and W rows of grid tokens offset .. offset+count-1 within one frame,
-    into out[h_axis] and out[w_axis] (1 and 2, or an XD_GRID row's axes)."""
-    if offset + count <= _FLOAT_ROWS_EXACT:
-        # One vectorised pass, the row index from a float reciprocal: rows
-        # a dozen or two tokens wide are too short for a loop per row, and
-        # the narrower the rows, the more this gains.
-        h_row = out[h_axis, col : col + count]
-        w_row = out[w_axis, col : col + count]
-        inv_w = 1.0 / np.float64(w)
-        for n in range(count):
-            m = offset + n
-            i = np.int64((np.float64(m) + 0.5) * inv_w)
-            h_row[n] = base + i
-            w_row[n] = base + m - i * w
-        return
+    into out[h_axis] and out[w_axis] (1 and 2, or an XD_GRID row's axes).
+
+    H is one constant run per grid row (counted out token by token when the
+    rows are narrower than _NARROW). W repeats with period w: its first
+    w tokens are counted out, then copied forward by _repeat_forward (a few
+    long vectorised copies, whatever the width). A row index per token (a
+    division, or a float reciprocal's int64 conversion, which AVX2 cannot
+    vectorise) cost several times more (docs/benchmarks.md, "Measurements
+    behind design choices")."""
     i = offset // w
     j = offset - i * w
+    h_all = out[h_axis, col : col + count]
+    w_all = out[w_axis, col : col + count]
+    period = min(w, count)
+    w_pos = base + j
+    for n in range(period):
+        w_all[n] = w_pos
+        w_pos = base if w_pos == base + w - 1 else w_pos + 1
+    _repeat_forward(w_all, np.int64(0), period, count)
+    if w < _NARROW:  # rows of a token or three: one counted pass, not a loop per row
+        h_pos = base + i
+        left = w - j
+        for n in range(count):
+            h_all[n] = h_pos
+            left -= 1
+            if left == 0:
+                left = w
+                h_pos += 1
+        return
     done = 0
     while done < count:
         run = min(w - j, count - done)
-        h_row = out[h_axis, col + done : col + done + run]
-        w_row = out[w_axis, col + done : col + done + run]
-        h_pos = base + i
-        w_pos = base + j
+        h_row = h_all[done : done + run]
         for n in range(run):
-            h_row[n] = h_pos
-            w_row[n] = w_pos + n
+            h_row[n] = base + i
         done += run
         j = 0
         i += 1
 
 
-# _repeat_forward doubles its source block up to this many tokens, then
-# copies a block of the same length: a source that stays in L1 cache.
-_COPY_BLOCK = 1024
-
-
 @inner
 def _repeat_forward(row, start, done, count):
-    """row[start:done] holds whole frames: repeat them up to `count`, in a few
-    long vectorised copies rather than one short loop per frame. The block
+    """row[start:done] holds whole periods (frames, or a W row's grid row):
+    repeat them up to `count`, in a few long vectorised copies rather than
+    one short loop per period. The block
     copied doubles while it is short, then stays at _COPY_BLOCK tokens or
     more, so that its reads hit L1 rather than what the last copies wrote."""
     period = done - start
