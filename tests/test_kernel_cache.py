@@ -99,9 +99,12 @@ def test_private_numba_options_only_where_tested_or_accepted(monkeypatch):
 @pytest.mark.slow
 def test_the_public_path_gives_the_same_positions(tmp_path):
     """With MROPE_TRACKER_NUMBA_PUBLIC_ONLY=1 (no private numba option: what a numba that dropped them
-    gets), the kernels compile on an empty cache and give the torch reference's positions."""
+    gets) and with numba's dispatchers stripped of `disable_compile` (no sealing), the kernels compile on
+    an empty cache and give the torch reference's positions."""
     script = """
 import numpy as np, torch
+from numba.core import dispatcher
+del dispatcher._DispatcherBase.disable_compile  # what a numba without the method looks like
 from mrope_tracker import MRopeConfig, PositionTracker, prompt_positions, reference
 from mrope_tracker.kernels import jit_options
 assert not jit_options.PRIVATE
@@ -113,8 +116,24 @@ assert (positions == expected.numpy()).all() and delta == expected_delta
 tracker = PositionTracker(config, max_num_reqs=2, max_num_batched_tokens=16)
 tracker.add_request("a", ids, image_grid_thw=[[1, 4, 6]])
 assert (tracker.prepare(["a"], [10]).numpy() == positions).all()
+assert (tracker.prepare(["a"], [1]).numpy() == positions[:, -1:] + 1).all()
 print("ok")
 """
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "MROPE_TRACKER_NUMBA_PUBLIC_ONLY": "1"}
     out = subprocess.run([sys.executable, "-c", script], env=env, timeout=900, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_set_compiling_uses_disable_compile_where_numba_has_it():
+    from mrope_tracker.kernels.jit_options import set_compiling
+
+    class Sealable:
+        calls: list = []
+
+        def disable_compile(self, value):
+            self.calls.append(value)
+
+    sealable = Sealable()
+    assert set_compiling(sealable, False) and set_compiling(sealable, True)
+    assert sealable.calls == [True, False]
+    assert set_compiling(object(), False) is False  # a numba without it: nothing to switch, no error

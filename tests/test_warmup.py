@@ -18,6 +18,7 @@ from mrope_tracker import warmup
 from mrope_tracker.cli import main
 
 warmup_module = importlib.import_module("mrope_tracker.warmup")  # (the package's `warmup` is the function)
+forked = importlib.import_module("mrope_tracker.forked_compile")
 
 # The start of every child process below: each numba compile it does
 # (not a cache load) is recorded in `compiled`.
@@ -224,19 +225,19 @@ def test_warm_process_neither_forks_nor_compiles():
 @pytest.mark.slow
 def test_a_failing_or_stuck_child_costs_only_time(monkeypatch):
     """A child that raises, or one still running at the deadline (ended),
-    leaves the parent to compile in place: _compile_in_children returns."""
-    monkeypatch.setattr(warmup_module, "CHILD_DEADLINE_S", 1.0)
+    leaves the parent to compile in place: compile_in_children returns."""
+    monkeypatch.setattr(forked, "CHILD_DEADLINE_S", 1.0)
     start = time.monotonic()
-    warmup_module._compile_in_children((lambda: 1 / 0, lambda: time.sleep(60)))
+    forked.compile_in_children((lambda: 1 / 0, lambda: time.sleep(60)))
     assert time.monotonic() - start < 30
 
 
 _SIGCHLD_IGNORED = """
 import signal, sys
 import importlib
-warmup_module = importlib.import_module("mrope_tracker.warmup")
+forked = importlib.import_module("mrope_tracker.forked_compile")
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel: waitpid finds none
-warmup_module._compile_in_children((lambda: None, lambda: None))
+forked.compile_in_children((lambda: None, lambda: None))
 print("returned")
 """
 
@@ -264,16 +265,16 @@ def test_other_threads_keep_the_default_in_process():
 def test_without_numbas_compiler_lock_only_a_lone_thread_forks(monkeypatch):
     """numba.core.compiler_lock is no documented name: where it is missing, the fork holds nothing while
     this is the only Python thread (nothing to keep out of numba), and with other threads nothing forks."""
-    assert warmup_module._fork_guard() is not None  # this numba has it
+    assert forked.fork_guard() is not None  # this numba has it
     monkeypatch.setitem(sys.modules, "numba.core.compiler_lock", None)  # any import of it raises ImportError
-    with warmup_module._fork_guard():  # a null context: the fork goes ahead
+    with forked.fork_guard():  # a null context: the fork goes ahead
         pass
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        assert warmup_module._fork_guard() is None
-        warmup_module._compile_in_children((lambda: 1 / 0,))  # no guard: returns at once, forking nothing
+        assert forked.fork_guard() is None
+        forked.compile_in_children((lambda: 1 / 0,))  # no guard: returns at once, forking nothing
     finally:
         stop.set()
         thread.join()

@@ -21,13 +21,10 @@ whatever is still missing itself.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 import threading
 import time
-import warnings
 
 import attrs
 import numpy as np
@@ -39,6 +36,7 @@ from .core.layout import PromptLayout
 from .core.positions import next_positions, prompt_positions
 from .device.warm import canvas_prompt, cast_device_rows, device_rows, per_frame_video, pruned_prompt, pruned_rows
 from .evs.pruned import PRUNABLE
+from .forked_compile import compile_in_children
 from .kernels import layout_codes as C
 from .tracker.position_tracker import PositionTracker
 
@@ -113,7 +111,7 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     num_jobs = _num_jobs(jobs)
     if num_jobs > 1 and _cache_is_cold(plan.key):
         groups = plan.groups(omni, dtypes, ids, kwargs, ranges)
-        stage(f"compile ({num_jobs} processes)", lambda: _compile_in_children(groups))
+        stage(f"compile ({num_jobs} processes)", lambda: compile_in_children(groups))
     if plan.tokens:
         stage("prompt_positions", lambda: _prompt_entries(omni, ids, kwargs))
     if plan.sglang_omni:
@@ -374,9 +372,10 @@ def _list_decoders() -> None:
 
 def _step_kernels(dtypes) -> None:
     """The step kernel, from its signatures (no tracker, so no torch in the child)."""
+    from .kernels.jit_options import set_compiling
     from .kernels.tracker_step import prepare_step, step_signatures
 
-    prepare_step.disable_compile(False)  # (in this child only; the parent's stays sealed)
+    set_compiling(prepare_step, True)  # (in this child only; the parent's stays sealed)
     for dtype in dtypes:
         for signature in step_signatures(np.int32 if dtype == torch.int32 else np.int64):
             prepare_step.compile(signature)
@@ -422,85 +421,4 @@ def _mark_warm(key: str = "all") -> None:
     try:
         _warm_marker(key).touch()
     except OSError:  # a read-only cache folder: the next start forks again, which is only slower
-        pass
-
-
-# A group compiles in seconds; a child still running after this long is
-# stuck (a lock it inherited held), and is ended.
-CHILD_DEADLINE_S = 300.0
-
-
-def _compile_in_children(groups) -> None:
-    """Run each group in a forked child at once, and wait for them all (at
-    most CHILD_DEADLINE_S).
-
-    A child only compiles (numba and numpy; no torch, no device, no lock of
-    ours) and leaves by os._exit, so no atexit handler, buffered output or
-    finaliser of the parent runs twice. numba's compiler lock is held across
-    each fork, so that no other thread of the parent is inside numba when
-    the child is made; the child, a copy of this thread, owns it (it is
-    re-entrant). Python 3.12+ warns about forking a process with threads
-    (torch starts native ones); that risk is a lock held by a thread that is
-    gone in the child, and the child takes no lock but numba's. Whatever
-    happens to a child (a failure, the deadline, an interrupt of the
-    parent), the parent reaps it and compiles what is still missing itself."""
-    guard = _fork_guard()
-    if guard is None:  # other threads, and no way to keep them out of numba across the fork
-        return
-    children = []
-    try:
-        for group in groups:
-            try:
-                with guard, warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    pid = os.fork()
-            except OSError:  # no process to be had: the parent compiles the rest
-                break
-            if pid == 0:  # pragma: no cover (the child; its work is what the parent then loads)
-                status = 1
-                try:
-                    group()
-                    status = 0
-                finally:
-                    os._exit(status)
-            children.append(pid)
-        _wait(children, time.monotonic() + CHILD_DEADLINE_S)
-    finally:
-        for pid in children:  # only those left: stuck past the deadline, or the parent interrupted
-            _end(pid)
-
-
-def _fork_guard():
-    """What to hold across each fork so that no other thread of this process
-    is inside numba's compiler when the child is made: numba's compiler lock
-    (not a documented name: numba.core.compiler_lock), or where a numba
-    lacks it, nothing while this is the process's only Python thread (the
-    public path: no thread to fear), else None: no fork, the parent
-    compiles everything itself."""
-    try:
-        from numba.core.compiler_lock import global_compiler_lock
-    except ImportError:
-        return contextlib.nullcontext() if threading.active_count() == 1 else None
-    return global_compiler_lock
-
-
-def _wait(children: list, deadline: float) -> None:
-    """Reap the children as they finish, until none is left or the deadline."""
-    while children and time.monotonic() < deadline:
-        for pid in list(children):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:  # reaped by someone else (e.g. SIGCHLD ignored)
-                done = pid
-            if done:
-                children.remove(pid)
-        if children:
-            time.sleep(0.02)
-
-
-def _end(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
         pass

@@ -43,6 +43,13 @@ the numba versions CI runs, the oldest and newest we declare
 function with them (numba checks options when it compiles, not when it
 decorates) and leaves them out if that fails.
 MROPE_TRACKER_NUMBA_PUBLIC_ONLY=1 leaves them out everywhere.
+
+One method is numba's without being in its user documentation either:
+`Dispatcher.disable_compile`, which seals an entry point after its
+signatures are compiled. `set_compiling` calls it where it exists and does
+nothing where it does not; then a call of another type compiles a new
+specialisation instead of raising (the callers check their arguments'
+types in Python first, so positions are the same either way).
 """
 
 import os
@@ -76,6 +83,16 @@ def private_options_accepted(version: str = numba.__version__) -> bool:
 def options(**private) -> dict:
     """`private` options (of PRIVATE_OPTIONS) when this numba takes them, else none."""
     return private if PRIVATE else {}
+
+
+def set_compiling(dispatcher, enabled: bool) -> bool:
+    """Let `dispatcher` compile new signatures or not; False where this numba
+    has no `disable_compile` (its dispatchers then always compile)."""
+    switch = getattr(dispatcher, "disable_compile", None)
+    if switch is None:
+        return False
+    switch(not enabled)
+    return True
 
 
 PRIVATE = private_options_accepted()

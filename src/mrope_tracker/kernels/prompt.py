@@ -32,7 +32,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from . import layout_codes as C
-from .jit_options import helper_with_gil
+from .jit_options import helper_with_gil, set_compiling
 from .layout_build import build_from_tokens
 from .layout_emit import NUM_STATE, S_MAX
 
@@ -114,6 +114,6 @@ def sealed_prompt_entry():
         with _seal_lock:
             if not _sealed:
                 prompt_from_arrays.compile(SIGNATURE)
-                prompt_from_arrays.disable_compile(True)
+                set_compiling(prompt_from_arrays, False)
                 _sealed.append(True)
     return prompt_from_arrays

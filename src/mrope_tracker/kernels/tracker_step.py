@@ -32,7 +32,7 @@ import numba
 import numpy as np
 from numba import types as nt
 
-from .jit_options import helper, tiny
+from .jit_options import helper, set_compiling, tiny
 from .layout_fill import fill_positions, write_next_positions
 
 # slot_state columns
@@ -203,11 +203,11 @@ def step_kernel(out_dtype):
     if key not in _compiled:
         with _compile_lock:
             if key not in _compiled:
-                prepare_step.disable_compile(False)
+                set_compiling(prepare_step, True)
                 try:
                     for signature in step_signatures(key):
                         prepare_step.compile(signature)
                 finally:
-                    prepare_step.disable_compile(True)
+                    set_compiling(prepare_step, False)
                 _compiled.add(key)
     return prepare_step

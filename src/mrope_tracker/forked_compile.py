@@ -1,0 +1,96 @@
+"""Compile in forked children: `warmup()`'s way to use two cores on a cold
+cache (numba's compiler holds one lock per process, so threads would not
+help). A child only compiles and writes numba's cache; whatever happens to
+it costs the parent only time, never correctness.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+import warnings
+
+__all__ = ["CHILD_DEADLINE_S", "compile_in_children", "fork_guard"]
+
+# A group compiles in seconds; a child still running after this long is
+# stuck (a lock it inherited held), and is ended.
+CHILD_DEADLINE_S = 300.0
+
+
+def compile_in_children(groups) -> None:
+    """Run each group in a forked child at once, and wait for them all (at
+    most CHILD_DEADLINE_S).
+
+    A child only compiles (numba and numpy; no torch, no device, no lock of
+    ours) and leaves by os._exit, so no atexit handler, buffered output or
+    finaliser of the parent runs twice. numba's compiler lock is held across
+    each fork, so that no other thread of the parent is inside numba when
+    the child is made; the child, a copy of this thread, owns it (it is
+    re-entrant). Python 3.12+ warns about forking a process with threads
+    (torch starts native ones); that risk is a lock held by a thread that is
+    gone in the child, and the child takes no lock but numba's. Whatever
+    happens to a child (a failure, the deadline, an interrupt of the
+    parent), the parent reaps it and compiles what is still missing itself."""
+    guard = fork_guard()
+    if guard is None:  # other threads, and no way to keep them out of numba across the fork
+        return
+    children = []
+    try:
+        for group in groups:
+            try:
+                with guard, warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError:  # no process to be had: the parent compiles the rest
+                break
+            if pid == 0:  # pragma: no cover (the child; its work is what the parent then loads)
+                status = 1
+                try:
+                    group()
+                    status = 0
+                finally:
+                    os._exit(status)
+            children.append(pid)
+        _wait(children, time.monotonic() + CHILD_DEADLINE_S)
+    finally:
+        for pid in children:  # only those left: stuck past the deadline, or the parent interrupted
+            _end(pid)
+
+
+def fork_guard():
+    """What to hold across each fork so that no other thread of this process
+    is inside numba's compiler when the child is made: numba's compiler lock
+    (not a documented name: numba.core.compiler_lock), or where a numba
+    lacks it, nothing while this is the process's only Python thread (the
+    public path: no thread to fear), else None: no fork, the parent
+    compiles everything itself."""
+    try:
+        from numba.core.compiler_lock import global_compiler_lock
+    except ImportError:
+        return contextlib.nullcontext() if threading.active_count() == 1 else None
+    return global_compiler_lock
+
+
+def _wait(children: list, deadline: float) -> None:
+    """Reap the children as they finish, until none is left or the deadline."""
+    while children and time.monotonic() < deadline:
+        for pid in list(children):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else (e.g. SIGCHLD ignored)
+                done = pid
+            if done:
+                children.remove(pid)
+        if children:
+            time.sleep(0.02)
+
+
+def _end(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
