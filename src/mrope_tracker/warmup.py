@@ -160,16 +160,19 @@ class _Plan:
     def groups(self, config, dtypes, ids, kwargs, ranges) -> tuple:
         """What the forked children compile: with the builder from tokens, that
         builder's group and the ranges builder's (`_token_group`,
-        `_ranges_group`); without it, the builder from ranges alone (the
-        longest kernel) and the rest, with the layout check (`_rest_group`)."""
+        `_ranges_group`); without it, the builder from ranges (the longest
+        kernel) and the rest (`_rest_group`), with the layout check in
+        whichever is the shorter: the rest for a `RopeState`, the builder's
+        for a tracker, whose step kernels lengthen the rest (CPU seconds in
+        docs/benchmarks.md)."""
         if self.tokens:
             return (
                 lambda: _token_group(self, config, ids, kwargs),
                 lambda: _ranges_group(self, config, dtypes, ids, kwargs, ranges),
             )
         return (
-            lambda: _bare_ranges_builder(config, ids, kwargs, ranges),
-            lambda: _rest_group(self, dtypes),
+            lambda: _bare_ranges_builder(config, ids, kwargs, ranges, layout_check=self.tracker),
+            lambda: _rest_group(self, dtypes, layout_check=not self.tracker),
         )
 
 
@@ -265,36 +268,37 @@ def _tracker_round(config, ids, kwargs, ranges, dtype, tokens=True) -> None:
 def _token_group(plan, config, ids, kwargs) -> None:
     """With the builder from tokens: that builder through the prompt entries
     that call it and a layout (the layout check), the list decoders and, as
-    the plan needs it, EVS's row split (the lighter group's). The other
-    group builds no `PromptLayout` and decodes no list, so each kernel
-    compiles in one child only (CPU seconds of each group in
-    docs/benchmarks.md, "Warm-up for one model")."""
+    the plan needs it, the SGLang Qwen3-Omni one pass and with it EVS's row
+    split (without that pass, the row split goes to the ranges group, the
+    lighter since the ranges builder compiles without the position rules).
+    The other group builds no `PromptLayout` from tokens and decodes no
+    list, so each kernel compiles in one child only (CPU seconds of each
+    group in docs/benchmarks.md, "Warm-up for one model")."""
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
     prompt_positions(config, ids, **kwargs)
     prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]]))
     PromptLayout.from_tokens(config, ids, **kwargs)
     _list_decoders()
-    if plan.pruning:
-        pruned_rows()
+    if plan.sglang_omni:  # then EVS's row split too; else the ranges group is the lighter and takes it
+        sglang_omni_pass()
+        if plan.pruning:
+            pruned_rows()
 
 
 def _ranges_group(plan, config, dtypes, ids, kwargs, ranges) -> None:
     """Beside the token group: the builder from ranges, run bare (no
     `PromptLayout`, whose check the token group compiles), the fill, what
     the plan's model and runner need of the device group, and for a tracker
-    the step kernel that calls the fill and the decode kernel; the SGLang
-    Qwen3-Omni one pass where the plan has it (the token group is the longer)."""
+    the step kernel that calls the fill and the decode kernel."""
     _bare_ranges_builder(config, ids, kwargs, ranges)
-    _device_group(plan, list_decoders=False, pruning=False)
-    if plan.sglang_omni:
-        sglang_omni_pass()
+    _device_group(plan, list_decoders=False, pruning=not plan.sglang_omni)
     if plan.tracker:
         _step_kernels(dtypes)
         _next_positions()
 
 
-def _bare_ranges_builder(config, ids, kwargs, ranges) -> None:
-    """The builder from ranges run bare: no `PromptLayout`, so not its check."""
+def _bare_ranges_builder(config, ids, kwargs, ranges, layout_check=False) -> None:
+    """The builder from ranges run bare: no `PromptLayout`, so not its check (compiled apart where asked)."""
     from .core.inputs import Items
     from .core.layout import build_rows_from_ranges
     from .core.ranges import Ranges
@@ -317,13 +321,16 @@ def _bare_ranges_builder(config, ids, kwargs, ranges) -> None:
         kwargs["second_per_grid_ts"],
     )
     build_rows_from_ranges(config, len(ids), items, spans)
+    if layout_check:
+        _layout_check()
 
 
-def _rest_group(plan, dtypes) -> None:
+def _rest_group(plan, dtypes, layout_check=True) -> None:
     """Beside the bare builder from ranges, without the builder from tokens:
-    the layout check, the device group and, for a V1 worker's tracker, the
-    step kernel and the decode kernel."""
-    _layout_check()
+    the layout check (unless the other group has it), the device group and,
+    for a V1 worker's tracker, the step kernel and the decode kernel."""
+    if layout_check:
+        _layout_check()
     _device_group(plan)
     if plan.tracker:
         _step_kernels(dtypes)

@@ -101,7 +101,7 @@ def build_rows_from_ranges(config: MRopeConfig, num_tokens: int, items: Items, r
             rows,
             scales,
             state,
-            EMPTY_OUT,
+            None,  # no positions written: compiled without the position rules (kernels/layout_emit.py)
             num_tokens,
             config.kernel_params,
             ranges.image,

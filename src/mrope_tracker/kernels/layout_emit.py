@@ -7,6 +7,9 @@ layout_codes) two ways, either or both:
   runs again;
 - as positions written straight into `out` (3, L), when `out` has columns:
   `prompt_positions` uses this with a zero-row table, so it allocates nothing.
+  `out` may also be None (the range builder, which never writes positions):
+  numba then prunes the writing branch at compile time, so that builder's
+  emitters compile without the position rules (a cold compile's seconds).
 
 Running state lives in a small int64 `state` array, because numba functions
 cannot update a caller's scalars. Nothing here knows a model family: the
@@ -60,7 +63,7 @@ def push_row(rows, scales, state, out, tok_start, tok_len, kind, base, grid_offs
     it exactly."""
     if tok_len <= 0:
         return
-    if out.shape[1] > 0:
+    if out is not None and out.shape[1] > 0:  # (None: pruned when numba compiles, see the module's docstring)
         write_segment(out, tok_start, np.int64(0), tok_len, kind, base, grid_offset, h, w, scaled, sp, r)
     n = state[S_ROWS_EMITTED]
     if 0 < n <= rows.shape[0]:
