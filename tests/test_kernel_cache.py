@@ -128,7 +128,8 @@ def test_set_compiling_uses_disable_compile_where_numba_has_it():
     from mrope_tracker.kernels.jit_options import set_compiling
 
     class Sealable:
-        calls: list = []
+        def __init__(self):
+            self.calls = []
 
         def disable_compile(self, value):
             self.calls.append(value)
