@@ -19,9 +19,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-triton = pytest.importorskip("triton", reason="RopeState's kernels need triton")
-if int(triton.__version__.split(".")[0]) < 3:
-    pytest.skip(f"needs triton >= 3.0 for its CPU interpreter, found {triton.__version__}", allow_module_level=True)
+from triton_support import require_triton  # noqa: E402
+
+require_triton(module_level=True)
 
 import json  # noqa: E402
 

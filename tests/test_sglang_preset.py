@@ -16,6 +16,7 @@ from family_prompts import ALL_FAMILIES, family_prompts, load_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
+from triton_support import require_triton
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, next_positions, prompt_positions, reference
 from mrope_tracker.families import FAMILIES
@@ -219,9 +220,7 @@ def test_float_carry_rows_on_the_device():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    triton = pytest.importorskip("triton")
-    if int(triton.__version__.split(".")[0]) < 3:
-        pytest.skip(f"needs triton >= 3.0 for its CPU interpreter, found {triton.__version__}")
+    require_triton()
     from mrope_tracker.device.rope_state import RopeState
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
