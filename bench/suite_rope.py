@@ -39,9 +39,20 @@ class VllmRope:
     name = "vLLM 0.33 RopeState"
 
     def __init__(self, num_reqs: int, max_model_len: int, device: str) -> None:
-        from vllm.v1.worker.gpu import buffer_utils
-        from vllm.v1.worker.gpu.mm import rope
+        try:
+            from vllm.v1.worker.gpu import buffer_utils
+            from vllm.v1.worker.gpu.mm import rope
+        except ImportError:  # vLLM's two files alone, where its package cannot be imported (bench/vllm_sources.py)
+            from . import vllm_sources
 
+            if not os.environ.get(vllm_sources.ENV):
+                raise
+            sources = vllm_sources.VllmRopeSources(os.environ[vllm_sources.ENV])
+            self.name = "vLLM 0.33 RopeState (its 2 files, no UVA)"
+            args = (3, num_reqs, MAX_NUM_TOKENS, max_model_len, torch.device(device))
+            self.state = sources.rope_state(*args)
+            self.positions = self.state.positions
+            return
         if device == "cpu":  # vLLM's own fallback without UVA: its table in plain device memory
             buffer_utils.is_uva_available = lambda: False
         self.state = rope.RopeState(3, num_reqs, MAX_NUM_TOKENS, max_model_len, torch.device(device))

@@ -398,3 +398,10 @@ def test_sglang_suite_agrees_with_sglangs_restated_paths_and_renders():
     assert all(row["ours_bytes"] < row["sglang_bytes"] for row in result["memory"] if row["tokens"] > 1000)
     assert bool(result["rope_index"]) != bool(result.get("rope_index_note"))
     assert "one call" in report.markdown({"suites": {"sglang": result}})
+
+
+def test_vllm_sources_loader_names_missing_sources(tmp_path):
+    from mrope_tracker.bench import vllm_sources
+
+    with pytest.raises(ImportError, match=vllm_sources.ENV):
+        vllm_sources.VllmRopeSources(str(tmp_path))

@@ -231,3 +231,38 @@ def _run_schedule(data, family: str) -> None:
 @settings(max_examples=examples(20, minimum=5))
 def test_same_positions_as_vllms_rope_state(family, data):
     _run_schedule(data, family)
+
+
+# ---------------------------------------------------------------------------------------------- the bench's loader
+def test_vllms_two_rope_files_alone_equal_its_installed_modules():
+    """bench/vllm_sources.py, for a GPU machine where vLLM's package cannot be imported:
+    its RopeState, run from vLLM's two files with the stand-ins, makes the installed module's positions,
+    and the stand-ins leave no trace in sys.modules."""
+    import os
+    import sys
+
+    from mrope_tracker.bench import suite_rope, vllm_sources, workloads
+
+    before = {name: module for name, module in sys.modules.items() if name.startswith("vllm")}
+    sources = vllm_sources.VllmRopeSources(os.path.dirname(vllm.__file__))
+    assert {name: module for name, module in sys.modules.items() if name.startswith("vllm")} == before
+    layouts = suite_rope._layouts(workloads.qwen2_5_vl(), 5)
+    longest = max(layout.num_tokens for layout in layouts) + 8
+    installed = suite_rope.VllmRope(len(layouts), longest, "cpu")
+    alone = sources.rope_state(3, len(layouts), suite_rope.MAX_NUM_TOKENS, longest, CPU)
+    assert type(alone).__module__ == "vllm.v1.worker.gpu.mm.rope" and type(alone) is not type(installed.state)
+    for slot, layout in enumerate(layouts):
+        installed.admit(slot, layout)
+        positions = layout.positions()
+        for d in range(3):
+            alone.prefill_positions.stage_write(3 * slot + d, 0, positions[d].tolist())
+        alone.prefill_delta.np[slot] = layout.delta
+    installed.apply()
+    alone.apply_staged_writes()
+    rng = np.random.default_rng(0)
+    for kind in ("decode", "mixed"):
+        tensors, total = suite_rope._step(layouts, kind, "cpu", rng)
+        installed.prepare_positions(*tensors)
+        alone.prepare_positions(*tensors)
+        assert torch.equal(alone.positions[:, :total], installed.positions[:, :total])
+        assert installed.positions[:, :total].any()
