@@ -149,7 +149,37 @@ def main(argv=None) -> int:
     parser.add_argument("--no-tests", action="store_true", help="skip the test files")
     parser.add_argument("--rope-only", action="store_true", help="only RopeState's part (and its tests)")
     parser.add_argument("--smoke", action="store_true", help="RopeState's part at a tiny size (runs on a CPU too)")
+    parser.add_argument("--sweep", action="store_true", help="only the step kernel's block size and warp sweep")
+    parser.add_argument(
+        "--registers", action="store_true", help="the step kernel's registers per block size and warps (no GPU needed)"
+    )
     args = parser.parse_args(argv)
+    if args.registers:
+        from . import rope_check
+
+        print("\n| block | warps | registers | stack bytes | programs per SM |\n|---|---|---|---|---|")
+        for r in rope_check.registers():
+            print(f"| {r['block']} | {r['warps']} | {r['registers']} | {r['stack_bytes']} | {r['programs_per_sm']} |")
+        return 0
+    if args.sweep:
+        from . import rope_check
+
+        rows = rope_check.sweep("cuda")
+        print("\n| step | variant | kernel us | equal | registers | spills |\n|---|---|---|---|---|---|")
+        for r in rows:
+            cells = [
+                r["step"],
+                r["variant"],
+                f"{r['us']:.2f}",
+                r.get("equal", ""),
+                r.get("registers", ""),
+                r.get("spills", ""),
+            ]
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(rows, f, indent=1)
+        return 0 if all(r.get("equal", True) for r in rows) else 1
     on_cuda = torch.cuda.is_available()
     if not on_cuda and not args.smoke:
         print("no CUDA device: nothing to check (--smoke runs RopeState's part on the CPU)", file=sys.stderr)

@@ -23,6 +23,8 @@ tiny version that also runs on a CPU, in triton's interpreter). Four parts:
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 import triton
@@ -115,12 +117,14 @@ def _steps(num_reqs: int, layouts, kind: str, chunk: int, rng) -> tuple[np.ndarr
     slots = rng.permutation(num_reqs).astype(np.int64)
     counts = np.ones(num_reqs, np.int32)
     computed = np.array([layout.num_tokens + 5 + s % 9 for s, layout in enumerate(layouts)], np.int32)
-    if kind == "mixed":
-        for s in slots[:4].tolist():
+    if kind in ("mixed", "long"):  # a few prefill chunks among the decodes: 4 of `chunk`, or 2 of 2,048 tokens
+        size = chunk if kind == "mixed" else 2048
+        for s in slots[: 4 if kind == "mixed" else 2].tolist():
             n = layouts[s].num_tokens
-            start = int(rng.integers(0, max(1, n - chunk)))
+            length = min(size, n)
+            start = int(rng.integers(0, max(1, n - length)))
             computed[s] = start
-            counts[s] = min(chunk, n - start)
+            counts[s] = min(length, n - start)
     return slots, counts, computed
 
 
@@ -178,6 +182,13 @@ def run(device: str, smoke: bool) -> dict:
             landed = compare(
                 {k: (lambda fn=fn: (fn(), sync())) for k, fn in contenders.items()}, rounds=rounds, target_s=target
             )
+            kernel = {}
+            if on_cuda:  # the kernels alone: launches captured in a CUDA graph, timed by events
+                for warps in (4, 8, 16):
+                    state._num_warps = warps
+                    kernel[f"ours, {warps} warps"] = _graph_time(contenders["RopeState (ours)"])
+                state._num_warps = 4
+                kernel[base.name] = _graph_time(contenders[base.name])
             for name in contenders:
                 results["steps"].append(
                     {
@@ -187,10 +198,108 @@ def run(device: str, smoke: bool) -> dict:
                         "on_device_us": landed[name] * 1e6,
                     }
                 )
+            if kernel:
+                results.setdefault("kernel_us", []).append(
+                    {"step": f"{kind}: {num_reqs} requests, {total} tokens", **{k: v * 1e6 for k, v in kernel.items()}}
+                )
         del state, base, contenders  # free the device before the next size
     results["memory"] = _memory(device, smoke)
     results["long_video"] = _long_video(device, smoke)
     return results
+
+
+def sweep(device: str, sizes: tuple[int, ...] = (256, 1024)) -> list[dict]:
+    """The step kernel's device time (CUDA graph) for each block size and warp
+    count, decode, mixed and long-chunk steps at 256 and 1,024 requests, each
+    variant's positions checked equal to the baseline's first; with the
+    registers and spills triton reports where it does."""
+    from .suite_rope import baseline
+
+    config = qwen2_5_vl()
+    rng = np.random.default_rng(1)
+    out = []
+    for num_reqs in sizes:
+        layouts = _layouts(config, num_reqs, False)
+        base = baseline(num_reqs, 16384, device)
+        for slot, layout in enumerate(layouts):
+            base.admit(slot, layout)
+        base.apply()
+        prefill = torch.tensor([layout.num_tokens for layout in layouts], dtype=torch.int32, device=device)
+        steps = {}
+        for kind in ("decode", "mixed", "long"):
+            slots, counts, computed = _steps(num_reqs, layouts, kind, 512, rng)
+            qsl = np.zeros(num_reqs + 1, np.int32)
+            np.cumsum(counts, out=qsl[1:])
+            args = tuple(torch.from_numpy(a).to(device) for a in (slots, qsl)) + (
+                prefill,
+                torch.from_numpy(computed).to(device),
+            )
+            base.prepare_positions(*args)
+            expected = base.positions[:, : int(qsl[-1])].clone()
+            name = f"{kind}, {num_reqs} requests, {int(qsl[-1])} tokens"
+            steps[name] = (args, expected)
+            out.append(
+                {"step": name, "variant": base.name, "us": _graph_time(lambda a=args: base.prepare_positions(*a)) * 1e6}
+            )
+        for block in (128, 256, 512, 1024):
+            state = RopeState(3, num_reqs, 8192, 16384, device, config=config, debug=False, block_size=block)
+            for slot, layout in enumerate(layouts):
+                state.init_prefill_layout(slot, layout)
+            state.apply_staged_writes()
+            for warps in (1, 2, 4, 8, 16):
+                state._num_warps = warps
+                for name, (args, expected) in steps.items():
+                    state.positions.zero_()
+                    state.prepare_positions(*args)
+                    equal = torch.equal(state.positions[:, : expected.shape[1]], expected)
+                    us = _graph_time(lambda a=args, s=state: s.prepare_positions(*a)) * 1e6
+                    out.append(
+                        {
+                            "step": name,
+                            "variant": f"block {block}, {warps} warps",
+                            "us": us,
+                            "equal": equal,
+                            **_registers(state),
+                        }
+                    )
+            del state
+    return out
+
+
+def _registers(state) -> dict:
+    """Registers and spills of the step kernel's last compile, where triton says."""
+    try:
+        caches = state._kernels.prepare_kernel.device_caches
+        compiled = list(next(iter(caches.values()))[0].values())
+        return {"registers": compiled[-1].n_regs, "spills": compiled[-1].n_spills}
+    except Exception:  # noqa: BLE001 - triton's internals differ between versions; the figure is optional
+        return {}
+
+
+def _graph_time(fn, launches: int = 20, replays: int = 20) -> float:
+    """Seconds of device time per call of `fn` (one kernel launch): `launches`
+    calls captured in a CUDA graph, the graph replayed `replays` times between
+    two events, the median of 5 such timings. No host launch cost is in it."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # compiled and warm before capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+    graph.replay()
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / (launches * replays))
+    return float(np.median(times))
 
 
 def _memory(device: str, smoke: bool) -> dict:
@@ -274,6 +383,9 @@ def summary_rows(results: dict) -> list[list[str]]:
                 f"{ours['enqueue_us'] / base['enqueue_us']:.2f}x",
             ]
         )
+    for k in results.get("kernel_us", []):
+        figures = "; ".join(f"{name} {us:.2f} us" for name, us in k.items() if name != "step")
+        rows.append([f"kernel alone (CUDA graph), {k['step']}", figures, ""])
     m = results["memory"]
     rows.append(
         [
@@ -350,4 +462,49 @@ def compile_for_gpu(capability: int = 90) -> dict[str, str]:
             except Exception as exc:  # a compile error of any kind is the finding
                 out[name] = f"{'' if num_dims is None else f'NUM_DIMS={num_dims}: '}{type(exc).__name__}: {exc}"
                 break
+    return out
+
+
+def registers(capability: int = 90, blocks=(128, 256, 512, 1024), warps=(1, 2, 4, 8)) -> list[dict]:
+    """Registers and stack (spills) per thread of the step kernel for each block
+    size and warp count, compiled for `capability` without a GPU and read from
+    the cubin by the cuobjdump that triton ships. Registers bound how many
+    programs an SM holds at once (65,536 per SM), so they predict how many
+    waves a 1,024-request step takes; `--sweep` measures the time on a GPU."""
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from mrope_tracker.device import triton_step
+
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    signature = {**_SIGNATURES["prepare_kernel"], "BLOCK_SIZE": "constexpr", "NUM_DIMS": "constexpr"}
+    out = []
+    for block in blocks:
+        for num_warps in warps:
+            source = ASTSource(
+                fn=triton_step.prepare_kernel, signature=signature, constexprs={"BLOCK_SIZE": block, "NUM_DIMS": 3}
+            )
+            compiled = triton.compile(
+                source, target=GPUTarget("cuda", capability, 32), options={"num_warps": num_warps}
+            )
+            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                f.write(compiled.asm["cubin"])
+                f.flush()
+                usage = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True)
+            found = dict(re.findall(r"(REG|STACK):(\d+)", usage.stdout))
+            regs = int(found.get("REG", 0))
+            out.append(
+                {
+                    "block": block,
+                    "warps": num_warps,
+                    "registers": regs,
+                    "stack_bytes": int(found.get("STACK", 0)),
+                    # programs per SM by registers alone (at most 32 blocks, 64 warps)
+                    "programs_per_sm": min(65536 // max(1, regs * 32 * num_warps), 32, 64 // num_warps),
+                }
+            )
     return out

@@ -515,15 +515,18 @@ def test_kernels_compile_for_an_h200():
 
     code = (
         "import json\n"
-        "from mrope_tracker.bench.rope_check import compile_for_gpu\n"
-        "print(json.dumps(compile_for_gpu(90)))\n"
+        "from mrope_tracker.bench.rope_check import compile_for_gpu, registers\n"
+        "print(json.dumps([compile_for_gpu(90), registers(90, blocks=(128,), warps=(4,))]))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    results = json.loads(out.stdout.strip().splitlines()[-1])
+    results, usage = json.loads(out.stdout.strip().splitlines()[-1])
     assert results == dict.fromkeys(("prepare_kernel", "read_kernel", "scatter_kernel"), "ok"), results
+    # the register report reads the compiled cubin: a 128-lane block on 4 warps needs some registers and no spills
+    (row,) = usage
+    assert (row["block"], row["warps"], row["stack_bytes"]) == (128, 4, 0) and 16 <= row["registers"] <= 255, row
 
 
 # ---------------------------------------------------------------- EVS by our rule, Isaac's raw grids

@@ -157,6 +157,8 @@ class RopeState:
         if not isinstance(debug, bool):
             raise TypeError(f"debug: expected a bool or None, got {type(debug).__name__}")
         self.debug = debug
+        # warps per program of the step kernel: triton's default; bench/rope_check.py times others on a GPU
+        self._num_warps = 4
         self._kernels = load_kernels()
 
         # the buffer the model reads, as vLLM's: one extra column keeps [:, :n] views non-contiguous
@@ -308,6 +310,7 @@ class RopeState:
             num_computed_tokens,
             BLOCK_SIZE=self.block_size,
             NUM_DIMS=self.num_dims,
+            num_warps=self._num_warps,
         )
 
     def _check_step(self, idx_mapping, query_start_loc, prefill_lens, num_computed_tokens) -> None:

@@ -63,30 +63,44 @@ TL_S_OVERRIDE_LEN = tl.constexpr(D.S_OVERRIDE_LEN)
 TL_SLOT_WIDTH = tl.constexpr(D.NUM_SLOT_COLS)
 
 
+# up to this many layout rows, _find_rows reads every first token at once (its own constant, not a copy)
+FEW_ROWS = tl.constexpr(16)
+
+
 @triton.jit
 def _find_rows(pool_ptr, row_start, num_rows, tok):
-    """Per token, the last of the slot's rows whose first token is <= tok
-    (a branch-free binary search; every probe lies inside the slot's rows)."""
+    """Per token, the last of the slot's rows whose first token is <= tok.
+    Up to FEW_ROWS rows (most prompts), their first tokens are read as
+    scalars in one round of independent loads and counted, since the rows
+    are sorted and the first starts at 0: a binary search would wait for
+    log2(rows) loads in a row. Beyond that, a branch-free binary search;
+    every load lies inside the slot's rows."""
     lo = tl.zeros_like(tok) + row_start
-    size = num_rows
-    while size > 1:
-        half = size // 2
-        mid = lo + half
-        start = tl.load(pool_ptr + mid * TL_WIDTH + TL_COL_TOK_START)
-        lo = tl.where(start <= tok, mid, lo)
-        size = size - half
+    if num_rows <= FEW_ROWS:
+        for k in tl.static_range(1, FEW_ROWS):
+            start = tl.load(pool_ptr + (row_start + k) * TL_WIDTH + TL_COL_TOK_START, mask=k < num_rows, other=0)
+            lo += ((k < num_rows) & (start <= tok)).to(lo.dtype)
+    else:
+        size = num_rows
+        while size > 1:
+            half = size // 2
+            mid = lo + half
+            start = tl.load(pool_ptr + mid * TL_WIDTH + TL_COL_TOK_START)
+            lo = tl.where(start <= tok, mid, lo)
+            size = size - half
     return lo
 
 
 @triton.jit
 def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr):
-    """(T, H, W, X) of prompt tokens `tok` in pool rows `row`, int64; `valid`
+    """(T, H, W, X) of prompt tokens `tok` in pool rows `row`, int32 (admission
+    refused positions past int32, as vLLM's int32 table does); `valid`
     masks the lanes whose token lies in the prompt (only they read a table).
     X, the fourth axis, is T except in an XD_GRID row (4-axis states only)."""
     at = pool_ptr + row * TL_WIDTH
     kind = tl.load(at + TL_COL_KIND)
     n = tok - tl.load(at + TL_COL_TOK_START)
-    base = tl.load(at + TL_COL_BASE).to(tl.int64)
+    base = tl.load(at + TL_COL_BASE)
 
     # TL_KIND_LINEAR: base + n on the three rows (text, audio, decode-like runs)
     t = base + n
@@ -143,8 +157,8 @@ def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr)
         coords = pool_ptr + row_start * TL_WIDTH + tl.load(at + TL_DCOL_TAU_AT)
         si = tl.where(stretched, tl.load(coords + ci, mask=stretched, other=0), ci * step)
         sj = tl.where(stretched, tl.load(coords + canvas_h + cj, mask=stretched, other=0), cj * step)
-        top = tl.load(at + TL_COL_CANVAS_TOP).to(tl.int64)
-        left = tl.load(at + TL_COL_CANVAS_LEFT).to(tl.int64)
+        top = tl.load(at + TL_COL_CANVAS_TOP)
+        left = tl.load(at + TL_COL_CANVAS_LEFT)
         t = tl.where(is_canvas, base, t)
         h = tl.where(is_canvas, top + si, h)
         w = tl.where(is_canvas, left + sj, w)
@@ -153,7 +167,7 @@ def _row_positions(pool_ptr, row_start, row, tok, valid, NUM_DIMS: tl.constexpr)
     # TL_KIND_XD_GRID (HunYuan-VL): (base + n, j, i, ordinal)
     x = t
     if NUM_DIMS > 3:
-        ordinal = tl.load(at + TL_COL_ORDINAL).to(tl.int64)
+        ordinal = tl.load(at + TL_COL_ORDINAL)
         h = tl.where(is_xd, j, h)
         w = tl.where(is_xd, i, w)
         x = tl.where(is_xd, ordinal, x)
@@ -181,37 +195,58 @@ def _select_bit(at, n):
 
 
 @triton.jit
-def _token_positions(records_ptr, pool_ptr, arena_ptr, slot, tok, lanes, bound, first_tok, NUM_DIMS: tl.constexpr):
-    """(T, H, W, X) int64 of tokens `tok` of `slot`: the EVS override where it
-    covers them, the layout rows below `bound`, index + delta elsewhere.
-    `first_tok` is the smallest token of the block (a scalar); X, the fourth
-    axis, is read only when NUM_DIMS > 3."""
+def _slot_record(records_ptr, slot):
+    """The slot's record, read once per program (a loop over token blocks
+    would otherwise wait for these loads again in every block)."""
     rec = records_ptr + slot * TL_SLOT_WIDTH
-    delta = tl.load(rec + TL_S_DELTA)
-    t = tok.to(tl.int64) + delta
+    return (
+        tl.load(rec + TL_S_ROW_START),
+        tl.load(rec + TL_S_NUM_ROWS),
+        tl.load(rec + TL_S_PROMPT_LEN),
+        tl.load(rec + TL_S_DELTA),
+        tl.load(rec + TL_S_OVERRIDE_AT),
+        tl.load(rec + TL_S_OVERRIDE_LEN),
+    )
+
+
+@triton.jit
+def _token_positions(
+    pool_ptr, arena_ptr, row_start, num_rows, delta, override_at, override_len, tok, lanes, bound, first_tok, NUM_DIMS
+):
+    """(T, H, W, X) int64 of tokens `tok` of a slot whose record fields are
+    given: the EVS override where it covers them, the layout rows below
+    `bound`, index + delta elsewhere. `first_tok` is the smallest token of the
+    block (a scalar); X, the fourth axis, is read only when NUM_DIMS > 3.
+    The rows' and the override's values are int32 (what admission allows);
+    they are widened only at the end, beside the int64 index + delta, so
+    that the block's lanes hold half the registers while they are made."""
+    t = tl.zeros_like(tok)
     h = t
     w = t
     x = t
+    covered = tok < 0  # no lane yet
     if first_tok < bound:  # any prompt token in this block: find their rows
         in_prompt = lanes & (tok >= 0) & (tok < bound)
-        row_start = tl.load(rec + TL_S_ROW_START)
-        row = _find_rows(pool_ptr, row_start, tl.load(rec + TL_S_NUM_ROWS), tok)
-        lt, lh, lw, lx = _row_positions(pool_ptr, row_start, row, tok, in_prompt, NUM_DIMS)
-        t = tl.where(in_prompt, lt, t)
-        h = tl.where(in_prompt, lh, h)
-        w = tl.where(in_prompt, lw, w)
-        x = tl.where(in_prompt, lx, x)
-    override_len = tl.minimum(tl.load(rec + TL_S_OVERRIDE_LEN), bound)
-    if first_tok < override_len:  # EVS: the request's dense positions
-        dense = lanes & (tok >= 0) & (tok < override_len)
-        full_len = tl.load(rec + TL_S_OVERRIDE_LEN)
-        src = arena_ptr + tl.load(rec + TL_S_OVERRIDE_AT) + tok
-        t = tl.where(dense, tl.load(src, mask=dense, other=0).to(tl.int64), t)
-        h = tl.where(dense, tl.load(src + full_len, mask=dense, other=0).to(tl.int64), h)
-        w = tl.where(dense, tl.load(src + 2 * full_len, mask=dense, other=0).to(tl.int64), w)
+        row = _find_rows(pool_ptr, row_start, num_rows, tok)
+        t, h, w, x = _row_positions(pool_ptr, row_start, row, tok, in_prompt, NUM_DIMS)
+        covered = in_prompt
+    dense_len = tl.minimum(override_len, bound)
+    if first_tok < dense_len:  # EVS: the request's dense positions
+        dense = lanes & (tok >= 0) & (tok < dense_len)
+        src = arena_ptr + override_at + tok
+        t = tl.where(dense, tl.load(src, mask=dense, other=0), t)
+        h = tl.where(dense, tl.load(src + override_len, mask=dense, other=0), h)
+        w = tl.where(dense, tl.load(src + 2 * override_len, mask=dense, other=0), w)
         if NUM_DIMS > 3:
-            x = tl.where(dense, tl.load(src + 3 * full_len, mask=dense, other=0).to(tl.int64), x)
-    return t, h, w, x
+            x = tl.where(dense, tl.load(src + 3 * override_len, mask=dense, other=0), x)
+        covered = covered | dense
+    after = tok.to(tl.int64) + delta  # past the prompt: index + delta, in int64 as the CPU tracker
+    return (
+        tl.where(covered, t.to(tl.int64), after),
+        tl.where(covered, h.to(tl.int64), after),
+        tl.where(covered, w.to(tl.int64), after),
+        tl.where(covered, x.to(tl.int64), after),
+    )
 
 
 @triton.jit
@@ -239,9 +274,10 @@ def prepare_kernel(
     query_len = tl.load(query_start_loc_ptr + batch_idx + 1).to(tl.int64) - query_start
     query_len = tl.where(in_range, query_len, 0)
     num_computed = tl.load(num_computed_tokens_ptr + slot)
+    row_start, num_rows, prompt_len, delta, override_at, override_len = _slot_record(records_ptr, slot)
     # the rows cover the tokens of init_prefill_positions; vLLM's prefill_len
     # says where its prefill ends: below both, positions come from the rows
-    bound = tl.minimum(tl.load(records_ptr + slot * TL_SLOT_WIDTH + TL_S_PROMPT_LEN), tl.load(prefill_lens_ptr + slot))
+    bound = tl.minimum(prompt_len, tl.load(prefill_lens_ptr + slot))
     # the loop covers only the query's columns inside the buffer, whatever query_start_loc claims
     first = tl.maximum(-query_start, 0)
     last = tl.minimum(query_len, num_columns - query_start)
@@ -252,7 +288,18 @@ def prepare_kernel(
         lanes = (block < query_len) & (column >= 0) & (column < num_columns)
         tok = num_computed + block
         t, h, w, x = _token_positions(
-            records_ptr, pool_ptr, arena_ptr, slot, tok, lanes, bound, num_computed + i, NUM_DIMS
+            pool_ptr,
+            arena_ptr,
+            row_start,
+            num_rows,
+            delta,
+            override_at,
+            override_len,
+            tok,
+            lanes,
+            bound,
+            num_computed + i,
+            NUM_DIMS,
         )
         out = positions_ptr + column
         tl.store(out, t, mask=lanes)
@@ -269,9 +316,20 @@ def read_kernel(
     """A slot's positions of tokens [0, length), as an int32 [NUM_DIMS, length] table."""
     block = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     lanes = block < length
-    bound = tl.load(records_ptr + slot * TL_SLOT_WIDTH + TL_S_PROMPT_LEN)
+    row_start, num_rows, prompt_len, delta, override_at, override_len = _slot_record(records_ptr, slot)
     t, h, w, x = _token_positions(
-        records_ptr, pool_ptr, arena_ptr, slot, block, lanes, bound, tl.program_id(0) * BLOCK_SIZE, NUM_DIMS
+        pool_ptr,
+        arena_ptr,
+        row_start,
+        num_rows,
+        delta,
+        override_at,
+        override_len,
+        block,
+        lanes,
+        prompt_len,
+        tl.program_id(0) * BLOCK_SIZE,
+        NUM_DIMS,
     )
     tl.store(out_ptr + block, t.to(tl.int32), mask=lanes)
     tl.store(out_ptr + length + block, h.to(tl.int32), mask=lanes)
