@@ -25,7 +25,12 @@
 It prints one table (check, figure, verdict); `--json` keeps every figure.
 `--rope-only` runs part 3 alone (and its tests); `--smoke` runs part 3 at a
 tiny size, on the CPU in triton's interpreter when there is no CUDA device,
-to check that the script works end to end. It has not run on a GPU yet.
+to check that the script works end to end. `--sweep` times the step
+kernel alone for each block size and warp count on a GPU; `--registers`
+reports its registers per thread from the compiled cubin, no GPU needed.
+Where vLLM's package does not import, MROPE_VLLM_SOURCES names a folder
+holding its two RopeState files (bench/vllm_sources.py). First run on an
+H200 on 2026-12-04: docs/benchmarks.md, "On an H200".
 """
 
 from __future__ import annotations
