@@ -42,20 +42,18 @@ class VllmRope:
         try:
             from vllm.v1.worker.gpu import buffer_utils
             from vllm.v1.worker.gpu.mm import rope
+
+            if device == "cpu":  # vLLM's own fallback without UVA: its table in plain device memory
+                buffer_utils.is_uva_available = lambda: False
+            make = rope.RopeState
         except ImportError:  # vLLM's two files alone, where its package cannot be imported (bench/vllm_sources.py)
             from . import vllm_sources
 
             if not os.environ.get(vllm_sources.ENV):
                 raise
-            sources = vllm_sources.VllmRopeSources(os.environ[vllm_sources.ENV])
+            make = vllm_sources.VllmRopeSources(os.environ[vllm_sources.ENV]).rope_state
             self.name = "vLLM 0.33 RopeState (its 2 files, no UVA)"
-            args = (3, num_reqs, MAX_NUM_TOKENS, max_model_len, torch.device(device))
-            self.state = sources.rope_state(*args)
-            self.positions = self.state.positions
-            return
-        if device == "cpu":  # vLLM's own fallback without UVA: its table in plain device memory
-            buffer_utils.is_uva_available = lambda: False
-        self.state = rope.RopeState(3, num_reqs, MAX_NUM_TOKENS, max_model_len, torch.device(device))
+        self.state = make(3, num_reqs, MAX_NUM_TOKENS, max_model_len, torch.device(device))
         self.positions = self.state.positions
 
     def admit(self, slot: int, layout: PromptLayout) -> None:
