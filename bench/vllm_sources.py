@@ -60,10 +60,24 @@ def _h2d(data, device=None, dtype=None, out=None) -> torch.Tensor:
     return host.to(device=device, non_blocking=True)
 
 
+_LOGGED_ONCE: set[tuple[str, str]] = set()  # across every load of the two files, as vLLM's once per process
+
+
 def _logger(name: str) -> logging.Logger:
+    """A logger with vLLM's `warning_once` and `info_once`: each message logged once per process."""
     logger = logging.getLogger(name)
-    logger.warning_once = logger.warning  # type: ignore[attr-defined]
-    logger.info_once = logger.info  # type: ignore[attr-defined]
+    seen = _LOGGED_ONCE
+
+    def once(level: str):
+        def log(message, *args, **kwargs):
+            if (level, message) not in seen:
+                seen.add((level, message))
+                getattr(logger, level)(message, *args, **kwargs)
+
+        return log
+
+    logger.warning_once = once("warning")  # type: ignore[attr-defined]
+    logger.info_once = once("info")  # type: ignore[attr-defined]
     return logger
 
 
