@@ -168,13 +168,33 @@ _F32_NONE = np.float32(-1)  # "no position": the row is not as transformers assu
 
 
 @tiny
-def _same_on_three(out, start, count, base):
+def truncate_position(value):
+    """trunc of a position (>= 0) in float32, as SGLang keeps it: exact, a floored float32 is a float32."""
+    return np.float32(np.floor(value))
+
+
+@tiny
+def _kept_value(value, truncate):
+    """A float32 position as transformers keeps it, or truncated as SGLang keeps it
+    (`truncate` is a constant at every call: the branch folds away)."""
+    return truncate_position(value) if truncate else value
+
+
+# Loops index 1-D views from 0: an index numba cannot prove non-negative gets a
+# wraparound branch per access, which stops LLVM from vectorising (as in position_rules.py).
+
+
+@tiny
+def same_on_three(out, start, count, base, truncate):
     """Tokens start .. start + count - 1 at base + k on the three rows (text, bos, eos, audio)."""
+    t_row = out[0, start : start + count]
+    h_row = out[1, start : start + count]
+    w_row = out[2, start : start + count]
     for k in range(count):
-        value = np.float32(k) + base
-        out[0, start + k] = value
-        out[1, start + k] = value
-        out[2, start + k] = value
+        value = _kept_value(np.float32(k) + base, truncate)
+        t_row[k] = value
+        h_row[k] = value
+        w_row[k] = value
 
 
 @tiny
@@ -198,11 +218,12 @@ def _float_grid(out, c, base, t, hh, ww, sp, r):
 
 
 @tiny
-def _float_merge(out, c, base, num_video, hh, ww, sp, r, m, top):
+def merge_av(out, c, base, num_video, hh, ww, sp, r, m, top, truncate):
     """An audio-in-video block's content from token c: its video and its m
     audio positions merged by value, a video token first when its value is <=
-    the audio token's. Returns (the largest position of the last piece, `top`
-    raised by the merged part)."""
+    the audio token's (transformers' rule; SGLang's, truncated). Returns (the
+    largest position of the last piece, `top` raised by the merged part),
+    both untruncated."""
     v = 0
     a = 0
     k = c
@@ -212,15 +233,16 @@ def _float_merge(out, c, base, num_video, hh, ww, sp, r, m, top):
         if vt <= at:
             vh = np.float32((v // ww) % hh) + base
             vw = np.float32(v % ww) + base
-            out[0, k] = vt
-            out[1, k] = vh
-            out[2, k] = vw
+            out[0, k] = _kept_value(vt, truncate)
+            out[1, k] = _kept_value(vh, truncate)
+            out[2, k] = _kept_value(vw, truncate)
             top = max(top, vt, vh, vw)
             v += 1
         else:
-            out[0, k] = at
-            out[1, k] = at
-            out[2, k] = at
+            value = _kept_value(at, truncate)
+            out[0, k] = value
+            out[1, k] = value
+            out[2, k] = value
             top = max(top, at)
             a += 1
         k += 1
@@ -229,17 +251,18 @@ def _float_merge(out, c, base, num_video, hh, ww, sp, r, m, top):
         vt = (np.float32(v // (hh * ww)) * sp) * r + base
         vh = np.float32((v // ww) % hh) + base
         vw = np.float32(v % ww) + base
-        out[0, k] = vt
-        out[1, k] = vh
-        out[2, k] = vw
+        out[0, k] = _kept_value(vt, truncate)
+        out[1, k] = _kept_value(vh, truncate)
+        out[2, k] = _kept_value(vw, truncate)
         last = max(last, vt, vh, vw)
         v += 1
         k += 1
     while a < m:  # or the rest of the audio
         at = np.float32(a) + base
-        out[0, k] = at
-        out[1, k] = at
-        out[2, k] = at
+        value = _kept_value(at, truncate)
+        out[0, k] = value
+        out[1, k] = value
+        out[2, k] = value
         last = max(last, at)
         a += 1
         k += 1
@@ -260,7 +283,7 @@ def _float_av(out, ids, c, base, params, grid, sp, m, r, top):
     n = ids.shape[0]
     if end + 1 >= n or ids[end] != np.int64(params[C.P_AUDIO_END]) or ids[end + 1] != np.int64(params[C.P_VISION_END]):
         return _F32_NONE, -1, top
-    last, top = _float_merge(out, c, base, num_video, hh, ww, sp, r, m, top)
+    last, top = merge_av(out, c, base, num_video, hh, ww, sp, r, m, top, False)
     return last, end, top
 
 
@@ -322,11 +345,11 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
         if q >= n:
             break
         base = prev_max + _F32_ONE if has_prev else _F32_ZERO
-        _same_on_three(out, st, q - st, base)
+        same_on_three(out, st, q - st, base, False)
         base = base + np.float32(q - st)
         paired = ids[q] == vision_start and q + 1 < n and ids[q + 1] == audio_start
         bos = 2 if paired else 1
-        _same_on_three(out, q, bos, base)
+        same_on_three(out, q, bos, base, False)
         base = base + np.float32(bos)
         c = q + bos
         eos = 1
@@ -338,7 +361,7 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
             end = c + m
             if end >= n or ids[end] != audio_end:
                 return np.float32(-1)
-            _same_on_three(out, c, m, base)
+            same_on_three(out, c, m, base, False)
             last = np.float32(m - 1) + base
         elif paired:  # audio in video: transformers merges by value, whatever the tokens
             if n_video >= video_grid.shape[0] or n_audio >= audio_tokens.shape[0]:
@@ -358,13 +381,13 @@ def float_row(out, ids, params, image_grid, video_grid, video_sp, audio_tokens, 
             if end < 0:
                 return np.float32(-1)
         base = last + _F32_ONE
-        _same_on_three(out, end, eos, base)
+        same_on_three(out, end, eos, base, False)
         prev_max = np.float32(eos - 1) + base
         top = max(top, prev_max)
         has_prev = True
         st = end + eos
     if st < n:
         base = prev_max + _F32_ONE if has_prev else _F32_ZERO
-        _same_on_three(out, st, n - st, base)
+        same_on_three(out, st, n - st, base, False)
         top = max(top, np.float32(n - st - 1) + base)
     return top

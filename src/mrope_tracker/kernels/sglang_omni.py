@@ -21,7 +21,7 @@ the integer scan, `float_row`, then the floor, which names what is wrong.
 import numpy as np
 
 from . import layout_codes as C
-from .hf_batch import float_row
+from .hf_batch import float_row, merge_av, same_on_three, truncate_position
 from .jit_options import helper, jit, tiny
 from .layout_emit import check_items
 
@@ -47,12 +47,6 @@ def omni_truncated_positions(out, ids, params, image_grid, video_grid, video_sp,
             # positions are >= 0: truncation is the floor; whole numbers go back to float32 exactly
             out[d, k] = np.floor(out[d, k])
     return np.int64(top)  # truncation is monotone: the largest truncated position is trunc(top)
-
-
-@tiny
-def _floor(value):
-    """trunc of a position (>= 0) in float32: exact, a floored float32 is a float32."""
-    return np.float32(np.floor(value))
 
 
 # Loops index 1-D views from 0: an index numba cannot prove non-negative
@@ -83,19 +77,6 @@ def _all(ids, start, stop, token):
 
 
 @tiny
-def _same_on_three(out, start, count, base):
-    """Tokens start .. start + count - 1 at trunc(base + k) on the three rows."""
-    t_row = out[0, start : start + count]
-    h_row = out[1, start : start + count]
-    w_row = out[2, start : start + count]
-    for k in range(count):
-        value = _floor(np.float32(k) + base)
-        t_row[k] = value
-        h_row[k] = value
-        w_row[k] = value
-
-
-@tiny
 def _grid(out, c, base, t, hh, ww, sp, r):
     """A (t, hh, ww) grid from token c, `float_row`'s values truncated: frame
     f at base + float32(float32(f * sp) * r), row i at base + i, column j at
@@ -105,17 +86,17 @@ def _grid(out, c, base, t, hh, ww, sp, r):
     h_first = out[1, c : c + size]
     w_first = out[2, c : c + size]
     for i in range(hh):
-        fh = _floor(np.float32(i) + base)
+        fh = truncate_position(np.float32(i) + base)
         h_row = h_first[i * ww : i * ww + ww]
         w_row = w_first[i * ww : i * ww + ww]
         for j in range(ww):
             h_row[j] = fh
-            w_row[j] = _floor(np.float32(j) + base)
+            w_row[j] = truncate_position(np.float32(j) + base)
     top_hw = max(np.float32(hh - 1) + base, np.float32(ww - 1) + base)
     last = _NONE
     for f in range(t):
         vt = (np.float32(f) * sp) * r + base
-        ft = _floor(vt)
+        ft = truncate_position(vt)
         start = c + f * size
         t_row = out[0, start : start + size]
         for k in range(size):
@@ -128,57 +109,6 @@ def _grid(out, c, base, t, hh, ww, sp, r):
                 w_row[k] = w_first[k]
         last = max(last, vt, top_hw)
     return last
-
-
-@tiny
-def _merge(out, c, base, num_video, hh, ww, sp, r, m, top):
-    """An audio-in-video block's content from token c, `float_row`'s merge by
-    value (a video token first when its value is <= the audio token's),
-    truncated. Returns (the largest position of the last piece, `top`
-    raised by the merged part)."""
-    v = 0
-    a = 0
-    k = c
-    while v < num_video and a < m:
-        vt = (np.float32(v // (hh * ww)) * sp) * r + base
-        at = np.float32(a) + base
-        if vt <= at:
-            vh = np.float32((v // ww) % hh) + base
-            vw = np.float32(v % ww) + base
-            out[0, k] = _floor(vt)
-            out[1, k] = _floor(vh)
-            out[2, k] = _floor(vw)
-            top = max(top, vt, vh, vw)
-            v += 1
-        else:
-            value = _floor(at)
-            out[0, k] = value
-            out[1, k] = value
-            out[2, k] = value
-            top = max(top, at)
-            a += 1
-        k += 1
-    last = _NONE
-    while v < num_video:  # the rest of the video: the last piece
-        vt = (np.float32(v // (hh * ww)) * sp) * r + base
-        vh = np.float32((v // ww) % hh) + base
-        vw = np.float32(v % ww) + base
-        out[0, k] = _floor(vt)
-        out[1, k] = _floor(vh)
-        out[2, k] = _floor(vw)
-        last = max(last, vt, vh, vw)
-        v += 1
-        k += 1
-    while a < m:  # or the rest of the audio
-        at = np.float32(a) + base
-        value = _floor(at)
-        out[0, k] = value
-        out[1, k] = value
-        out[2, k] = value
-        last = max(last, at)
-        a += 1
-        k += 1
-    return last, top
 
 
 @tiny
@@ -259,7 +189,7 @@ def _av(out, ids, c, base, params, grid, sp, m, top):
         others += (tok != video_id) & (tok != audio_id)
     if videos != num_video or others != 0:
         return _NONE, -1, top
-    last, top = _merge(out, c, base, num_video, hh, ww, sp, np.float32(params[C.P_SCALE_R]), m, top)
+    last, top = merge_av(out, c, base, num_video, hh, ww, sp, np.float32(params[C.P_SCALE_R]), m, top, True)
     return last, end, top
 
 
@@ -295,11 +225,11 @@ def omni_checked_positions(out, ids, params, image_grid, video_grid, video_sp, a
         if _has(ids, st, q, image_id, video_id, audio_id):
             return np.int64(-1)
         base = prev_max + _ONE if has_prev else _ZERO
-        _same_on_three(out, st, q - st, base)
+        same_on_three(out, st, q - st, base, True)
         base = base + np.float32(q - st)
         paired = ids[q] == vision_start and q + 1 < n and ids[q + 1] == audio_start
         bos = 2 if paired else 1
-        _same_on_three(out, q, bos, base)
+        same_on_three(out, q, bos, base, True)
         base = base + np.float32(bos)
         c = q + bos
         eos = 1
@@ -311,7 +241,7 @@ def omni_checked_positions(out, ids, params, image_grid, video_grid, video_sp, a
             end = c + m
             if end >= n or ids[end] != audio_end or not _all(ids, c, end, audio_id):
                 return np.int64(-1)
-            _same_on_three(out, c, m, base)
+            same_on_three(out, c, m, base, True)
             last = np.float32(m - 1) + base
         elif paired:  # audio in video: only as the builder reads it, with use_audio_in_video
             if not use_audio_in_video or n_video >= video_grid.shape[0] or n_audio >= audio_tokens.shape[0]:
@@ -330,7 +260,7 @@ def omni_checked_positions(out, ids, params, image_grid, video_grid, video_sp, a
             if end < 0:
                 return np.int64(-1)
         base = last + _ONE
-        _same_on_three(out, end, eos, base)
+        same_on_three(out, end, eos, base, True)
         prev_max = np.float32(eos - 1) + base
         top = max(top, prev_max)
         has_prev = True
@@ -341,6 +271,6 @@ def omni_checked_positions(out, ids, params, image_grid, video_grid, video_sp, a
         return np.int64(-1)  # items left over: the builder names them
     if st < n:
         base = prev_max + _ONE if has_prev else _ZERO
-        _same_on_three(out, st, n - st, base)
+        same_on_three(out, st, n - st, base, True)
         top = max(top, np.float32(n - st - 1) + base)
     return np.int64(top)  # truncation is monotone: the largest truncated position is trunc(top)
