@@ -209,8 +209,8 @@ def run(device: str, smoke: bool) -> dict:
 
 
 def sweep(device: str, sizes: tuple[int, ...] = (256, 1024)) -> list[dict]:
-    """The step kernel's device time (CUDA graph) for each block size and warp
-    count, decode, mixed and long-chunk steps at 256 and 1,024 requests, each
+    """The step kernel's device time (CUDA graph) for each block size, prompt
+    block and warp count, decode, mixed and long-chunk steps at 256 and 1,024 requests, each
     variant's positions checked equal to the baseline's first; with the
     registers and spills triton reports where it does."""
     from .suite_rope import baseline
@@ -241,8 +241,10 @@ def sweep(device: str, sizes: tuple[int, ...] = (256, 1024)) -> list[dict]:
             out.append(
                 {"step": name, "variant": base.name, "us": _graph_time(lambda a=args: base.prepare_positions(*a)) * 1e6}
             )
-        for block in (128, 256, 512, 1024):
-            state = RopeState(3, num_reqs, 8192, 16384, device, config=config, debug=False, block_size=block)
+        shapes = [(block, block) for block in (128, 256, 512, 1024)] + [(1024, 128), (1024, 256), (512, 128)]
+        for block, prompt_block in shapes:
+            shape = {"block_size": block, "prompt_block": prompt_block}
+            state = RopeState(3, num_reqs, 8192, 16384, device, config=config, debug=False, **shape)
             for slot, layout in enumerate(layouts):
                 state.init_prefill_layout(slot, layout)
             state.apply_staged_writes()
@@ -256,7 +258,7 @@ def sweep(device: str, sizes: tuple[int, ...] = (256, 1024)) -> list[dict]:
                     out.append(
                         {
                             "step": name,
-                            "variant": f"block {block}, {warps} warps",
+                            "variant": f"block {block}, prompt block {prompt_block}, {warps} warps",
                             "us": us,
                             "equal": equal,
                             **_registers(state),
@@ -452,6 +454,8 @@ def compile_for_gpu(capability: int = 90) -> dict[str, str]:
         # the position kernels once per number of axes (3: M-RoPE; 4: HunYuan-VL)
         for num_dims in (3, 4) if name != "scatter_kernel" else (None,):
             dims = {} if num_dims is None else {"NUM_DIMS": num_dims}
+            if name == "prepare_kernel":  # a prompt block of fewer lanes than the block, as the sweep tries
+                dims["PROMPT_BLOCK"] = 256
             source = ASTSource(
                 fn=getattr(triton_step, name),
                 signature={**signature, "BLOCK_SIZE": "constexpr", **dict.fromkeys(dims, "constexpr")},
@@ -465,9 +469,12 @@ def compile_for_gpu(capability: int = 90) -> dict[str, str]:
     return out
 
 
-def registers(capability: int = 90, blocks=(128, 256, 512, 1024), warps=(1, 2, 4, 8)) -> list[dict]:
+def registers(
+    capability: int = 90, blocks=(128, 256, 512, 1024), warps=(1, 2, 4, 8), prompt_blocks=(None, 128)
+) -> list[dict]:
     """Registers and stack (spills) per thread of the step kernel for each block
-    size and warp count, compiled for `capability` without a GPU and read from
+    size, warp count and prompt block (None: the whole block; larger than the
+    block: skipped), compiled for `capability` without a GPU and read from
     the cubin by the cuobjdump that triton ships. Registers bound how many
     programs an SM holds at once (65,536 per SM), so they predict how many
     waves a 1,024-request step takes; `--sweep` measures the time on a GPU."""
@@ -481,30 +488,31 @@ def registers(capability: int = 90, blocks=(128, 256, 512, 1024), warps=(1, 2, 4
     from mrope_tracker.device import triton_step
 
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    signature = {**_SIGNATURES["prepare_kernel"], "BLOCK_SIZE": "constexpr", "NUM_DIMS": "constexpr"}
+    signature = {
+        **_SIGNATURES["prepare_kernel"],
+        **dict.fromkeys(("BLOCK_SIZE", "NUM_DIMS", "PROMPT_BLOCK"), "constexpr"),
+    }
     out = []
-    for block in blocks:
-        for num_warps in warps:
-            source = ASTSource(
-                fn=triton_step.prepare_kernel, signature=signature, constexprs={"BLOCK_SIZE": block, "NUM_DIMS": 3}
-            )
-            compiled = triton.compile(
-                source, target=GPUTarget("cuda", capability, 32), options={"num_warps": num_warps}
-            )
-            with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                f.write(compiled.asm["cubin"])
-                f.flush()
-                usage = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True)
-            found = dict(re.findall(r"(REG|STACK):(\d+)", usage.stdout))
-            regs = int(found.get("REG", 0))
-            out.append(
-                {
-                    "block": block,
-                    "warps": num_warps,
-                    "registers": regs,
-                    "stack_bytes": int(found.get("STACK", 0)),
-                    # programs per SM by registers alone (at most 32 blocks, 64 warps)
-                    "programs_per_sm": min(65536 // max(1, regs * 32 * num_warps), 32, 64 // num_warps),
-                }
-            )
+    shapes = [(b, p or b, w) for b in blocks for p in prompt_blocks if (p or b) <= b for w in warps]
+    for block, prompt_block, num_warps in dict.fromkeys(shapes):
+        constexprs = {"BLOCK_SIZE": block, "NUM_DIMS": 3, "PROMPT_BLOCK": prompt_block}
+        source = ASTSource(fn=triton_step.prepare_kernel, signature=signature, constexprs=constexprs)
+        compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": num_warps})
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(compiled.asm["cubin"])
+            f.flush()
+            usage = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True)
+        found = dict(re.findall(r"(REG|STACK):(\d+)", usage.stdout))
+        regs = int(found.get("REG", 0))
+        out.append(
+            {
+                "block": block,
+                "prompt_block": prompt_block,
+                "warps": num_warps,
+                "registers": regs,
+                "stack_bytes": int(found.get("STACK", 0)),
+                # programs per SM by registers alone (at most 32 blocks, 64 warps)
+                "programs_per_sm": min(65536 // max(1, regs * 32 * num_warps), 32, 64 // num_warps),
+            }
+        )
     return out

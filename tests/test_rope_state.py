@@ -145,7 +145,10 @@ def test_scheduler_runs(run, data):
     # a pool of 64 rows (compaction runs often) unless one request alone needs more (an Omni
     # audio-in-video prompt can): every slot must fit the largest one, or the pool refuses by design
     largest = max(_device_rows_needed(layout_of(p)) for p in requests)
-    h = Harness(config, max_num_reqs, budget, 512, DEVICE, block_size=BLOCK, max_num_rows=max(64, 3 * largest))
+    # the kernel's shape: one block of 16 or 32 lanes, its prompt tokens positioned 16 at a time or all at once
+    block = data.draw(st.sampled_from([BLOCK, 2 * BLOCK]), label="block_size")
+    shape = {"block_size": block, "prompt_block": data.draw(st.sampled_from([BLOCK, block]), label="prompt_block")}
+    h = Harness(config, max_num_reqs, budget, 512, DEVICE, max_num_rows=max(64, 3 * largest), **shape)
     waiting = list(range(len(requests)))
     running: dict[int, dict] = {}  # slot -> request state
     draw = data.draw
@@ -459,6 +462,9 @@ def test_constructor_checks():
         ({"device": "nonsense"}, ValueError, "device"),
         ({"config": {"model_type": "qwen2_vl"}}, TypeError, "config"),
         ({"block_size": 24}, ValueError, "block_size"),
+        ({"block_size": 64, "prompt_block": 128}, ValueError, "prompt_block"),  # at most the block
+        ({"prompt_block": 48}, ValueError, "prompt_block"),  # a power of two
+        ({"prompt_block": 8}, ValueError, "prompt_block"),  # at least 16
         ({"max_num_rows": 0}, ValueError, "max_num_rows"),
     ]:
         args = {"num_dims": 3, "max_num_reqs": 2, "max_num_tokens": 8, "max_model_len": 64, "device": DEVICE}

@@ -100,6 +100,11 @@ class RopeState:
             of all slots together (default 64 per slot).
         staging_bytes: size of each of the two host staging buffers.
         block_size: tokens per kernel block (1024; smaller in tests).
+        prompt_block: the lanes a block holding prompt tokens is positioned
+            with, a power of two <= block_size (default: the whole block).
+            Fewer lanes take fewer registers per thread, so more programs run
+            at once, but a long prefill chunk takes more passes
+            (`python -m mrope_tracker.bench.gpu_check --registers`, `--sweep`).
         debug: check each step's tensors on the host, and that no write is
             pending, before the launch (default: the MROPE_TRACKER_DEBUG
             environment variable, off unless set to 1).
@@ -118,6 +123,7 @@ class RopeState:
         max_num_rows: int | None = None,
         staging_bytes: int = DEFAULT_STAGING_BYTES,
         block_size: int = 1024,
+        prompt_block: int | None = None,
         debug: bool | None = None,
     ) -> None:
         num_dims = as_index(num_dims, "num_dims")
@@ -152,6 +158,11 @@ class RopeState:
         self.block_size = as_index(block_size, "block_size", minimum=16, maximum=8192)
         if self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size: expected a power of two, got {self.block_size}")
+        if prompt_block is None:
+            prompt_block = self.block_size
+        self.prompt_block = as_index(prompt_block, "prompt_block", minimum=16, maximum=self.block_size)
+        if self.prompt_block & (self.prompt_block - 1):
+            raise ValueError(f"prompt_block: expected a power of two, got {self.prompt_block}")
         if debug is None:
             debug = os.environ.get(DEBUG_ENV, "0") not in ("", "0")
         if not isinstance(debug, bool):
@@ -310,6 +321,7 @@ class RopeState:
             num_computed_tokens,
             BLOCK_SIZE=self.block_size,
             NUM_DIMS=self.num_dims,
+            PROMPT_BLOCK=self.prompt_block,
             num_warps=self._num_warps,
         )
 

@@ -250,6 +250,33 @@ def _token_positions(
 
 
 @triton.jit
+def _store_columns(positions_ptr, positions_stride, column, lanes, t, h, w, x, NUM_DIMS: tl.constexpr):
+    out = positions_ptr + column
+    tl.store(out, t, mask=lanes)
+    tl.store(out + positions_stride, h, mask=lanes)
+    tl.store(out + 2 * positions_stride, w, mask=lanes)
+    if NUM_DIMS > 3:
+        tl.store(out + 3 * positions_stride, x, mask=lanes)
+
+
+@triton.jit
+def _position_lanes(
+    positions_ptr, positions_stride, num_columns, pool_ptr, arena_ptr, row_start, num_rows, delta, override_at,
+    override_len, bound, num_computed, query_start, query_len, first, LANES: tl.constexpr, NUM_DIMS: tl.constexpr,
+):  # fmt: skip
+    """The positions of the query's tokens first .. first + LANES - 1 (those inside the query and the buffer)."""
+    block = first + tl.arange(0, LANES)
+    column = query_start + block
+    lanes = (block < query_len) & (column >= 0) & (column < num_columns)
+    tok = num_computed + block
+    t, h, w, x = _token_positions(
+        pool_ptr, arena_ptr, row_start, num_rows, delta, override_at, override_len, tok, lanes, bound,
+        num_computed + first, NUM_DIMS,
+    )  # fmt: skip
+    _store_columns(positions_ptr, positions_stride, column, lanes, t, h, w, x, NUM_DIMS)
+
+
+@triton.jit
 def prepare_kernel(
     positions_ptr,
     positions_stride,
@@ -264,8 +291,14 @@ def prepare_kernel(
     num_computed_tokens_ptr,
     BLOCK_SIZE: tl.constexpr,
     NUM_DIMS: tl.constexpr,
+    PROMPT_BLOCK: tl.constexpr,
 ):
-    """One program per batch entry: the positions of its scheduled tokens."""
+    """One program per batch entry: the positions of its scheduled tokens,
+    BLOCK_SIZE at a time. Past the prompt a token is index + delta, a few
+    registers a lane; a block with prompt tokens is positioned PROMPT_BLOCK
+    lanes at a time (<= BLOCK_SIZE): the layout rows take many registers a
+    lane, and a kernel's registers per thread bound how many programs run
+    at once (bench/rope_check.py: --registers, --sweep)."""
     batch_idx = tl.program_id(0)
     slot = tl.load(idx_mapping_ptr + batch_idx)
     in_range = (slot >= 0) & (slot < max_num_reqs)
@@ -278,35 +311,28 @@ def prepare_kernel(
     # the rows cover the tokens of init_prefill_positions; vLLM's prefill_len
     # says where its prefill ends: below both, positions come from the rows
     bound = tl.minimum(prompt_len, tl.load(prefill_lens_ptr + slot))
-    # the loop covers only the query's columns inside the buffer, whatever query_start_loc claims
+    # the loops cover only the query's columns inside the buffer, whatever query_start_loc claims
     first = tl.maximum(-query_start, 0)
     last = tl.minimum(query_len, num_columns - query_start)
     first = tl.minimum(first - first % BLOCK_SIZE, tl.maximum(last, 0))
     for i in range(first, last, BLOCK_SIZE):
-        block = i + tl.arange(0, BLOCK_SIZE)
-        column = query_start + block
-        lanes = (block < query_len) & (column >= 0) & (column < num_columns)
-        tok = num_computed + block
-        t, h, w, x = _token_positions(
-            pool_ptr,
-            arena_ptr,
-            row_start,
-            num_rows,
-            delta,
-            override_at,
-            override_len,
-            tok,
-            lanes,
-            bound,
-            num_computed + i,
-            NUM_DIMS,
-        )
-        out = positions_ptr + column
-        tl.store(out, t, mask=lanes)
-        tl.store(out + positions_stride, h, mask=lanes)
-        tl.store(out + 2 * positions_stride, w, mask=lanes)
-        if NUM_DIMS > 3:
-            tl.store(out + 3 * positions_stride, x, mask=lanes)
+        if PROMPT_BLOCK == BLOCK_SIZE:  # one pass of the general path, which also makes index + delta
+            _position_lanes(
+                positions_ptr, positions_stride, num_columns, pool_ptr, arena_ptr, row_start, num_rows, delta,
+                override_at, override_len, bound, num_computed, query_start, query_len, i, BLOCK_SIZE, NUM_DIMS,
+            )  # fmt: skip
+        elif num_computed + i < bound:  # prompt tokens (the EVS override lies inside the prompt too)
+            for p in range(i, tl.minimum(i + BLOCK_SIZE, last), PROMPT_BLOCK):
+                _position_lanes(
+                    positions_ptr, positions_stride, num_columns, pool_ptr, arena_ptr, row_start, num_rows, delta,
+                    override_at, override_len, bound, num_computed, query_start, query_len, p, PROMPT_BLOCK, NUM_DIMS,
+                )  # fmt: skip
+        else:  # every token past the prompt: index + delta
+            block = i + tl.arange(0, BLOCK_SIZE)
+            column = query_start + block
+            lanes = (block < query_len) & (column >= 0) & (column < num_columns)
+            after = (num_computed + block).to(tl.int64) + delta
+            _store_columns(positions_ptr, positions_stride, column, lanes, after, after, after, after, NUM_DIMS)
 
 
 @triton.jit(do_not_specialize=["length", "slot"])  # one compile whatever the slot and length
