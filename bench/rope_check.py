@@ -451,11 +451,12 @@ def compile_for_gpu(capability: int = 90) -> dict[str, str]:
     out = {}
     for name, signature in _SIGNATURES.items():
         out[name] = "ok"
-        # the position kernels once per number of axes (3: M-RoPE; 4: HunYuan-VL)
-        for num_dims in (3, 4) if name != "scatter_kernel" else (None,):
-            dims = {} if num_dims is None else {"NUM_DIMS": num_dims}
-            if name == "prepare_kernel":  # a prompt block of fewer lanes than the block, as the sweep tries
-                dims["PROMPT_BLOCK"] = 256
+        # the position kernels once per number of axes (3: M-RoPE; 4: HunYuan-VL), the step kernel
+        # with its prompt block the whole block (the default) and a quarter of it
+        variants = [{}] if name == "scatter_kernel" else [{"NUM_DIMS": d} for d in (3, 4)]
+        if name == "prepare_kernel":
+            variants = [{**v, "PROMPT_BLOCK": p} for v in variants for p in (1024, 256)]
+        for dims in variants:
             source = ASTSource(
                 fn=getattr(triton_step, name),
                 signature={**signature, "BLOCK_SIZE": "constexpr", **dict.fromkeys(dims, "constexpr")},
@@ -464,7 +465,7 @@ def compile_for_gpu(capability: int = 90) -> dict[str, str]:
             try:
                 triton.compile(source, target=target)
             except Exception as exc:  # a compile error of any kind is the finding
-                out[name] = f"{'' if num_dims is None else f'NUM_DIMS={num_dims}: '}{type(exc).__name__}: {exc}"
+                out[name] = f"{dims}: {type(exc).__name__}: {exc}"
                 break
     return out
 
