@@ -162,25 +162,18 @@ def main(argv=None) -> int:
     if args.registers:
         from . import rope_check
 
-        print("\n| block | warps | registers | stack bytes | programs per SM |\n|---|---|---|---|---|")
+        keys = ("block", "prompt_block", "warps", "registers", "stack_bytes", "programs_per_sm")
+        print("\n| " + " | ".join(keys) + " |\n" + "|---" * len(keys) + "|")
         for r in rope_check.registers():
-            print(f"| {r['block']} | {r['warps']} | {r['registers']} | {r['stack_bytes']} | {r['programs_per_sm']} |")
+            print("| " + " | ".join(str(r[k]) for k in keys) + " |")
         return 0
     if args.sweep:
         from . import rope_check
 
         rows = rope_check.sweep("cuda")
-        print("\n| step | variant | kernel us | equal | registers | spills |\n|---|---|---|---|---|---|")
+        print("\n| step | variant | kernel us | equal |\n|---|---|---|---|")
         for r in rows:
-            cells = [
-                r["step"],
-                r["variant"],
-                f"{r['us']:.2f}",
-                r.get("equal", ""),
-                r.get("registers", ""),
-                r.get("spills", ""),
-            ]
-            print("| " + " | ".join(str(c) for c in cells) + " |")
+            print(f"| {r['step']} | {r['variant']} | {r['us']:.2f} | {r.get('equal', '')} |")
         if args.json:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(rows, f, indent=1)

@@ -128,6 +128,15 @@ def _steps(num_reqs: int, layouts, kind: str, chunk: int, rng) -> tuple[np.ndarr
     return slots, counts, computed
 
 
+def _step_tensors(slots, counts, computed, prefill, device) -> tuple[tuple, int]:
+    """MRV2's four step tensors on `device` (idx_mapping int64, query_start_loc,
+    prefill_lens and num_computed_tokens int32) and the step's token count."""
+    qsl = np.zeros(slots.shape[0] + 1, np.int32)
+    np.cumsum(counts, out=qsl[1:])
+    idx_mapping, query_start_loc, num_computed = (torch.from_numpy(a).to(device) for a in (slots, qsl, computed))
+    return (idx_mapping, query_start_loc, prefill, num_computed), int(qsl[-1])
+
+
 def run(device: str, smoke: bool) -> dict:
     from .suite_rope import baseline
 
@@ -154,15 +163,7 @@ def run(device: str, smoke: bool) -> dict:
         prefill = torch.tensor([layout.num_tokens for layout in layouts], dtype=torch.int32, device=device)
         for kind in ("decode", "mixed"):
             slots, counts, computed = _steps(num_reqs, layouts, kind, chunk, rng)
-            qsl = np.zeros(num_reqs + 1, np.int32)
-            np.cumsum(counts, out=qsl[1:])
-            total = int(qsl[-1])
-            args = (
-                torch.from_numpy(slots).to(device),
-                torch.from_numpy(qsl).to(device),
-                prefill,
-                torch.from_numpy(computed).to(device),
-            )
+            args, total = _step_tensors(slots, counts, computed, prefill, device)
             state.prepare_positions(*args)
             base.prepare_positions(*args)
             tracker_slots = np.array([tracker.slot(s) for s in slots.tolist()], np.int64)
@@ -211,8 +212,8 @@ def run(device: str, smoke: bool) -> dict:
 def sweep(device: str, sizes: tuple[int, ...] = (256, 1024)) -> list[dict]:
     """The step kernel's device time (CUDA graph) for each block size, prompt
     block and warp count, decode, mixed and long-chunk steps at 256 and 1,024 requests, each
-    variant's positions checked equal to the baseline's first; with the
-    registers and spills triton reports where it does."""
+    variant's positions checked equal to the baseline's first (registers:
+    `registers`, from the cubin)."""
     from .suite_rope import baseline
 
     config = qwen2_5_vl()
@@ -227,16 +228,10 @@ def sweep(device: str, sizes: tuple[int, ...] = (256, 1024)) -> list[dict]:
         prefill = torch.tensor([layout.num_tokens for layout in layouts], dtype=torch.int32, device=device)
         steps = {}
         for kind in ("decode", "mixed", "long"):
-            slots, counts, computed = _steps(num_reqs, layouts, kind, 512, rng)
-            qsl = np.zeros(num_reqs + 1, np.int32)
-            np.cumsum(counts, out=qsl[1:])
-            args = tuple(torch.from_numpy(a).to(device) for a in (slots, qsl)) + (
-                prefill,
-                torch.from_numpy(computed).to(device),
-            )
+            args, total = _step_tensors(*_steps(num_reqs, layouts, kind, 512, rng), prefill, device)
             base.prepare_positions(*args)
-            expected = base.positions[:, : int(qsl[-1])].clone()
-            name = f"{kind}, {num_reqs} requests, {int(qsl[-1])} tokens"
+            expected = base.positions[:, :total].clone()
+            name = f"{kind}, {num_reqs} requests, {total} tokens"
             steps[name] = (args, expected)
             out.append(
                 {"step": name, "variant": base.name, "us": _graph_time(lambda a=args: base.prepare_positions(*a)) * 1e6}
@@ -261,21 +256,10 @@ def sweep(device: str, sizes: tuple[int, ...] = (256, 1024)) -> list[dict]:
                             "variant": f"block {block}, prompt block {prompt_block}, {warps} warps",
                             "us": us,
                             "equal": equal,
-                            **_registers(state),
                         }
                     )
             del state
     return out
-
-
-def _registers(state) -> dict:
-    """Registers and spills of the step kernel's last compile, where triton says."""
-    try:
-        caches = state._kernels.prepare_kernel.device_caches
-        compiled = list(next(iter(caches.values()))[0].values())
-        return {"registers": compiled[-1].n_regs, "spills": compiled[-1].n_spills}
-    except Exception:  # noqa: BLE001 - triton's internals differ between versions; the figure is optional
-        return {}
 
 
 def _graph_time(fn, launches: int = 20, replays: int = 20) -> float:
