@@ -335,3 +335,52 @@ def test_bad_dtypes():
 def test_cli_warmup_refuses_bad_jobs(capsys):
     assert main(["warmup", "--jobs", "0"]) == 2
     assert "jobs" in capsys.readouterr().err
+
+
+# A cold warmup in one process, every compile recorded: which functions numba
+# compiled for more than one argument-type signature.
+_SIGNATURES_CHILD = (
+    _RECORD_COMPILES
+    + """
+import collections
+from mrope_tracker import warmup
+
+signatures = collections.defaultdict(set)
+
+class Signatures(event.Listener):
+    def on_start(self, e):
+        pass
+
+    def on_end(self, e):
+        function = e.data["dispatcher"].py_func
+        if function.__module__.startswith("mrope_tracker"):  # (not numba's own overloads: max, min)
+            signatures[function.__qualname__].add(str(e.data["args"]))
+
+with event.install_listener("numba:compile", Signatures()):
+    warmup(jobs=1)
+print(json.dumps({name: sorted(found) for name, found in signatures.items() if len(found) > 1}))
+"""
+)
+
+# Compiled twice on purpose, each with its reason:
+_SEVERAL_SIGNATURES = {
+    # the builder from ranges writes no positions (out=None): its emitters compile without the position rules
+    "push_row",
+    "flush_text",
+    "emit_grid",
+    "av_run",
+    # next_positions takes C, Fortran and sliced (A) outputs
+    "next_positions_kernel",
+    # the tracker's step takes int32 (vLLM's runner) or int64 index arrays
+    "prepare_step",
+}
+
+
+@pytest.mark.slow
+def test_a_cold_warmup_compiles_each_kernel_once_per_argument_form(tmp_path):
+    """A second signature of a kernel is a whole compile more on every cold
+    start. Read-only vs writable tables and bare literal constants (numba
+    compiles a callee once per Literal[int] it is passed) once doubled the
+    layout check, the device cast and the canvas helpers."""
+    several = _run(_SIGNATURES_CHILD, tmp_path)
+    assert set(several) <= _SEVERAL_SIGNATURES, {k: v for k, v in several.items() if k not in _SEVERAL_SIGNATURES}

@@ -363,7 +363,8 @@ class PromptLayout:
             or not scales.flags.c_contiguous
         ):
             raise TypeError(f"scales: expected a C-contiguous float32 array of shape ({rows.shape[0]}, 2)")
-        code, row, top = check.check_layout(rows, scales, num_tokens)
+        # read-only views: the check's one compiled signature is for a layout's own (read-only) tables
+        code, row, top = check.check_layout(_read_only_view(rows), _read_only_view(scales), num_tokens)
         if code:
             raise ValueError(f"rows[{row}]: {_CHECK_MESSAGES[code]}")
         return cls(rows, scales, num_tokens, top + 1 - num_tokens, config=config)

@@ -88,6 +88,9 @@ def device_rows(rows: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.nd
     indices or h' * w' do not (a grid far larger than its prompt) is refused
     here, with a ValueError naming the layout."""
     out = np.empty((rows.shape[0], NUM_DEVICE_COLS), np.int32)
+    if rows.flags.writeable:  # the cast's one compiled signature is for read-only rows, as a layout holds them
+        rows = rows.view()
+        rows.flags.writeable = False
     code = cast_rows(rows, out)
     if code == CAST_PLAIN:  # no float tau, no mask row: one pass
         return out, _NO_TAUS

@@ -59,13 +59,11 @@ def device_rows() -> None:
 
 
 def cast_device_rows() -> None:
-    """The cast of layout rows to the device's int32 records, for both kinds of table it takes: writable (the
-    rows an admission from features builds) and read-only (a `PromptLayout`'s: EVS's pruned prompts, the
-    canvas, `init_prefill_layout`)."""
+    """The cast of layout rows to the device's int32 records, with the one table type it is called with:
+    read-only, as a `PromptLayout` holds them (`device_rows` views an admission's writable rows so)."""
     from ..kernels.device_cast import cast_rows
 
     rows = np.zeros((1, C.NUM_COLS), np.int64)
-    cast_rows(rows, np.empty((1, C.NUM_COLS + 2), np.int32))
     rows.setflags(write=False)
     cast_rows(rows, np.empty((1, C.NUM_COLS + 2), np.int32))
 

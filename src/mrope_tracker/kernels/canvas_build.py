@@ -65,7 +65,8 @@ def _put(rows, scales, n, start, count, t, top, grid_h, grid_w, left, extent_h, 
 @inner
 def _point(rows, scales, n, start, count, t, h, w):
     """`count` tokens from `start`, all at (t, h, w): an h' = count, 1 x 1 extent grid."""
-    return _put(rows, scales, n, start, count, t, h, count, 1, w, 1, 1)
+    one = np.int64(1)  # (a bare 1 would compile _put once more, for the literal)
+    return _put(rows, scales, n, start, count, t, h, count, one, w, one, one)
 
 
 @inner
@@ -161,7 +162,8 @@ def build_canvas(ids, kinds, image_sizes, video_sizes, markers, merge, crops, ro
         return CANVAS_COUNT, 2, videos, video_sizes.shape[0], 0, 0, 0
     num_crops = images + videos
     length = ids.shape[0]
-    n = 0
+    # int64, not bare literals: numba compiles a callee once per literal argument type it is passed
+    n = np.int64(0)
     counter = np.int64(0)
     cursor = np.int64(0)  # the first token no row covers yet
     taken_images = 0
@@ -230,7 +232,7 @@ def build_canvas(ids, kinds, image_sizes, video_sizes, markers, merge, crops, ro
         if stop < end:
             pending = True
             p_token = stop
-            p_count = 1
+            p_count = np.int64(1)
             p_h = o + canvas_h
             p_w = o + canvas_w
         for k in range(num_slices):
@@ -246,14 +248,14 @@ def build_canvas(ids, kinds, image_sizes, video_sizes, markers, merge, crops, ro
             left = o + (k % cols) * sw
             if pending and p_token != s_start - 1:
                 n, cursor = _flush(rows, scales, n, cursor, p_token, p_count, o, p_h, p_w, o)
-            n, cursor = _flush(rows, scales, n, cursor, s_start - 1, 1, o, top, left, o)  # <slice>
+            n, cursor = _flush(rows, scales, n, cursor, s_start - 1, np.int64(1), o, top, left, o)  # <slice>
             n = _put(rows, scales, n, s_start, s_stop - s_start, o, top, h, w, left, h, w)
             cursor = s_stop
             pending = False
             if s_stop < end:
                 pending = True
                 p_token = s_stop
-                p_count = 1
+                p_count = np.int64(1)
                 p_h = top + h - 1
                 p_w = left + w - 1
             if k + 1 < num_slices and crops[first + 2 + k, _START] - s_stop > 2:
