@@ -27,7 +27,15 @@ The decorators, by who calls the function:
   single-call emitter cost its callee tree once more. Inlining the larger
   helpers that are called from many places (push_row, flush_text, the
   writers) made the cold compile slower instead, since numba types and
-  lowers an inlined body once per call site.
+  lowers an inlined body once per call site. Large single-call bodies can
+  cost more inlined than compiled apart, too: numba re-runs a callee's
+  untyped passes and deep-copies its IR for each inlining, which grows
+  faster than the body. `inner` suits the ranges builder's `_place_range`
+  and the SGLang pass's `_vision` and `_av` (1.6 and 0.7 CPU seconds less
+  on a cold compile); the token builder's item readers stay `tiny`, whose
+  calls per item it would slow. An `inner` callee is compiled once per
+  argument-type signature, and a bare constant argument (``0``, ``-1``)
+  is a signature of its own (Literal[int]): pass ``np.int64(0)``.
 - `helper_with_gil`: the short entry points of `prompt_positions`. A call is
   over in microseconds, and releasing and retaking the GIL would be a good
   part of it; the GIL they keep is also what makes sharing the caller's

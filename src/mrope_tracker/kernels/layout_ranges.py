@@ -10,7 +10,7 @@ packed config. Errors are returned as (code, a, b, c, d), never raised.
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper, tiny
+from .jit_options import helper, inner, tiny
 from .layout_build import next_frame
 from .layout_emit import (
     S_BASE,
@@ -41,7 +41,7 @@ from .position_rules import video_sp_of
 def _next_modality(state, frames, image_ranges, video_ranges, audio_ranges):
     """The modality of the next item in prompt order (the smallest offset among
     the three heads), or -1 when every item is placed."""
-    m = -1
+    m = np.int64(-1)
     best = 0
     for mod in range(3):
         if mod == C.MOD_VIDEO and frames:
@@ -155,7 +155,7 @@ def _frame_range(rows, scales, state, out, num_tokens, offset, length, n, k, par
     return C.OK, 0, 0, 0, 0
 
 
-@tiny
+@inner
 def _place_range(
     rows, scales, state, out, num_tokens, offset, length, m, n, k, av, frames, params, image_grid, video_grid,
     video_sp, audio_tokens, audio_used, av_runs, av_bounds,
@@ -225,7 +225,7 @@ def build_from_ranges(
     tail = np.int64(-1)  # raw: where text after the last item resumes (its T + 1)
     av_mode = use_audio_in_video and params[C.P_AUDIO] >= 0
     state[S_TOTAL + C.MOD_AUDIO] = audio_ranges.shape[0]
-    audio_used = 0  # audio token counts consumed (clips and video tracks)
+    audio_used = np.int64(0)  # audio token counts consumed (clips and video tracks)
     prev_end = 0
     while True:
         m = _next_modality(state, frames, image_ranges, video_ranges, audio_ranges)

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import layout_codes as C
 from .hf_batch import float_row, merge_av, same_on_three, truncate_position
-from .jit_options import helper, jit, tiny
+from .jit_options import helper, inner, jit, tiny
 from .layout_emit import check_items
 
 _ONE = np.float32(1)
@@ -140,7 +140,7 @@ def _supported(params, image_grid, video_grid, video_sp, audio_tokens):
     return check_items(params, image_grid, video_grid, video_sp, audio_tokens)[0] == C.OK
 
 
-@tiny
+@inner
 def _vision(out, ids, c, base, params, image_grid, video_grid, video_sp, n_image, n_video, videos_alone):
     """An image or video block's content from token c, its placeholders
     checked; a video only where `videos_alone` (with use_audio_in_video the
@@ -167,7 +167,7 @@ def _vision(out, ids, c, base, params, image_grid, video_grid, video_sp, n_image
     return _grid(out, c, base, grid[0], hh, ww, sp, np.float32(params[C.P_SCALE_R])), end, n_image, n_video
 
 
-@tiny
+@inner
 def _av(out, ids, c, base, params, grid, sp, m, top):
     """An audio-in-video block's content from token c: video and audio tokens
     only, the video's count of video tokens, then audio_end vision_end.
@@ -208,9 +208,10 @@ def omni_checked_positions(out, ids, params, image_grid, video_grid, video_sp, a
     image_id = np.int64(params[C.P_IMAGE])
     video_id = np.int64(params[C.P_VIDEO])
     audio_id = np.int64(params[C.P_AUDIO])
-    n_image = 0
-    n_video = 0
-    n_audio = 0
+    # int64, not bare literals: numba compiles an `inner` callee once per literal argument type
+    n_image = np.int64(0)
+    n_video = np.int64(0)
+    n_audio = np.int64(0)
     st = 0
     prev_max = _ZERO  # maximum of the last piece appended
     has_prev = False
