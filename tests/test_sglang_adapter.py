@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import types
 
 import numpy as np
@@ -159,6 +160,78 @@ def test_config_reading_drop_ins_equal_sglangs_own(prompt):
         theirs, ours = _oracle().get_rope_index_glm4v(*args), get_rope_index_glm4v(*args, semantics=SEMANTICS)
     else:
         theirs, ours = _oracle().get_rope_index_ernie45(*args), get_rope_index_ernie45(*args, semantics=SEMANTICS)
+    assert torch.equal(theirs[0], ours[0]) and torch.equal(theirs[1], ours[1])
+
+
+# ---------------------------------------------------------------------------------------------- batches
+BATCH_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "ernie4_5_moe_vl")
+
+
+@st.composite
+def padded_batches(draw):
+    """2 or 3 prompts of one family and config, right-padded with id 0 to one width: (prompts, ids, mask)."""
+    family = draw(st.sampled_from(BATCH_FAMILIES))
+    name = family if family in ("glm4v", "ernie4_5_moe_vl") else None  # (the configs SGLang's functions read)
+    first = draw(family_prompts(family, config_name=name, max_items=2, max_t=4, min_videos=1))  # (no grids: (3, 1, L))
+    more = st.lists(family_prompts(family, config_name=name, max_items=2, max_t=4), min_size=1, max_size=2)
+    prompts = [first] + [p for p in draw(more) if p.config == first.config]
+    width = max(p.num_tokens for p in prompts)
+    ids = np.zeros((len(prompts), width), np.int64)
+    mask = np.zeros((len(prompts), width), np.int64)
+    for row, prompt in enumerate(prompts):
+        ids[row, : prompt.num_tokens] = prompt.token_ids
+        mask[row, : prompt.num_tokens] = 1
+    return prompts, ids, mask
+
+
+def _batch_args(prompts, ids, mask) -> tuple[str, list, dict]:
+    """(function name, positional arguments, keyword arguments) of SGLang's call for a padded batch."""
+    kws = [p.kwargs() for p in prompts]
+
+    def joined(name, dtype):
+        parts = [kw[name] for kw in kws if kw.get(name) is not None]
+        return torch.from_numpy(np.concatenate(parts).astype(dtype)) if parts else None
+
+    images, videos = joined("image_grid_thw", np.int64), joined("video_grid_thw", np.int64)
+    family = prompts[0].family
+    if family in ("glm4v", "ernie4_5_moe_vl"):
+        args = [torch.from_numpy(ids), _namespace(prompts[0].config), images, videos]
+        if family == "glm4v":
+            return "get_rope_index_glm4v", args + [torch.from_numpy(mask)], {}
+        return "get_rope_index_ernie45", args, {}
+    args = _sglang_args(_config(prompts[0]), prompts[0])
+    args.update(input_ids=torch.from_numpy(ids), image_grid_thw=images, video_grid_thw=videos)
+    args["second_per_grid_ts"] = joined("second_per_grid_ts", np.float32)
+    return "get_rope_index", [], args
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(padded_batches())
+def test_batch_rows_take_the_items_in_batch_order(batch):
+    """Each row of a batch is its own prompt with the next items, whatever the family's layout (GLM's frames are
+    images inside video brackets; ERNIE's videos have no vision_start): SGLang's counters run across rows."""
+    prompts, ids, mask = batch
+    name, args, kwargs = _batch_args(prompts, ids, mask)
+    positions, deltas = getattr(sys.modules["mrope_tracker.sglang"], name)(*args, **kwargs, semantics=SEMANTICS)
+    config = _config(prompts[0])
+    for row, prompt in enumerate(prompts):
+        if name == "get_rope_index_glm4v":  # padding masked: positions of 1; the delta counts the padded row
+            kept, expected = prompt.token_ids, np.ones((3, ids.shape[1]), np.int64)
+        else:  # padding positioned as text
+            kept, expected = ids[row], np.empty((3, ids.shape[1]), np.int64)
+        alone, _ = prompt_positions(config, kept, **prompt.kwargs())
+        expected[:, : alone.shape[1]] = alone
+        assert (positions[:, row].numpy() == expected).all()
+        assert int(deltas[row]) == alone.max() + 1 - ids.shape[1]
+
+
+@pytest.mark.skipif(not ORACLE, reason="MROPE_SGLANG_ROPE_INDEX names no SGLang mrope_rope_index.py")
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(padded_batches())
+def test_batches_equal_sglangs_own(batch):
+    name, args, kwargs = _batch_args(*batch)
+    theirs = getattr(_oracle(), name)(*args, **kwargs)
+    ours = getattr(sys.modules["mrope_tracker.sglang"], name)(*args, **kwargs, semantics=SEMANTICS)
     assert torch.equal(theirs[0], ours[0]) and torch.equal(theirs[1], ours[1])
 
 

@@ -33,7 +33,9 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
+from ..core.inputs import normalize_items
 from ..families import SEMANTICS
+from ..kernels.hf_batch import KEEP_ALL, KEEP_NONZERO, WRITE_INT, batch_kernel
 from .rope_args import as_result, counts_arg, floats_arg, grid_arg, input_ids_arg, one_prompt
 from .rope_fast import RopePlan
 
@@ -63,6 +65,9 @@ def check_semantics(semantics) -> str:
 
 
 _CONFIGS: dict = {}
+# the batch kernel's float outputs, unused here (the float_carry family takes one row)
+_NO_FLOAT_OUT = np.zeros((3, 0, 0), np.float32)
+_NO_FLOAT_DELTAS = np.zeros(0, np.float32)
 # SGLang's call, by its arguments as they come: what the lean path needs of the config (rope_fast.py)
 _PLANS: dict = {}
 
@@ -157,49 +162,45 @@ def _index_result(input_ids: torch.Tensor, length: int) -> tuple[torch.Tensor, t
     return as_result(positions, np.zeros((1, 1), np.int64), input_ids, torch.int64)
 
 
-def _row_counts(ids: np.ndarray, config: MRopeConfig, videos: np.ndarray | None) -> tuple[int, int]:
-    """Images and videos one row of a batch uses (items are shared across rows in order)."""
-    starts = np.flatnonzero(ids[:-1] == config.vision_start_token_id) + 1
-    following = ids[starts]
-    images = int(np.count_nonzero(following == config.image_token_id))
-    blocks = int(np.count_nonzero(following == config.video_token_id))
-    if config.spec.video_blocks == "frames" and videos is not None:
-        frames, count = 0, 0
-        while frames < blocks and count < videos.shape[0]:
-            frames += int(videos[count, 0])
-            count += 1
-        return images, count
-    return images, blocks
-
-
 def _batch(config, ids, images, videos, times, audio=None, use_av=False, mask=None):
     """Positions (3, B, L) int64 and deltas (B,) for every row of `ids` (B, L), each row its own prompt."""
     rows, length = ids.shape
     if rows == 1 and mask is None:  # SGLang's call: one prompt, its positions used as they come
         positions, delta = one_prompt(config, ids[0], images, videos, times, audio, use_av)
         return positions.reshape(3, 1, length), np.array([delta], np.int64)
-    out = np.ones((3, rows, length), np.int64)
-    deltas = np.zeros(rows, np.int64)
-    image_at = video_at = 0
-    for row in range(rows):
+    # Rows share the items in batch order (SGLang's counters run across rows), and only the family's own scan
+    # knows how many of them a row holds (GLM's frames are images inside video brackets, ERNIE's videos have
+    # no vision_start): the transformers drop-in's batch kernel positions every row, taking items as it goes.
+    items, _ = normalize_items(config, images, videos, times, audio, use_av)
+    if mask is None:
+        keep, rule = ids, KEEP_ALL  # (the kernel never reads it)
+    else:
+        keep, rule = mask.astype(np.int64), KEEP_NONZERO
+    out = np.empty((3, rows, length), np.int64)
+    deltas = np.empty(rows, np.int64)
+    starts = np.zeros((rows + 1, 3), np.int64)
+    row, code, a, b, c, d = batch_kernel(
+        out, deltas, _NO_FLOAT_OUT, _NO_FLOAT_DELTAS, np.empty(rows, np.int64), starts, ids, keep, rule, 1, True,
+        config.kernel_params, *items, WRITE_INT,
+    )  # fmt: skip
+    if row < rows:  # the row's own scan, with the items left to it, names what is wrong
+        first_image, first_video, first_audio = (int(k) for k in starts[row])
         row_ids = ids[row] if mask is None else ids[row][mask[row]]
-        if rows == 1:
-            row_images, row_videos = images, videos
-            row_times = times
-        else:
-            n_images, n_videos = _row_counts(row_ids, config, videos)
-            row_images = None if images is None else images[image_at : image_at + n_images]
-            row_videos = None if videos is None else videos[video_at : video_at + n_videos]
-            row_times = None if times is None else times[video_at : video_at + n_videos]
-            image_at += n_images
-            video_at += n_videos
-        positions, delta = one_prompt(config, row_ids, row_images, row_videos, row_times, audio, use_av)
-        if mask is None:
-            out[:, row, :] = positions
-        else:
-            out[:, row, mask[row]] = positions
-        # the delta counts the padded row, as SGLang's does
-        deltas[row] = positions.max() + 1 - length if positions.shape[1] else 1 - length
+        try:
+            one_prompt(
+                config, row_ids, items[0][first_image:], items[1][first_video:],
+                None if times is None else items[2][first_video:],
+                items[3][first_audio:] if audio is not None else None, use_av,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ValueError(f"input_ids row {row}, with the items rows before it left: {exc}") from None
+        raise ValueError(f"input_ids row {row}: cannot be positioned (code {code})")  # (the scan raises first)
+    used, given = starts[rows], (items[0].shape[0], items[1].shape[0])
+    if used[0] != given[0] or used[1] != given[1]:
+        raise ValueError(
+            f"image_grid_thw, video_grid_thw: expected as many items as the rows' placeholders use "
+            f"({int(used[0])} images, {int(used[1])} videos), got {given[0]} and {given[1]}"
+        )
     return out, deltas
 
 
