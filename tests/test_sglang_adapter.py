@@ -115,6 +115,41 @@ def test_get_rope_index_names_bad_arguments():
         get_rope_index(2, 9, 8, 7, "qwen2_vl", None, torch.tensor([[1, 2]]), None, semantics="sglang-9")
 
 
+def test_time_scales_in_another_float_dtype_are_sglangs_or_refused():
+    """SGLang multiplies frame indices by a float64 (float16, bfloat16) tensor's value in that dtype: where its frame
+    times are float32's, the positions are the same; where they differ, the call is refused, never positioned
+    otherwise (31/7 s a grid at 2 tokens a second: the eighth frame is at 63.99.. in float32, 64.0 in float64)."""
+    ids = torch.tensor([[1, 7] + [8] * 32 + [6, 2]])
+    args = (2, 9, 8, 7, "qwen2_5_vl", 2, ids, None, torch.tensor([[8, 4, 4]]))
+    float32, _ = get_rope_index(*args, torch.tensor([1.5]), semantics=SEMANTICS)
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        same, _ = get_rope_index(*args, torch.tensor([1.5], dtype=dtype), semantics=SEMANTICS)
+        assert torch.equal(same, float32)
+    with pytest.raises(ValueError, match=r"second_per_grid_ts\[0\].*float64"):
+        get_rope_index(*args, torch.tensor([31 / 7], dtype=torch.float64), semantics=SEMANTICS)
+    needs_grad, _ = get_rope_index(*args, torch.tensor([1.5], requires_grad=True), semantics=SEMANTICS)
+    assert torch.equal(needs_grad, float32)
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("image_grid_thw", [[2**70, 4, 4]]),
+        ("image_grid_thw", [[1.5, 4, 4]]),
+        ("image_grid_thw", torch.tensor([[True, True, True]])),
+        ("image_grid_thw", torch.ones((1, 3), dtype=torch.int64, device="meta")),
+        ("second_per_grid_ts", ["a"]),
+        ("second_per_grid_ts", torch.ones(1, device="meta")),
+    ],
+)
+def test_argument_forms_that_cannot_be_read_are_named(name, value):
+    ids = torch.tensor([[1, 7, 9, 9, 9, 9, 6, 7, 8, 8, 8, 8, 6]])
+    args = dict(image_grid_thw=[[1, 4, 4]], video_grid_thw=[[1, 4, 4]], second_per_grid_ts=[1.0])
+    args[name] = value
+    with pytest.raises((TypeError, ValueError), match=name):
+        get_rope_index(2, 9, 8, 7, "qwen2_5_vl", 2, ids, **args, semantics=SEMANTICS)
+
+
 # ---------------------------------------------------------------------------------------------- SGLang's file
 ORACLE = os.environ.get("MROPE_SGLANG_ROPE_INDEX")
 
@@ -363,7 +398,12 @@ def test_bad_batches_name_the_argument_and_change_nothing():
         (TypeError, "prefix_lens", dict(req_pool_indices=[2])),
         (TypeError, "extend_lens", dict(req_pool_indices=[2], prefix_lens=[0])),
         (TypeError, "seq_lens", dict(req_pool_indices=[2], seq_lens=np.array([1.5]))),
-        (ValueError, "spec_positions", dict(req_pool_indices=torch.tensor([2]), spec_positions=torch.zeros((2, 2)))),
+        (ValueError, "spec_positions", dict(req_pool_indices=torch.tensor([2]), spec_positions=torch.tensor([[1, 2]]))),
+        # speculative rows: integer tensors, inside the table (checked where the rows are on the host)
+        (TypeError, "req_pool_indices", dict(req_pool_indices=torch.tensor([True]), spec_positions=torch.tensor([7]))),
+        (TypeError, "spec_positions", dict(req_pool_indices=torch.tensor([2]), spec_positions=torch.tensor([7.0]))),
+        (ValueError, "req_pool_indices", dict(req_pool_indices=torch.tensor([5]), spec_positions=torch.tensor([7]))),
+        (ValueError, "req_pool_indices", dict(req_pool_indices=torch.tensor([-1]), spec_positions=torch.tensor([7]))),
     ]
     for error, name, kwargs in cases:
         with pytest.raises(error, match=name):
@@ -377,6 +417,21 @@ def test_bad_batches_name_the_argument_and_change_nothing():
         engine.release(3)
     assert engine.delta(2) == layout.delta and list(engine.admitted()) == [2]
     assert torch.equal(engine.positions([2], prefix_lens=[0], extend_lens=[20]), before)
+
+
+def test_a_row_is_replaced_with_every_row_in_use():
+    engine = BatchPositions(QWEN25, max_num_reqs=2, max_num_tokens=64)
+    for row in (0, 1, 2):
+        engine.admit(row, num_tokens=5)
+    layout = PromptLayout.from_ranges(QWEN25, 20, image_ranges=[(3, 4)], image_grid_thw=[[1, 4, 4]])
+    engine.admit(1, layout)
+    assert engine.delta(1) == layout.delta and list(engine.admitted()) == [0, 1, 2]
+    other = MRopeConfig.from_hf_config(load_config("qwen2_vl"), semantics=SEMANTICS)
+    with pytest.raises(ValueError, match="layout"):  # refused: the row keeps its request
+        engine.admit(1, PromptLayout.from_ranges(other, 9))
+    assert engine.delta(1) == layout.delta
+    step = engine.positions([1], prefix_lens=[0], extend_lens=[20])
+    assert torch.equal(step[:, :20], torch.from_numpy(layout.positions()))
 
 
 def test_rows_are_reused_and_state_grows_with_items():

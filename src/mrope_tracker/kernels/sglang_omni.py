@@ -208,8 +208,7 @@ def omni_checked_positions(out, ids, params, image_grid, video_grid, video_sp, a
     image_id = np.int64(params[C.P_IMAGE])
     video_id = np.int64(params[C.P_VIDEO])
     audio_id = np.int64(params[C.P_AUDIO])
-    # int64, not bare literals: numba compiles an `inner` callee once per literal argument type
-    n_image = np.int64(0)
+    n_image = np.int64(0)  # (int64, not a bare 0: an `inner` callee compiles once per literal argument type)
     n_video = np.int64(0)
     n_audio = np.int64(0)
     st = 0

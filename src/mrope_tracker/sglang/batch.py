@@ -33,12 +33,13 @@ import torch
 from ..core.config import MRopeConfig
 from ..core.inputs import as_config, as_index
 from ..core.layout import PromptLayout
-from ..tracker.position_tracker import PositionTracker
+from ..tracker.position_tracker import MAX_TRACKED_REQUESTS, PositionTracker
 from .request_state import read_layout, text_layout
 
 __all__ = ["BatchPositions"]
 
 _FREE = -1
+_INDEX_DTYPES = (torch.int32, torch.int64)
 # the tracker's argument names -> the SGLang field each came from
 _EXTEND_NAMES = (
     ("num_scheduled_tokens", "extend_lens"),
@@ -84,10 +85,12 @@ class BatchPositions:
 
     def __init__(self, config, *, max_num_reqs: int, max_num_tokens: int, device="cpu", max_model_len=None):
         self.config: MRopeConfig = as_config(config)
-        self.max_num_reqs = as_index(max_num_reqs, "max_num_reqs", minimum=1)
+        self.max_num_reqs = as_index(max_num_reqs, "max_num_reqs", minimum=1, maximum=MAX_TRACKED_REQUESTS - 2)
         self.tracker = PositionTracker(
             self.config,
-            max_num_reqs=self.max_num_reqs + 1,
+            # rows 0..max_num_reqs, and one slot more: a row's new request goes in before its old one leaves,
+            # so that a refused layout leaves the row as it was, even with every row in use
+            max_num_reqs=self.max_num_reqs + 2,
             max_num_batched_tokens=max_num_tokens,
             device=device,
             max_model_len=max_model_len,
@@ -217,15 +220,27 @@ class BatchPositions:
             )
         if not isinstance(spec_positions, torch.Tensor) or spec_positions.device != self.device:
             raise TypeError(f"spec_positions: expected a tensor on {self.device}, got {type(spec_positions).__name__}")
+        if req_pool_indices.dtype not in _INDEX_DTYPES:
+            raise TypeError(f"req_pool_indices: expected an int32 or int64 tensor, got {req_pool_indices.dtype}")
+        if spec_positions.dtype not in _INDEX_DTYPES:
+            raise TypeError(f"spec_positions: expected an int32 or int64 tensor, got {spec_positions.dtype}")
         bs = req_pool_indices.shape[0]
         if req_pool_indices.ndim != 1 or spec_positions.ndim != 1 or bs == 0 or spec_positions.numel() % bs:
             raise ValueError(
                 f"spec_positions: expected a 1-D tensor of a whole number of positions per request ({bs} requests), "
                 f"got shape {tuple(spec_positions.shape)}"
             )
-        # rows are not checked on the host (that would read the device); an
-        # unknown row reads its stale or zero delta, as SGLang's padding rows do
-        deltas = self._deltas.index_select(0, req_pool_indices.to(torch.int64))
+        rows = req_pool_indices.to(torch.int64)
+        if rows.is_cpu:  # host rows are checked here; device rows are not (that would read the device) ...
+            bad = torch.nonzero((rows < 0) | (rows > self.max_num_reqs)).flatten()
+            if bad.numel():
+                k = int(bad[0])
+                expected = f"expected a row in [0, {self.max_num_reqs}]"
+                raise ValueError(f"req_pool_indices[{k}]: {expected}, got {int(rows[k])}")
+        else:  # ... a row outside the table reads row 0's, SGLang's padding row (an unknown row reads its stale or
+            # zero delta, as SGLang's padding rows do), never memory past the table
+            rows = torch.where((rows < 0) | (rows > self.max_num_reqs), torch.zeros_like(rows), rows)
+        deltas = self._deltas.index_select(0, rows)
         flat = (spec_positions.view(bs, -1).to(torch.int64) + deltas[:, None]).flatten()
         return flat.unsqueeze(0).expand(self.config.num_dims, -1)
 

@@ -30,7 +30,7 @@ from ..core.positions import prompt_positions
 from ..kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
 from ..kernels.sglang_omni import omni_checked_positions, omni_truncated_positions
 
-__all__ = ["input_ids_arg", "grid_arg", "floats_arg", "counts_arg", "one_prompt", "as_result"]
+__all__ = ["input_ids_arg", "grid_arg", "floats_arg", "check_time_dtype", "counts_arg", "one_prompt", "as_result"]
 
 _TENSOR = torch.Tensor
 _LONG = torch.int64
@@ -59,6 +59,18 @@ def input_ids_arg(input_ids) -> np.ndarray:
     return input_ids.detach().to(device="cpu", dtype=_LONG).contiguous().numpy()
 
 
+def _tensor_values(value: torch.Tensor, name: str) -> np.ndarray:
+    """A tensor's values on the host as numpy: detached (a tensor that needs its grad is read as SGLang reads
+    it), bfloat16 widened to float32 (exact; numpy has no bfloat16); a meta tensor, which holds no values,
+    refused."""
+    if value.device.type == "meta":
+        raise TypeError(f"{name}: expected a tensor that holds values (CPU or GPU), got one on the meta device")
+    value = value.detach()
+    if value.dtype is torch.bfloat16:
+        value = value.float()
+    return value.cpu().numpy()
+
+
 def grid_arg(value, name: str) -> np.ndarray | None:
     """(n, 3) int64 grids, or None."""
     if value is None:
@@ -73,14 +85,18 @@ def grid_arg(value, name: str) -> np.ndarray | None:
     ):
         return value.numpy()
     if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
+        value = _tensor_values(value, name)
     try:
-        grid = np.asarray(value, dtype=np.int64)
-    except (TypeError, ValueError) as exc:
+        raw = np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"{name}: expected (n, 3) integer grids (t, h, w), got {type(value).__name__}") from exc
-    if grid.ndim != 2 or grid.shape[1] != 3:
-        raise ValueError(f"{name}: expected (n, 3) grids (t, h, w), got shape {grid.shape}")
-    return np.ascontiguousarray(grid)
+    if raw.ndim != 2 or raw.shape[1] != 3:
+        raise ValueError(f"{name}: expected (n, 3) grids (t, h, w), got shape {raw.shape}")
+    if raw.size and raw.dtype.kind not in "iu":  # (floats would be truncated, bools read as 0 and 1)
+        raise TypeError(f"{name}: expected integer grids (t, h, w), got {raw.dtype}")
+    if raw.size and raw.dtype == np.uint64 and raw.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name}: expected grid sizes below 2**63, got {int(raw.max())}")
+    return np.ascontiguousarray(raw, dtype=np.int64)
 
 
 def floats_arg(value) -> np.ndarray | None:
@@ -88,11 +104,38 @@ def floats_arg(value) -> np.ndarray | None:
     if value is None:
         return None
     if type(value) is _TENSOR and value.dtype is _FLOAT and value.ndim == 1 and value.is_cpu:
-        return value.numpy()
+        try:
+            return value.numpy()
+        except RuntimeError:  # (a tensor that needs its grad: read below)
+            pass
     if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
+        value = _tensor_values(value, "second_per_grid_ts")
     # float32, as the rules hold them (docs/semantics.md): the kernels take that form without a conversion
-    return np.ascontiguousarray(value, dtype=np.float32).reshape(-1)
+    try:
+        return np.ascontiguousarray(value, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"second_per_grid_ts: expected one number per video, got {value!r}") from exc
+
+
+def check_time_dtype(config: MRopeConfig, value, videos: np.ndarray | None) -> None:
+    """SGLang multiplies frame indices by a video's ``second_per_grid_ts[k]`` in that tensor's own dtype (a 0-d
+    float64 tensor makes the product float64), while this preset's kernels compute in float32, as SGLang does
+    for the float32 tensors its processors make. For a tensor of another float dtype, the frame times of both
+    are compared here, and a video whose times would differ is refused (ValueError), never positioned
+    differently from SGLang."""
+    if not isinstance(value, torch.Tensor) or value.dtype in (_FLOAT, torch.bool) or not value.is_floating_point():
+        return
+    if not config.spec.scaled_time or config.float_carry or videos is None or value.device.type == "meta":
+        return  # (SGLang's Qwen3-Omni function casts each value to float32 itself)
+    times = value.detach().cpu().reshape(-1)
+    scale = config.tokens_per_second
+    for k in range(min(len(videos), times.shape[0])):
+        frames = torch.arange(int(videos[k, 0])).view(-1, 1)
+        if not torch.equal((frames * times[k] * scale).long(), (frames * times[k].float() * scale).long()):
+            raise ValueError(
+                f"second_per_grid_ts[{k}]: SGLang computes this video's frame times in {value.dtype}, where they "
+                f"differ from float32's, the dtype this preset computes in; pass second_per_grid_ts as float32"
+            )
 
 
 def counts_arg(value):

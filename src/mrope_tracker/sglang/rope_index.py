@@ -36,7 +36,7 @@ from ..core.config import MRopeConfig
 from ..core.inputs import normalize_items
 from ..families import SEMANTICS
 from ..kernels.hf_batch import KEEP_ALL, KEEP_NONZERO, WRITE_INT, batch_kernel
-from .rope_args import as_result, counts_arg, floats_arg, grid_arg, input_ids_arg, one_prompt
+from .rope_args import as_result, check_time_dtype, counts_arg, floats_arg, grid_arg, input_ids_arg, one_prompt
 from .rope_fast import RopePlan
 
 __all__ = [
@@ -190,7 +190,7 @@ def _batch(config, ids, images, videos, times, audio=None, use_av=False, mask=No
             one_prompt(
                 config, row_ids, items[0][first_image:], items[1][first_video:],
                 None if times is None else items[2][first_video:],
-                items[3][first_audio:] if audio is not None else None, use_av,
+                None if audio is None else np.asarray(audio)[first_audio:], use_av,
             )  # fmt: skip
         except ValueError as exc:
             raise ValueError(f"input_ids row {row}, with the items rows before it left: {exc}") from None
@@ -215,7 +215,11 @@ def _result(config, input_ids, ids, images, videos, times=None, audio=None, use_
     (float32 for Qwen3-Omni), deltas (B, 1) int64 (float32 for Qwen3-Omni)."""
     if images is None and videos is None:
         return _index_result(input_ids, ids.shape[1])
-    times = floats_arg(times) if config.spec.scaled_time else None  # SGLang reads no time scale for the others
+    if config.spec.scaled_time:
+        check_time_dtype(config, times, videos)
+        times = floats_arg(times)
+    else:
+        times = None  # SGLang reads no time scale for the others
     positions, deltas = _batch(config, ids, images, videos, times, audio, use_av, mask)
     if floats:
         return as_result(positions, deltas, input_ids, torch.float32, torch.float32)

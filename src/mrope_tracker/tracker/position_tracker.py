@@ -44,6 +44,7 @@ _INDEX_LIMIT = 2**62  # num_computed_tokens limit without max_model_len (keeps k
 # admission only) when requests carry more items than that.
 _DEFAULT_ROWS_PER_REQ = 8
 _MAX_REQS = 2**20
+MAX_TRACKED_REQUESTS = _MAX_REQS  # (the most slots a tracker takes: for adapters that add slots of their own)
 _MAX_BATCHED_TOKENS = 2**26
 
 
