@@ -1,5 +1,7 @@
 """PromptLayout built directly (e.g. after deserialising) is checked before any kernel reads it."""
 
+import struct
+
 import attrs
 import numpy as np
 import pytest
@@ -214,6 +216,17 @@ def _resealed(data: bytes) -> bytes:
     import zlib
 
     return data[:-4] + zlib.crc32(data[:-4]).to_bytes(4, "little")
+
+
+def test_a_resealed_config_nested_past_pythons_recursion_limit_is_refused():
+    """json raises RecursionError on deep nesting: it is a ValueError naming data like any unreadable config."""
+    data = good_layout().to_bytes()
+    header = struct.Struct("<4sB3xqqqI")
+    magic, version, num_tokens, delta, num_rows, length = header.unpack_from(data)
+    nested = b"[" * 100_000 + b"]" * 100_000
+    body = header.pack(magic, version, num_tokens, delta, num_rows, len(nested)) + data[header.size : -4 - length]
+    with pytest.raises(ValueError, match="data: .*config"):
+        PromptLayout.from_bytes(_resealed(body + nested + b"\0\0\0\0"))
 
 
 def test_from_bytes_wants_bytes():

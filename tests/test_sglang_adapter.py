@@ -115,10 +115,22 @@ def test_get_rope_index_names_bad_arguments():
         get_rope_index(2, 9, 8, 7, "qwen2_vl", None, torch.tensor([[1, 2]]), None, semantics="sglang-9")
 
 
+@pytest.mark.parametrize("name, value", [("spatial_merge_size", 2.0), ("spatial_merge_size", [2]),
+                                         ("image_token_id", 9.0), ("video_token_id", True)])  # fmt: skip
+def test_ids_of_another_type_are_refused_after_a_call_with_ints(name, value):
+    """2.0 == 2 as a cache key: after a call with int ids, a float id must still be refused, not find its plan."""
+    ids = torch.tensor([[1, 7, 9, 9, 9, 9, 6, 2]])
+    args = dict(spatial_merge_size=2, image_token_id=9, video_token_id=8, vision_start_token_id=7)
+    get_rope_index(**args, model_type="qwen2_vl", input_ids=ids, image_grid_thw=torch.tensor([[1, 4, 4]]))
+    args[name] = value
+    with pytest.raises(TypeError, match=name):
+        get_rope_index(**args, model_type="qwen2_vl", input_ids=ids, image_grid_thw=torch.tensor([[1, 4, 4]]))
+
+
 def test_time_scales_in_another_float_dtype_are_sglangs_or_refused():
     """SGLang multiplies frame indices by a float64 (float16, bfloat16) tensor's value in that dtype: where its frame
     times are float32's, the positions are the same; where they differ, the call is refused, never positioned
-    otherwise (31/7 s a grid at 2 tokens a second: the eighth frame is at 63.99.. in float32, 64.0 in float64)."""
+    otherwise (31/7 s a grid at 2 tokens a second: frame 7 is at 61.999996 in float32, 62.0 in float64)."""
     ids = torch.tensor([[1, 7] + [8] * 32 + [6, 2]])
     args = (2, 9, 8, 7, "qwen2_5_vl", 2, ids, None, torch.tensor([[8, 4, 4]]))
     float32, _ = get_rope_index(*args, torch.tensor([1.5]), semantics=SEMANTICS)

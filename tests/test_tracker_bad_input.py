@@ -84,6 +84,12 @@ BAD_CALLS = {
     "prepare_negative_count": ({}, lambda t: t.prepare(["a", "b"], [2, -1]), ValueError, r"num_scheduled_tokens\[1\]"),
     "prepare_float_count": ({}, lambda t: t.prepare(["a", "b"], [2, 1.0]), TypeError, "num_scheduled_tokens"),
     "prepare_bool_count": ({}, lambda t: t.prepare(["a"], [True]), TypeError, "num_scheduled_tokens"),
+    "prepare_meta_counts": (
+        {},
+        lambda t: t.prepare(["a"], torch.ones(1, dtype=torch.int64, device="meta")),
+        TypeError,
+        "num_scheduled_tokens",
+    ),
     # the same ids and equal-comparing counts as the previous step
     "prepare_float_count_repeating_last_step": (
         {},

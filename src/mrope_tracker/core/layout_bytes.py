@@ -102,7 +102,7 @@ def _read_config(recorded: bytes) -> MRopeConfig:
         if not isinstance(fields, dict):
             raise TypeError(f"a JSON object, got {type(fields).__name__}")
         return MRopeConfig(**fields)
-    except (ValueError, TypeError) as exc:  # JSON and UTF-8 errors are ValueErrors
+    except (ValueError, TypeError, RecursionError) as exc:  # JSON and UTF-8 errors are ValueErrors; deep nesting
         raise ValueError(
             f"data: expected the config the layout was built under, got one that cannot be read ({exc})"
         ) from None

@@ -80,6 +80,17 @@ def _plan_of(key, config: MRopeConfig, omni_function: bool) -> None:
         _PLANS[key] = RopePlan(config, omni_function)
 
 
+def _usual_plan(key, spatial_merge_size, image_token_id, video_token_id, vision_start_token_id):
+    """(the plan kept under `key` or None, `key` or None where it cannot be one): ids must be ints, since a float
+    or bool id equals an int one as a key and would find the int call's plan (the checked route refuses it)."""
+    if type(spatial_merge_size) is type(image_token_id) is type(video_token_id) is type(vision_start_token_id) is int:
+        try:
+            return _PLANS.get(key), key
+        except TypeError:  # an unhashable argument: the checked route says what is wrong
+            pass
+    return None, None
+
+
 def _cached_config(key, build) -> MRopeConfig:
     """Configs cost more to build than a short prompt's positions: one per argument set."""
     config = _CONFIGS.get(key)
@@ -109,14 +120,22 @@ def qwen_config(
     fast = (spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second)
     fast += (semantics, kwargs.get("audio_token_id"), kwargs.get("audio_start_token_id"))
     fast += (kwargs.get("position_id_per_seconds"),)
-    try:
-        config = _CONFIGS.get(fast)
-    except TypeError:  # an unhashable argument: the checked way below says what is wrong
+    if type(spatial_merge_size) is type(image_token_id) is type(video_token_id) is type(vision_start_token_id) is int:
+        try:
+            config = _CONFIGS.get(fast)
+        except TypeError:  # an unhashable argument: the checked way below says what is wrong
+            fast, config = None, None
+    else:  # (2.0 == 2 as a key: a float id would find an int config, and be accepted or not by the cache's state)
         fast, config = None, None
     if config is not None:
         return config
     if not isinstance(model_type, str):
         raise TypeError(f"model_type: expected a str, got {type(model_type).__name__}")
+    named = {"spatial_merge_size": spatial_merge_size, "image_token_id": image_token_id}
+    named.update(video_token_id=video_token_id, vision_start_token_id=vision_start_token_id)
+    for name, value in named.items():  # (before any cache key: 2.0 == 2 there)
+        if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool)):
+            raise TypeError(f"{name}: expected an int, got {value!r}")
     model_type = _MODEL_TYPE_ALIASES.get(model_type, model_type)
     ids = {"image_token_id": image_token_id, "video_token_id": video_token_id}
     ids["vision_start_token_id"] = vision_start_token_id
@@ -256,10 +275,7 @@ def get_rope_index(
             spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second,
             semantics,
         )  # fmt: skip
-    try:
-        plan = _PLANS.get(key)
-    except TypeError:  # an unhashable argument: the checked route says what is wrong
-        plan = key = None
+    plan, key = _usual_plan(key, spatial_merge_size, image_token_id, video_token_id, vision_start_token_id)
     if plan is not None:
         result = plan.call(input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs)
         if result is not None:
@@ -309,10 +325,7 @@ def get_rope_index_qwen3_omni(
         spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, tokens_per_second, semantics,
         get("audio_token_id"), get("audio_start_token_id"), get("position_id_per_seconds"),
     )  # fmt: skip
-    try:
-        plan = _PLANS.get(key)
-    except TypeError:
-        plan = key = None
+    plan, key = _usual_plan(key, spatial_merge_size, image_token_id, video_token_id, vision_start_token_id)
     if plan is not None:
         result = plan.call(input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs)
         if result is not None:

@@ -107,6 +107,8 @@ class StepArgs:
         if kind is torch.Tensor:
             if value.dtype == torch.bool or value.is_floating_point() or value.is_complex():
                 raise TypeError(f"{name}: expected an integer tensor, got dtype {value.dtype}")
+            if value.device.type == "meta":
+                raise TypeError(f"{name}: expected a tensor that holds values (CPU or GPU), got one on the meta device")
             value = value.detach().cpu().numpy()
             kind = np.ndarray
         if kind is np.ndarray and value.ndim == 1 and value.dtype.kind in "iu":
