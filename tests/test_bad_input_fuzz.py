@@ -18,11 +18,13 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import types
 
 import attrs
 import numpy as np
 import pytest
 import torch
+from family_prompts import load_config as load_config_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vllm_features import FeatureSpec, feature
@@ -38,6 +40,9 @@ from mrope_tracker import (
     prompt_positions,
 )
 from mrope_tracker.hf.compare import load_config
+from mrope_tracker.sglang import BatchPositions
+from mrope_tracker.sglang import get_rope_index as sglang_get_rope_index
+from mrope_tracker.sglang import get_rope_index_glm4v as sglang_get_rope_index_glm4v
 from mrope_tracker.vllm import get_mrope_input_positions, layout_from_features
 
 QWEN2_5 = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
@@ -114,6 +119,10 @@ BAD_VALUES = [
     lambda: torch.tensor([[1.0, 2.0, 4.0]]),
     lambda: torch.zeros(3, dtype=torch.bool),
     lambda: torch.zeros((2, 3, 4), dtype=torch.int64),
+    lambda: torch.tensor([1.0], dtype=torch.float64),
+    lambda: torch.tensor([[1, 2, 4]], dtype=torch.int64, device="meta"),
+    lambda: torch.tensor([9]),
+    lambda: torch.tensor([-1]),
     lambda: [feature("image", 2, 2)],
     lambda: [feature("video", 2**62, 2**62, video_grid_thw=[2**31, 2, 2])],
     lambda: [feature("audio", 2, 2, audio_feature_lengths=2**40)],
@@ -177,6 +186,51 @@ def _tracker_entry(method: str, args: dict) -> Entry:
         state=(_tracker, _tracker_state),
         signature_of=getattr(PositionTracker, method),
     )
+
+
+def _batch_positions() -> BatchPositions:
+    engine = BatchPositions(QWEN2_5, max_num_reqs=3, max_num_tokens=32)
+    engine.admit(1, _layout())
+    engine.admit(2, num_tokens=5)
+    return engine
+
+
+def _batch_state(engine: BatchPositions):
+    return (
+        engine._slot_of.copy(),
+        engine._deltas.numpy().copy(),
+        dict(engine._key_of),
+        *_tracker_state(engine.tracker),
+    )
+
+
+def _batch_entry(method: str, args: dict) -> Entry:
+    def call(engine, **kwargs):
+        return getattr(engine, method)(**kwargs)
+
+    return Entry(
+        f"BatchPositions.{method}",
+        call,
+        args,
+        state=(_batch_positions, _batch_state),
+        signature_of=getattr(BatchPositions, method),
+    )
+
+
+SGLANG_ARGS = dict(
+    spatial_merge_size=2,
+    image_token_id=IMG,
+    video_token_id=QWEN2_5.video_token_id,
+    vision_start_token_id=VS,
+    model_type="qwen2_5_vl",
+    tokens_per_second=2,
+    input_ids=torch.tensor([IDS]),
+    image_grid_thw=torch.tensor([[1, 2, 4]]),
+    video_grid_thw=torch.tensor([[1, 2, 4]]),
+    second_per_grid_ts=torch.tensor([1.0]),
+)
+GLM = load_config_dict("glm4v")
+GLM_IDS = [1, GLM["image_start_token_id"], GLM["image_token_id"], GLM["image_token_id"], GLM["image_end_token_id"], 2]
 
 
 def _layout_state(layout: PromptLayout):
@@ -247,6 +301,29 @@ ENTRIES = [
             second_per_grid_ts=torch.tensor([1.0]),
         ),
     ),
+    Entry("sglang.get_rope_index", sglang_get_rope_index, SGLANG_ARGS),
+    Entry(
+        "sglang.get_rope_index_glm4v",
+        sglang_get_rope_index_glm4v,
+        dict(
+            input_ids=torch.tensor([GLM_IDS, GLM_IDS]),
+            hf_config=types.SimpleNamespace(
+                **{k: v for k, v in GLM.items() if k != "vision_config"},
+                vision_config=types.SimpleNamespace(**GLM["vision_config"]),
+            ),
+            image_grid_thw=torch.tensor([[1, 2, 4], [1, 2, 4]]),
+            video_grid_thw=None,
+            attention_mask=torch.ones((2, len(GLM_IDS)), dtype=torch.int64),
+        ),  # fmt: skip
+    ),
+    _batch_entry("admit", dict(req_pool_idx=3, layout=_layout(), num_tokens=None)),
+    _batch_entry(
+        "positions",
+        dict(req_pool_indices=[1, 2], prefix_lens=[0, 0], extend_lens=[4, 5], seq_lens=None, spec_positions=None),
+    ),
+    _batch_entry("positions", dict(req_pool_indices=[1, 2], seq_lens=[12, 6])),
+    _batch_entry("positions", dict(req_pool_indices=torch.tensor([1, 2]), spec_positions=torch.tensor([11, 12, 5, 6]))),
+    _batch_entry("release", dict(req_pool_idx=2)),
     _tracker_entry("add_request", dict(req_id="new", token_ids=IDS, num_computed_tokens=0, **GRIDS)),
     _tracker_entry("add_request_from_ranges", dict(req_id="new", num_tokens=len(IDS), num_computed_tokens=0, **RANGES)),
     _tracker_entry(

@@ -90,6 +90,8 @@ def _numpy(value, name: str) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         if value.device.type == "cpu" and not value.requires_grad:
             return value.numpy()  # a view
+        if value.device.type == "meta":
+            raise TypeError(f"{name}: expected a tensor that holds values (CPU or GPU), got one on the meta device")
         return value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
         return plain_ndarray(value, name)

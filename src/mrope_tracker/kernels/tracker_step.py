@@ -42,8 +42,7 @@ F_PROMPT_LEN = 2
 F_DELTA = 3  # mrope_position_delta
 F_ROW_START = 4  # first layout row in the pool
 F_ROW_COUNT = 5
-F_STAMP = 6  # last step that scheduled the slot (duplicate detection)
-NUM_SLOT_FIELDS = 7
+NUM_SLOT_FIELDS = 6
 
 # params entries (int64)
 P_STEP_ID = 0  # incremented by every call, rejected or not (duplicate stamps)
@@ -53,6 +52,11 @@ P_MAX_POSITION = 3  # the largest value the output dtype holds
 P_MAX_INDEX = 4  # the largest num_computed accepted (keeps sums inside int64)
 P_ERR_INDEX = 5  # out: batch index of the entry a rejected step stopped at
 NUM_STEP_PARAMS = 6
+# params[P_STAMPS + slot], one per slot (the params array is NUM_STEP_PARAMS + max_num_reqs long): the last step
+# that scheduled the slot, for duplicate detection. Scratch, apart from slot_state: a rejected step stamps the
+# entries it checked, and every later step has a new step id, so stamps never need undoing, and slot_state (what
+# a request's positions depend on) is unchanged by a rejected step.
+P_STAMPS = NUM_STEP_PARAMS
 
 STEP_OK = 0
 STEP_ERR_SLOT_RANGE = 1  # a slot outside [0, max_num_reqs)
@@ -69,9 +73,9 @@ STEP_ERR_TOO_MANY_REQS = 11  # more entries than slots
 
 
 @tiny
-def _check_entry(b, slots, num_scheduled, num_computed, slot_state, step_id, total, max_tokens, limits):
+def _check_entry(b, slots, num_scheduled, num_computed, slot_state, params, step_id, total, max_tokens, limits):
     """STEP_OK, or why batch entry b cannot run; stamps its slot with the
-    step (duplicate detection)."""
+    step (duplicate detection, in the params' scratch)."""
     slot = slots[b]
     count = num_scheduled[b]
     max_model_len, max_position, max_index = limits
@@ -79,9 +83,9 @@ def _check_entry(b, slots, num_scheduled, num_computed, slot_state, step_id, tot
         return STEP_ERR_SLOT_RANGE
     if slot_state[slot, F_ACTIVE] == 0:
         return STEP_ERR_SLOT_FREE
-    if slot_state[slot, F_STAMP] == step_id:
+    if params[P_STAMPS + slot] == step_id:
         return STEP_ERR_DUPLICATE
-    slot_state[slot, F_STAMP] = step_id
+    params[P_STAMPS + slot] = step_id
     if count < 0:
         return STEP_ERR_NEGATIVE
     if count > max_tokens - total:
@@ -111,7 +115,9 @@ def _check_step(slots, num_scheduled, num_computed, slot_state, params, step_id)
     limits = (params[P_MAX_MODEL_LEN], params[P_MAX_POSITION], params[P_MAX_INDEX])
     total = 0
     for b in range(n):
-        code = _check_entry(b, slots, num_scheduled, num_computed, slot_state, step_id, total, max_tokens, limits)
+        code = _check_entry(
+            b, slots, num_scheduled, num_computed, slot_state, params, step_id, total, max_tokens, limits
+        )
         if code != STEP_OK:
             return code, b, 0
         total += num_scheduled[b]
@@ -156,7 +162,7 @@ def prepare_step(out, slots, num_scheduled, num_computed, slot_state, pool_rows,
     `num_computed` is empty when not given, else as long as `slots` (the
     caller checks). Returns the step's total (>= 0), or minus an error code
     with the offending batch index in params[P_ERR_INDEX]; a rejected step
-    changes nothing but the step counter."""
+    changes nothing but the params (the step counter, the stamps' scratch)."""
     n = slots.shape[0]
     given = num_computed.shape[0] != 0
     step_id = params[P_STEP_ID] + 1

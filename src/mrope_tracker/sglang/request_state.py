@@ -38,7 +38,10 @@ def read_layout(value, config: MRopeConfig | None = None) -> PromptLayout:
     ``to_bytes()``. With `config`, a layout built under another config (family,
     ids or semantics preset) is refused."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        value = PromptLayout.from_bytes(value)
+        try:
+            value = PromptLayout.from_bytes(value)
+        except ValueError as exc:  # ("data: ..." names from_bytes' argument: here it is the layout)
+            raise ValueError(f"layout: {exc}") from None
     elif not isinstance(value, PromptLayout):
         raise TypeError(f"layout: expected a PromptLayout or its to_bytes(), got {type(value).__name__}")
     if config is not None and value.config is not None and value.config != config:

@@ -56,6 +56,8 @@ def input_ids_arg(input_ids) -> np.ndarray:
             f"input_ids: expected a (batch, length) integer tensor, got {input_ids.dtype} of shape "
             f"{tuple(input_ids.shape)}"
         )
+    if input_ids.device.type == "meta":
+        raise TypeError("input_ids: expected a tensor that holds values (CPU or GPU), got one on the meta device")
     return input_ids.detach().to(device="cpu", dtype=_LONG).contiguous().numpy()
 
 

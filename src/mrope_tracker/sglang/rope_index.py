@@ -136,11 +136,15 @@ def qwen_config(
     for name, value in named.items():  # (before any cache key: 2.0 == 2 there)
         if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool)):
             raise TypeError(f"{name}: expected an int, got {value!r}")
+    if tokens_per_second is not None and (
+        not isinstance(tokens_per_second, (int, float, np.integer, np.floating)) or isinstance(tokens_per_second, bool)
+    ):
+        raise TypeError(f"tokens_per_second: expected a number or None, got {tokens_per_second!r}")
     model_type = _MODEL_TYPE_ALIASES.get(model_type, model_type)
     ids = {"image_token_id": image_token_id, "video_token_id": video_token_id}
     ids["vision_start_token_id"] = vision_start_token_id
     vision = {"spatial_merge_size": spatial_merge_size}
-    omni = model_type == "qwen3_omni_moe"
+    omni = type(model_type) is str and model_type == "qwen3_omni_moe"  # (any other type: the checked route names it)
     if omni:
         for name in ("audio_token_id", "audio_start_token_id", "position_id_per_seconds"):
             if name not in kwargs:
@@ -263,7 +267,7 @@ def get_rope_index(
     """SGLang 0.5's ``get_rope_index``: ``(positions (3, B, L), deltas (B, 1))``.
 
     `semantics` (ours, keyword only): the preset (default `default_semantics()`)."""
-    omni = model_type == "qwen3_omni_moe"
+    omni = type(model_type) is str and model_type == "qwen3_omni_moe"  # (any other type: the checked route names it)
     if omni:  # (the key of get_rope_index_qwen3_omni's plans, which this call shares)
         get = kwargs.get
         key = (

@@ -109,7 +109,7 @@ class PositionTracker:
         # largest position the output dtype holds (int64 positions stay below 2**62)
         self._max_position = 2**31 - 1 if dtype == torch.int32 else 2**62
         # the step kernel's limits and step counter (kernels/tracker_step.py, P_*)
-        self._params = np.zeros(K.NUM_STEP_PARAMS, np.int64)
+        self._params = np.zeros(K.NUM_STEP_PARAMS + self.max_num_reqs, np.int64)  # (+ the slots' stamps)
         self._params[K.P_MAX_TOKENS] = self.max_num_batched_tokens
         self._params[K.P_MAX_MODEL_LEN] = 0 if self.max_model_len is None else self.max_model_len
         self._params[K.P_MAX_POSITION] = self._max_position
@@ -321,7 +321,6 @@ class PositionTracker:
         state[K.F_DELTA] = max_position + 1 - num_tokens
         state[K.F_ROW_START] = top
         state[K.F_ROW_COUNT] = n
-        state[K.F_STAMP] = 0
         self._pool.commit(slot, top, n)
         return slot
 
@@ -481,14 +480,15 @@ class PositionTracker:
 
     # ------------------------------------------------------------------ introspection
     def state_nbytes(self, req_id) -> int:
-        """Host bytes that hold one request: its slot row and its layout rows."""
+        """Host bytes that hold one request: its slot row, its stamp in the step's scratch, its layout rows."""
         rows = int(self.slot_state[self.slot(req_id), K.F_ROW_COUNT])
-        return self.slot_state.itemsize * K.NUM_SLOT_FIELDS + rows * self._pool.row_nbytes()
+        return self.slot_state.itemsize * (K.NUM_SLOT_FIELDS + 1) + rows * self._pool.row_nbytes()
 
     def nbytes(self) -> dict[str, int]:
         """Every buffer the tracker holds, in bytes."""
         sizes = {
             "slot_state": self.slot_state.nbytes,
+            "step_params": self._params.nbytes,
             "layout_pool": self._pool.nbytes(),
             "batch_args": self._args.nbytes(),
         }
