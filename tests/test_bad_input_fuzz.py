@@ -175,17 +175,17 @@ def _tracker_state(tracker: PositionTracker):
     )
 
 
-def _tracker_entry(method: str, args: dict) -> Entry:
-    def call(tracker, **kwargs):
-        return getattr(tracker, method)(**kwargs)
+def _method_entry(cls, make, snapshot, method: str, args: dict) -> Entry:
+    """An entry calling `method` of the object `make` builds, its state taken by `snapshot`."""
 
-    return Entry(
-        f"PositionTracker.{method}",
-        call,
-        args,
-        state=(_tracker, _tracker_state),
-        signature_of=getattr(PositionTracker, method),
-    )
+    def call(target, **kwargs):
+        return getattr(target, method)(**kwargs)
+
+    return Entry(f"{cls.__name__}.{method}", call, args, state=(make, snapshot), signature_of=getattr(cls, method))
+
+
+def _tracker_entry(method: str, args: dict) -> Entry:
+    return _method_entry(PositionTracker, _tracker, _tracker_state, method, args)
 
 
 def _batch_positions() -> BatchPositions:
@@ -205,16 +205,7 @@ def _batch_state(engine: BatchPositions):
 
 
 def _batch_entry(method: str, args: dict) -> Entry:
-    def call(engine, **kwargs):
-        return getattr(engine, method)(**kwargs)
-
-    return Entry(
-        f"BatchPositions.{method}",
-        call,
-        args,
-        state=(_batch_positions, _batch_state),
-        signature_of=getattr(BatchPositions, method),
-    )
+    return _method_entry(BatchPositions, _batch_positions, _batch_state, method, args)
 
 
 SGLANG_ARGS = dict(
