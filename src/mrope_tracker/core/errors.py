@@ -295,3 +295,18 @@ def layout_error(
     if message is None:
         return RuntimeError(f"mrope_tracker: the layout builder returned error code {code}, which has no message")
     return ValueError(message(_Failure(config, items, ids, ranges, num_tokens), int(a), int(b), int(c), int(d)))
+
+
+def check_all_used(used, images: np.ndarray, videos: np.ndarray, audio: np.ndarray) -> None:
+    """After a batch took its rows' items in batch order (the batch kernel's final `starts` row: images, videos
+    and audio tracks used), a ValueError naming the first argument with items no row used."""
+    used = used.tolist()
+    if used == [images.shape[0], videos.shape[0], audio.shape[0]]:
+        return
+    for name, n, total in (
+        ("image_grid_thw", used[0], images.shape[0]),
+        ("video_grid_thw", used[1], videos.shape[0]),
+        ("audio_feature_lengths", used[2], audio.shape[0]),
+    ):
+        if n != total:
+            raise ValueError(f"{name}: expected one entry per item in input_ids ({int(n)}), got {int(total)}")

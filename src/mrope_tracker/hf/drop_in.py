@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
+from ..core.errors import check_all_used
 from ..core.inputs import (
     EMPTY_FLOAT,
     EMPTY_GRID,
@@ -355,7 +356,7 @@ def _batch(cfg: MRopeConfig, rules: BatchRules, ids, mask, rule: int, items, use
         if code == ERR_FLOAT_LAYOUT:
             _float_error(cfg, row, ids, keep, images, videos, sp, lengths, starts, use_av)
         _row_error(cfg, row, code, ids, keep, images, videos, sp, lengths, starts, use_av)
-    _check_all_used(starts[num_rows], images, videos, audio)
+    check_all_used(starts[num_rows], images, videos, audio)
     if cfg.float_carry:
         out, deltas = _truncated(float_out, _keep(mask, rule), kept, rules)
     elif floats:
@@ -440,19 +441,6 @@ def _row_error(cfg, row, code, ids, keep, images, videos, sp, lengths, starts, u
     raise AssertionError(
         f"get_rope_index: the batch kernel refused row {row} (code {code}) that prompt_positions accepts"
     )
-
-
-def _check_all_used(used, images, videos, audio) -> None:
-    used = used.tolist()
-    if used == [images.shape[0], videos.shape[0], audio.shape[0]]:
-        return
-    for name, n, total in (
-        ("image_grid_thw", used[0], images.shape[0]),
-        ("video_grid_thw", used[1], videos.shape[0]),
-        ("audio_feature_lengths", used[2], audio.shape[0]),
-    ):
-        if n != total:
-            raise ValueError(f"{name}: expected one entry per item in input_ids ({int(n)}), got {int(total)}")
 
 
 def _float_error(cfg, row, ids, keep, images, videos, sp, lengths, starts, use_av) -> None:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
+from ..core.errors import check_all_used
 from ..core.inputs import normalize_items
 from ..families import SEMANTICS
 from ..kernels.hf_batch import KEEP_ALL, KEEP_NONZERO, WRITE_INT, batch_kernel
@@ -218,12 +219,7 @@ def _batch(config, ids, images, videos, times, audio=None, use_av=False, mask=No
         except ValueError as exc:
             raise ValueError(f"input_ids row {row}, with the items rows before it left: {exc}") from None
         raise ValueError(f"input_ids row {row}: cannot be positioned (code {code})")  # (the scan raises first)
-    used, given = starts[rows], (items[0].shape[0], items[1].shape[0])
-    if used[0] != given[0] or used[1] != given[1]:
-        raise ValueError(
-            f"image_grid_thw, video_grid_thw: expected as many items as the rows' placeholders use "
-            f"({int(used[0])} images, {int(used[1])} videos), got {given[0]} and {given[1]}"
-        )
+    check_all_used(starts[rows], items[0], items[1], items[3])
     return out, deltas
 
 
