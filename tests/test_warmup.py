@@ -232,6 +232,35 @@ def test_a_failing_or_stuck_child_costs_only_time(monkeypatch):
     assert time.monotonic() - start < 30
 
 
+def _leave_marker(folder, name):
+    def task():
+        (folder / name).write_text(str(os.getpid()))
+
+    return task
+
+
+def _fail():
+    raise RuntimeError("a task that fails")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+@pytest.mark.parametrize("num_children", [1, 2, 3])
+def test_the_children_share_one_queue_and_run_every_task_once(tmp_path, num_children):
+    """Each task runs once, in whichever child is free; one that fails stops neither its child nor the others."""
+    names = [f"task{i}" for i in range(7)]
+    tasks = [_leave_marker(tmp_path, name) for name in names]
+    tasks.insert(2, _fail)
+    forked.compile_in_children(tasks, num_children)
+    assert sorted(p.name for p in tmp_path.iterdir()) == names
+    pids = {(tmp_path / name).read_text() for name in names}
+    assert str(os.getpid()) not in pids and len(pids) <= num_children
+
+
+def test_too_many_tasks_are_refused_before_any_fork():
+    with pytest.raises(ValueError, match=r"tasks: expected at most 256, got 257"):
+        forked.compile_in_children([lambda: None] * 257)
+
+
 _SIGCHLD_IGNORED = """
 import signal, sys
 import importlib

@@ -1,6 +1,6 @@
-"""Compile in forked children: `warmup()`'s way to use two cores on a cold
-cache (numba's compiler holds one lock per process, so threads would not
-help). A child only compiles and writes numba's cache; whatever happens to
+"""Compile in forked children: `warmup()`'s way to use several cores on a
+cold cache (numba's compiler holds one lock per process, so threads would
+not help). A child only compiles and writes numba's cache; whatever happens to
 it costs the parent only time, never correctness.
 """
 
@@ -13,16 +13,26 @@ import threading
 import time
 import warnings
 
-__all__ = ["CHILD_DEADLINE_S", "compile_in_children", "fork_guard"]
+__all__ = ["CHILD_DEADLINE_S", "MAX_TASKS", "compile_in_children", "fork_guard"]
 
-# A group compiles in seconds; a child still running after this long is
+# A task compiles in seconds; a child still running after this long is
 # stuck (a lock it inherited held), and is ended.
 CHILD_DEADLINE_S = 300.0
+# The queue holds one byte per task.
+MAX_TASKS = 256
 
 
-def compile_in_children(groups) -> None:
-    """Run each group in a forked child at once, and wait for them all (at
-    most CHILD_DEADLINE_S).
+def compile_in_children(tasks, num_children: int = 2) -> None:
+    """Run `tasks` (callables, longest first) in `num_children` forked
+    children at once, and wait for them all (at most CHILD_DEADLINE_S).
+
+    The children share one queue: a pipe holding the tasks' indices, from
+    which each child takes the next one whenever it is free. So the work
+    balances itself whatever each task costs on this machine and in this
+    plan (a fixed split into groups once left one child with a third more
+    work than the other), and a kernel that one child has compiled, the
+    other loads from numba's cache rather than compiling it again. A task
+    that fails costs only itself: its child goes on with the next.
 
     A child only compiles (numba and numpy; no torch, no device, no lock of
     ours) and leaves by os._exit, so no atexit handler, buffered output or
@@ -34,30 +44,53 @@ def compile_in_children(groups) -> None:
     gone in the child, and the child takes no lock but numba's. Whatever
     happens to a child (a failure, the deadline, an interrupt of the
     parent), the parent reaps it and compiles what is still missing itself."""
+    tasks = tuple(tasks)
+    if len(tasks) > MAX_TASKS:
+        raise ValueError(f"tasks: expected at most {MAX_TASKS}, got {len(tasks)}")
     guard = fork_guard()
-    if guard is None:  # other threads, and no way to keep them out of numba across the fork
+    if guard is None or not tasks:  # other threads, and no way to keep them out of numba across the fork
         return
+    queue, feed = os.pipe()
     children = []
     try:
-        for group in groups:
+        os.write(feed, bytes(range(len(tasks))))  # (a pipe holds far more than MAX_TASKS bytes)
+        os.set_blocking(queue, False)  # an empty queue reads as "no work left", never as a wait
+        for _ in range(min(num_children, len(tasks))):
             try:
                 with guard, warnings.catch_warnings():
                     warnings.simplefilter("ignore", DeprecationWarning)
                     pid = os.fork()
-            except OSError:  # no process to be had: the parent compiles the rest
+            except OSError:  # no process to be had: the others (or the parent) compile the rest
                 break
             if pid == 0:  # pragma: no cover (the child; its work is what the parent then loads)
                 status = 1
                 try:
-                    group()
-                    status = 0
+                    status = _work(tasks, queue)
                 finally:
                     os._exit(status)
             children.append(pid)
         _wait(children, time.monotonic() + CHILD_DEADLINE_S)
     finally:
+        os.close(queue)
+        os.close(feed)
         for pid in children:  # only those left: stuck past the deadline, or the parent interrupted
             _end(pid)
+
+
+def _work(tasks, queue: int) -> int:
+    """A child's loop: run the next task from the queue until none is left; 0 if every one it ran succeeded."""
+    status = 0
+    while True:
+        try:
+            taken = os.read(queue, 1)  # (one byte: a read of a pipe takes it whole, from one reader only)
+        except BlockingIOError:
+            return status
+        if not taken:
+            return status
+        try:
+            tasks[taken[0]]()
+        except BaseException:  # noqa: BLE001 (any failure costs the parent only time; the next task goes on)
+            status = 1
 
 
 def fork_guard():

@@ -7,16 +7,14 @@ serving; the seed PR compiled lazily, during the engine's profiling run.
 `mrope-tracker warmup` runs this from the command line (e.g. at image build
 time, so that containers start with a filled cache).
 
-On a cold cache the compile is split in two groups (the builder from tokens,
-the prompt kernels that call it and the layout check; the builder from
-ranges with the fill, step and decode kernels; for a worker's plan without
-the builder from tokens, "rope_state" or "vllm_v1", the builder from
-ranges alone and everything else), each compiled in a forked child
-process, so that two cores share it; numba's compiler holds one lock per process, so
-threads would not help. The children only compile and write numba's cache (no torch,
-no device); the parent then runs every stage, which loads what they wrote.
-Anything that goes wrong in a child costs only time: the parent compiles
-whatever is still missing itself.
+On a cold cache the compile runs in forked child processes, one per usable
+core (at most MAX_JOBS), which take tasks (a kernel, or an entry with its
+callees) from one shared queue, longest first, so that the cores share it
+whatever each task costs; numba's compiler holds one lock per process, so
+threads would not help. The children only compile and write numba's cache
+(no torch, no device); the parent then runs every stage, which loads what
+they wrote. Anything that goes wrong in a child costs only time: the parent
+compiles whatever is still missing itself.
 """
 
 from __future__ import annotations
@@ -42,10 +40,10 @@ from .tracker.position_tracker import PositionTracker
 
 __all__ = ["warmup"]
 
-# The work splits into two groups (the builders and the prompt entries that
-# call them; the rest); a third process would only repeat the helpers the
-# groups share (docs/benchmarks.md has the groups' compile times).
-MAX_JOBS = 2
+# The longest task (the builder from tokens with the prompt entries) is about
+# two fifths of the full warm-up's CPU time: a third child shortens the
+# wall time, a fourth could not, and would compile some shared callees again.
+MAX_JOBS = 3
 
 
 # "tracker": PositionTracker admitting from tokens or ranges; "vllm_v1": PositionTracker as vLLM's V1 runner
@@ -79,9 +77,10 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     `dtypes`.
 
     `jobs` is how many processes may compile at once when numba's cache is
-    cold (Linux only): None for one per usable core, at most 2, and only
-    while this process runs a single Python thread; 2 to fork whatever
-    threads run; 1 to compile in this process only. With a filled cache
+    cold (Linux only): None for one per usable core, at most MAX_JOBS (3),
+    and only while this process runs a single Python thread; 2 or more to
+    fork whatever threads run (at most MAX_JOBS); 1 to compile in this
+    process only. With a filled cache
     nothing is forked. The stage ``"compile (N processes)"`` in the result,
     when present, is the time the forked compile took; the other stages then
     mostly load."""
@@ -110,8 +109,8 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
 
     num_jobs = _num_jobs(jobs)
     if num_jobs > 1 and _cache_is_cold(plan.key):
-        groups = plan.groups(omni, dtypes, ids, kwargs, ranges)
-        stage(f"compile ({num_jobs} processes)", lambda: compile_in_children(groups))
+        tasks = plan.tasks(omni, dtypes, ids, kwargs, ranges)
+        stage(f"compile ({num_jobs} processes)", lambda: compile_in_children(tasks, num_jobs))
     if plan.tokens:
         stage("prompt_positions", lambda: _prompt_entries(omni, ids, kwargs))
     if plan.sglang_omni:
@@ -157,22 +156,34 @@ class _Plan:
             key="all" if everything and runner == "all" else f"{config.family if config else 'any'}-{runner}",
         )
 
-    def groups(self, config, dtypes, ids, kwargs, ranges) -> tuple:
-        """What the forked children compile: with the builder from tokens, that
-        builder's group and the ranges builder's (`_token_group`,
-        `_ranges_group`); without it, the builder from ranges (the longest
-        kernel) and the rest (`_rest_group`), with the layout check in
-        whichever is the shorter: the rest for a `RopeState`, the builder's
-        for a tracker, whose step kernels lengthen the rest (CPU seconds in
-        docs/benchmarks.md)."""
-        if self.tokens:
-            return (
-                lambda: _token_group(self, config, ids, kwargs),
-                lambda: _ranges_group(self, config, dtypes, ids, kwargs, ranges),
-            )
-        return (
-            lambda: _bare_ranges_builder(config, ids, kwargs, ranges, layout_check=self.tracker),
-            lambda: _rest_group(self, dtypes, layout_check=not self.tracker),
+    def tasks(self, config, dtypes, ids, kwargs, ranges) -> list:
+        """What the forked children compile, one kernel (or a caller with
+        its callees) a task, the two builders (the longest) first: the
+        children take them from one queue (forked_compile.py), so the
+        builders run at once and the rest fill whichever child is free. A
+        task that shares callees with an earlier one (the fill's rules,
+        which the builder from tokens compiles early) mostly loads them from
+        numba's cache. CPU seconds in docs/benchmarks.md, "Cold start"."""
+
+        def wanted(*pairs):
+            return [task for needed, task in pairs if needed]
+
+        step_tasks = [lambda sig=sig: _step_kernel(sig) for sig in _step_signatures(dtypes)]
+        return wanted(
+            (self.tokens, lambda: _token_entries(config, ids, kwargs)),
+            (True, lambda: _bare_ranges_builder(config, ids, kwargs, ranges)),
+            # the token entries' layout check and list decoders, apart: on three cores they would lengthen the
+            # longest task, and here they are in the cache before that task reaches them
+            (True, _layout_check),
+            (True, _list_decoders),
+            (self.sglang_omni, sglang_omni_pass),
+            (True, _fill),  # before the step kernel, which links it
+            *((self.tracker, task) for task in step_tasks),
+            (self.canvas, canvas_prompt),
+            (self.pruning, pruned_rows),
+            (self.tracker, _next_positions),
+            (self.frames, _frame_locator),
+            (self.rope_state, cast_device_rows),
         )
 
 
@@ -265,40 +276,19 @@ def _tracker_round(config, ids, kwargs, ranges, dtype, tokens=True) -> None:
 # --------------------------------------------------------------------------
 
 
-def _token_group(plan, config, ids, kwargs) -> None:
-    """With the builder from tokens: that builder through the prompt entries
-    that call it and a layout (the layout check), the list decoders and, as
-    the plan needs it, the SGLang Qwen3-Omni one pass and with it EVS's row
-    split (without that pass, the row split goes to the ranges group, the
-    lighter since the ranges builder compiles without the position rules).
-    The other group builds no `PromptLayout` from tokens and decodes no
-    list, so each kernel compiles in one child only (CPU seconds of each
-    group in docs/benchmarks.md, "Warm-up for one model")."""
+def _token_entries(config, ids, kwargs) -> None:
+    """The builder from tokens through the prompt entries that call it, and
+    a layout from tokens and list inputs (their layout check and list
+    decoders, which tasks of their own compile first: loaded here)."""
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
     prompt_positions(config, ids, **kwargs)
     prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]]))
     PromptLayout.from_tokens(config, ids, **kwargs)
     _list_decoders()
-    if plan.sglang_omni:  # then EVS's row split too; else the ranges group is the lighter and takes it
-        sglang_omni_pass()
-        if plan.pruning:
-            pruned_rows()
 
 
-def _ranges_group(plan, config, dtypes, ids, kwargs, ranges) -> None:
-    """Beside the token group: the builder from ranges, run bare (no
-    `PromptLayout`, whose check the token group compiles), the fill, what
-    the plan's model and runner need of the device group, and for a tracker
-    the step kernel that calls the fill and the decode kernel."""
-    _bare_ranges_builder(config, ids, kwargs, ranges)
-    _device_group(plan, list_decoders=False, pruning=not plan.sglang_omni)
-    if plan.tracker:
-        _step_kernels(dtypes)
-        _next_positions()
-
-
-def _bare_ranges_builder(config, ids, kwargs, ranges, layout_check=False) -> None:
-    """The builder from ranges run bare: no `PromptLayout`, so not its check (compiled apart where asked)."""
+def _bare_ranges_builder(config, ids, kwargs, ranges) -> None:
+    """The builder from ranges run bare: no `PromptLayout`, so not its check (a task of its own)."""
     from .core.inputs import Items
     from .core.layout import build_rows_from_ranges
     from .core.ranges import Ranges
@@ -321,20 +311,6 @@ def _bare_ranges_builder(config, ids, kwargs, ranges, layout_check=False) -> Non
         kwargs["second_per_grid_ts"],
     )
     build_rows_from_ranges(config, len(ids), items, spans)
-    if layout_check:
-        _layout_check()
-
-
-def _rest_group(plan, dtypes, layout_check=True) -> None:
-    """Beside the bare builder from ranges, without the builder from tokens:
-    the layout check (unless the other group has it), the device group and,
-    for a V1 worker's tracker, the step kernel and the decode kernel."""
-    if layout_check:
-        _layout_check()
-    _device_group(plan)
-    if plan.tracker:
-        _step_kernels(dtypes)
-        _next_positions()
 
 
 def _layout_check() -> None:
@@ -349,27 +325,20 @@ def _layout_check() -> None:
     check_layout(rows, scales, 1)
 
 
-def _device_group(plan, *, list_decoders=True, pruning=True) -> None:
-    """The fill of a layout's rows and, as the plan needs them, the canvas,
-    the frame locator, EVS's row split and the device rows' cast (with the
-    builder from ranges in the other child, for a `RopeState` alone the list
-    decoders too; beside the token group, the row split goes there)."""
+def _fill() -> None:
+    """The fill of a layout's rows (the positions of a `PromptLayout`, the step's prompt tokens)."""
     from numba import float32, int64
 
-    from .kernels.frames import locate_frames
     from .kernels.layout_fill import fill_positions
 
     fill_positions.compile((int64[:, ::1], int64, int64[:, ::1], float32[:, ::1], int64, int64, int64, int64))
-    if plan.canvas:
-        canvas_prompt()
-    if list_decoders:
-        _list_decoders()
-    if plan.frames:  # a per-frame video's frames
-        locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))
-    if pruning and plan.pruning:
-        pruned_rows()
-    if plan.rope_state:  # RopeState's admission
-        cast_device_rows()
+
+
+def _frame_locator() -> None:
+    """The frames of a per-frame video, from its is_embed mask."""
+    from .kernels.frames import locate_frames
+
+    locate_frames(np.array([0, 1, 1, 0], np.uint8), 0, 1, 2, np.empty((1, 2), np.int64))
 
 
 def _list_decoders() -> None:
@@ -377,15 +346,20 @@ def _list_decoders() -> None:
     as_token_ids([1, 2])  # the list decoder of token ids
 
 
-def _step_kernels(dtypes) -> None:
-    """The step kernel, from its signatures (no tracker, so no torch in the child)."""
+def _step_signatures(dtypes) -> list:
+    """The step kernel's signatures for the trackers' `dtypes` (torch dtypes)."""
+    from .kernels.tracker_step import step_signatures
+
+    return [sig for dtype in dtypes for sig in step_signatures(np.int32 if dtype == torch.int32 else np.int64)]
+
+
+def _step_kernel(signature) -> None:
+    """The step kernel for one signature (no tracker, so no torch in the child)."""
     from .kernels.jit_options import set_compiling
-    from .kernels.tracker_step import prepare_step, step_signatures
+    from .kernels.tracker_step import prepare_step
 
     set_compiling(prepare_step, True)  # (in this child only; the parent's stays sealed)
-    for dtype in dtypes:
-        for signature in step_signatures(np.int32 if dtype == torch.int32 else np.int64):
-            prepare_step.compile(signature)
+    prepare_step.compile(signature)
 
 
 def _num_jobs(jobs: int | None) -> int:
