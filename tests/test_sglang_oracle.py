@@ -31,6 +31,7 @@ from sglang_calls import SERVED, config_for, load, sglang_positions
 from strategies import examples
 
 from mrope_tracker import MRopeConfig, PromptLayout, prompt_positions, reference
+from mrope_tracker.sglang import get_rope_index as sglang_get_rope_index
 
 PATH = os.environ.get("MROPE_SGLANG_ROPE_INDEX")
 if not PATH:
@@ -147,3 +148,11 @@ def test_sglang_defects_reproduced():
     # 5: qwen2_5_omni is refused
     with pytest.raises(RuntimeError, match="Unimplemented"):
         rope(2, image, v, vs, "qwen2_5_omni", None, _t([[100, vs, image, image, image, image, ve]]), _t([[1, 4, 4]]))
+    # 6: the Qwen3-VL line given second_per_grid_ts (one value a video) reads it once a frame; the drop-in
+    # places the video by frame index, as SGLang does without the times
+    qwen3 = (2, image, v, vs, "qwen3_vl", None, _t(frames), None, _t([[2, 4, 4]]))
+    with pytest.raises(IndexError):
+        rope(*qwen3, _t([1.0], 0))
+    theirs = rope(*qwen3)
+    ours = sglang_get_rope_index(*qwen3, _t([1.0], 0), semantics="sglang-0.5")
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
