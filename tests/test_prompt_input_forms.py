@@ -213,3 +213,21 @@ def test_tensors_that_need_grad_are_read_through_a_detached_copy():
 def test_bad_forms_are_refused_naming_the_argument(token_ids, kwargs, error, argument):
     with pytest.raises(error, match=argument):
         prompt_positions(QWEN2_5, token_ids, **kwargs)
+
+
+def test_one_reader_of_tensors_for_every_entry_point():
+    """core.inputs.tensor_values, which the prompt entries, the tracker's step arguments and both drop-ins read
+    tensors through: a view of a CPU tensor that needs no grad, a copy of one that does, bfloat16 widened only
+    where asked, and a TypeError naming the argument for what numpy cannot read."""
+    from mrope_tracker.core.inputs import tensor_values
+
+    plain = torch.arange(4)
+    assert np.shares_memory(tensor_values(plain, "x"), plain.numpy())
+    grad = torch.arange(4.0, requires_grad=True)
+    assert tensor_values(grad, "x").tolist() == [0.0, 1.0, 2.0, 3.0]
+    half = torch.tensor([0.5, 2.0], dtype=torch.bfloat16)
+    assert tensor_values(half, "x", widen_bfloat16=True).dtype == np.float32
+    with pytest.raises(TypeError, match="^x: expected a tensor numpy can read"):
+        tensor_values(half, "x")
+    with pytest.raises(TypeError, match="^x: expected a tensor that holds values"):
+        tensor_values(torch.empty(2, device="meta"), "x")

@@ -84,7 +84,7 @@ def _to_numpy(value, name: str) -> np.ndarray:
     if tv is _NDARRAY:
         return value
     if tv is _TENSOR:
-        return _cpu_numpy(value, name)
+        return tensor_values(value, name)
     if tv is list or tv is tuple:
         if _has_bool(value):
             raise TypeError(f"{name}: expected integers, got a bool inside {describe(value)}")
@@ -95,7 +95,7 @@ def _to_numpy(value, name: str) -> np.ndarray:
                 f"{name}: expected a rectangular array of numbers, got {describe(value)} ({exc})"
             ) from None
     if isinstance(value, torch.Tensor):
-        return _cpu_numpy(value, name)
+        return tensor_values(value, name)
     if isinstance(value, np.ndarray):
         return plain_ndarray(value, name)
     if isinstance(value, (str, bytes, dict, set)) or not hasattr(value, "__len__"):
@@ -176,15 +176,25 @@ def true_runs(flags: np.ndarray) -> np.ndarray:
     return np.stack([edges[0::2], edges[1::2] - edges[0::2]], axis=1)
 
 
-def _cpu_numpy(value: torch.Tensor, name: str) -> np.ndarray:
-    """A tensor's numpy view (a CPU tensor that needs no grad: no copy), or a copy."""
+def tensor_values(value: torch.Tensor, name: str, *, widen_bfloat16: bool = False) -> np.ndarray:
+    """A tensor's values as numpy: its view where it is a CPU tensor that
+    needs no grad (no copy), else a detached host copy, bfloat16 widened to
+    float32 where asked (exact; numpy has no bfloat16). What numpy cannot
+    read (a meta tensor, which holds no values; a dtype numpy lacks) is a
+    TypeError naming `name`. The one reader of tensors for every entry
+    point that takes them."""
     try:  # the common case first, asked of torch itself (testing is_cpu and requires_grad first costs more)
         return value.numpy()  # a view: no detach/cpu round trip (microseconds on small tensors)
     except (RuntimeError, NotImplementedError, TypeError):  # needs grad, not on the CPU, ...: below
         pass
+    if value.device.type == "meta":
+        raise TypeError(f"{name}: expected a tensor that holds values (CPU or GPU), got one on the meta device")
+    value = value.detach()
+    if widen_bfloat16 and value.dtype is torch.bfloat16:
+        value = value.float()
     try:
-        return value.detach().cpu().numpy()
-    except (RuntimeError, NotImplementedError, TypeError) as exc:  # a meta tensor, an unsupported dtype, ...
+        return value.cpu().numpy()
+    except (RuntimeError, NotImplementedError, TypeError) as exc:  # an unsupported dtype, ...
         raise TypeError(f"{name}: expected a tensor numpy can read, got {describe(value)} ({exc})") from None
 
 
@@ -197,7 +207,7 @@ def as_token_ids(token_ids) -> np.ndarray:
     C-contiguous int64. Everything else goes through `as_int_array`."""
     ids = token_ids
     if type(ids) is _TENSOR:
-        ids = _cpu_numpy(ids, "token_ids")
+        ids = tensor_values(ids, "token_ids")
     if type(ids) is _NDARRAY and ids.ndim == 1 and ids.dtype.kind == "i" and ids.shape[0]:
         if ids.dtype is not _INT64 or ids.flags.num & READY_FLAGS != READY_FLAGS:
             # (1-D: the copy is C-contiguous whatever the source's order; `copy` costs less than `astype`)
@@ -219,7 +229,7 @@ def as_grid(value, name: str) -> np.ndarray:
         if fast is not None:
             return fast
     else:  # numpy arrays and tensors (as their numpy view) of signed integers, by exact type
-        arr = _cpu_numpy(value, name) if tv is _TENSOR else value
+        arr = tensor_values(value, name) if tv is _TENSOR else value
         if type(arr) is _NDARRAY and arr.ndim == 2 and arr.shape[1] == 3 and arr.dtype.kind == "i":
             if arr.dtype is _INT64 and arr.flags.num & READY_FLAGS == READY_FLAGS:
                 return arr

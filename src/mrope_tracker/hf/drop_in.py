@@ -52,6 +52,7 @@ from ..core.inputs import (
     as_second_per_grid_ts,
     audio_token_counts,
     plain_ndarray,
+    tensor_values,
 )
 from ..core.positions import prompt_positions
 from ..families import FAMILIES, SEMANTICS, BatchRules
@@ -89,11 +90,7 @@ def _describe(value) -> str:
 
 def _numpy(value, name: str) -> np.ndarray:
     if isinstance(value, torch.Tensor):
-        if value.device.type == "cpu" and not value.requires_grad:
-            return value.numpy()  # a view
-        if value.device.type == "meta":
-            raise TypeError(f"{name}: expected a tensor that holds values (CPU or GPU), got one on the meta device")
-        return value.detach().cpu().numpy()
+        return tensor_values(value, name)
     if isinstance(value, np.ndarray):
         return plain_ndarray(value, name)
     if isinstance(value, (list, tuple)):

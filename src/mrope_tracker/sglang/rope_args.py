@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.inputs import normalize_items
+from ..core.inputs import normalize_items, tensor_values
 from ..core.positions import prompt_positions
 from ..kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
 from ..kernels.sglang_omni import omni_checked_positions, omni_truncated_positions
@@ -56,21 +56,7 @@ def input_ids_arg(input_ids) -> np.ndarray:
             f"input_ids: expected a (batch, length) integer tensor, got {input_ids.dtype} of shape "
             f"{tuple(input_ids.shape)}"
         )
-    if input_ids.device.type == "meta":
-        raise TypeError("input_ids: expected a tensor that holds values (CPU or GPU), got one on the meta device")
-    return input_ids.detach().to(device="cpu", dtype=_LONG).contiguous().numpy()
-
-
-def _tensor_values(value: torch.Tensor, name: str) -> np.ndarray:
-    """A tensor's values on the host as numpy: detached (a tensor that needs its grad is read as SGLang reads
-    it), bfloat16 widened to float32 (exact; numpy has no bfloat16); a meta tensor, which holds no values,
-    refused."""
-    if value.device.type == "meta":
-        raise TypeError(f"{name}: expected a tensor that holds values (CPU or GPU), got one on the meta device")
-    value = value.detach()
-    if value.dtype is torch.bfloat16:
-        value = value.float()
-    return value.cpu().numpy()
+    return np.ascontiguousarray(tensor_values(input_ids, "input_ids"), dtype=np.int64)
 
 
 def grid_arg(value, name: str) -> np.ndarray | None:
@@ -87,7 +73,7 @@ def grid_arg(value, name: str) -> np.ndarray | None:
     ):
         return value.numpy()
     if isinstance(value, torch.Tensor):
-        value = _tensor_values(value, name)
+        value = tensor_values(value, name)
     try:
         raw = np.asarray(value)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -111,7 +97,7 @@ def floats_arg(value) -> np.ndarray | None:
         except RuntimeError:  # (a tensor that needs its grad: read below)
             pass
     if isinstance(value, torch.Tensor):
-        value = _tensor_values(value, "second_per_grid_ts")
+        value = tensor_values(value, "second_per_grid_ts", widen_bfloat16=True)
     # float32, as the rules hold them (docs/semantics.md): the kernels take that form without a conversion
     try:
         return np.ascontiguousarray(value, dtype=np.float32).reshape(-1)

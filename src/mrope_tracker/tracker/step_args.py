@@ -18,7 +18,7 @@ import operator
 import numpy as np
 import torch
 
-from ..core.inputs import as_int_array
+from ..core.inputs import as_int_array, tensor_values
 from ..kernels.records import MARSHAL_INTS, read_int_records
 
 __all__ = ["StepArgs", "NOT_GIVEN", "INT64"]
@@ -107,9 +107,7 @@ class StepArgs:
         if kind is torch.Tensor:
             if value.dtype == torch.bool or value.is_floating_point() or value.is_complex():
                 raise TypeError(f"{name}: expected an integer tensor, got dtype {value.dtype}")
-            if value.device.type == "meta":
-                raise TypeError(f"{name}: expected a tensor that holds values (CPU or GPU), got one on the meta device")
-            value = value.detach().cpu().numpy()
+            value = tensor_values(value, name)
             kind = np.ndarray
         if kind is np.ndarray and value.ndim == 1 and value.dtype.kind in "iu":
             if value.dtype is INT64 and value.flags.carray:  # C-contiguous, aligned, writable
