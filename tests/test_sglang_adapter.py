@@ -152,14 +152,20 @@ def test_time_scales_in_another_float_dtype_are_sglangs_or_refused():
         ("image_grid_thw", torch.ones((1, 3), dtype=torch.int64, device="meta")),
         ("second_per_grid_ts", ["a"]),
         ("second_per_grid_ts", torch.ones(1, device="meta")),
+        ("input_ids", torch.ones((1, 13), dtype=torch.complex64)),  # (its real part was read)
+        *(
+            [("input_ids", torch.full((1, 13), 2**63 + 1, dtype=torch.uint64))]  # (it wrapped to a negative id)
+            if hasattr(torch, "uint64")
+            else []
+        ),
     ],
 )
 def test_argument_forms_that_cannot_be_read_are_named(name, value):
     ids = torch.tensor([[1, 7, 9, 9, 9, 9, 6, 7, 8, 8, 8, 8, 6]])
-    args = dict(image_grid_thw=[[1, 4, 4]], video_grid_thw=[[1, 4, 4]], second_per_grid_ts=[1.0])
+    args = dict(input_ids=ids, image_grid_thw=[[1, 4, 4]], video_grid_thw=[[1, 4, 4]], second_per_grid_ts=[1.0])
     args[name] = value
     with pytest.raises((TypeError, ValueError), match=name):
-        get_rope_index(2, 9, 8, 7, "qwen2_5_vl", 2, ids, **args, semantics=SEMANTICS)
+        get_rope_index(2, 9, 8, 7, "qwen2_5_vl", 2, **args, semantics=SEMANTICS)
 
 
 # ---------------------------------------------------------------------------------------------- SGLang's file

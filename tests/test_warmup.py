@@ -256,6 +256,91 @@ def test_the_children_share_one_queue_and_run_every_task_once(tmp_path, num_chil
     assert str(os.getpid()) not in pids and len(pids) <= num_children
 
 
+def test_without_a_pipe_the_parent_compiles_everything(monkeypatch):
+    """No file descriptor to be had for the queue: nothing is forked, nothing escapes (the parent compiles)."""
+
+    def no_pipe():
+        raise OSError(24, "Too many open files")
+
+    ran = []
+    monkeypatch.setattr(forked.os, "pipe", no_pipe)
+    forked.compile_in_children([lambda: ran.append(1)], 2)
+    assert ran == []
+
+
+# Two children each compile one signature of a cached function, their cache saves forced to interleave the
+# worst way: both read the empty index, the first writes index and data-file name first, the second writes the
+# index last and its data first, so the first's data would land last in the file the second's key names.
+_SAVES_RACE = """
+import importlib, os, sys, time
+sys.path.insert(0, sys.argv[1])
+from numba import int32, int64
+from numba.core import caching
+import kern
+forked = importlib.import_module("mrope_tracker.forked_compile")
+delays = {"index": 0.0, "data": 0.0}
+save_index, save_data = caching.IndexDataCacheFile._save_index, caching.IndexDataCacheFile._save_data
+
+def slow_index(self, overloads):
+    time.sleep(delays["index"])
+    save_index(self, overloads)
+
+def slow_data(self, name, data):
+    time.sleep(delays["data"])
+    save_data(self, name, data)
+
+caching.IndexDataCacheFile._save_index, caching.IndexDataCacheFile._save_data = slow_index, slow_data
+
+def compile_for(signature, index_delay, data_delay):
+    def task():
+        delays.update(index=index_delay, data=data_delay)
+        kern.add.compile(signature)
+    return task
+
+forked.compile_in_children(
+    [compile_for((int64[::1], int64[::1]), 0.3, 0.6), compile_for((int32[::1], int32[::1]), 0.6, 0.0)], 2
+)
+"""
+
+_LOAD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import kern
+out = {}
+for dtype in ("int64", "int32"):
+    a = np.arange(3, dtype=dtype)
+    try:
+        out[dtype] = kern.add(a, a).tolist()
+    except Exception as exc:
+        out[dtype] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forked compile is Linux only")
+def test_the_children_save_to_numbas_cache_one_at_a_time(tmp_path):
+    """Without the children's lock on numba's cache saves, the int32 signature's key would name the int64 code
+    (numba's index has no lock of its own); with it, both signatures load as compiled."""
+    (tmp_path / "kern.py").write_text("import numba\n\n@numba.njit(cache=True)\ndef add(a, b):\n    return a + b\n")
+    cache = tmp_path / "cache"
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+    done = subprocess.run([sys.executable, "-c", _SAVES_RACE, str(tmp_path)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(list(cache.rglob("*.nbc"))) == 2  # both signatures saved, each to its own file
+    loaded = _run(_LOAD, cache, str(tmp_path))
+    assert loaded == {"int64": [0, 2, 4], "int32": [0, 2, 4]}
+
+
+def test_a_numba_without_the_cache_save_to_lock_compiles_in_the_parent(monkeypatch):
+    """numba.core.caching.IndexDataCacheFile is no documented name: where it is missing, the children could not
+    save one at a time, so nothing is forked and the parent compiles everything."""
+    monkeypatch.setitem(sys.modules, "numba.core.caching", None)  # any import of it raises ImportError
+    ran = []
+    forked.compile_in_children([lambda: ran.append(1)], 2)
+    assert ran == []
+
+
 def test_too_many_tasks_are_refused_before_any_fork():
     with pytest.raises(ValueError, match=r"tasks: expected at most 256, got 257"):
         forked.compile_in_children([lambda: None] * 257)

@@ -7,8 +7,10 @@ it costs the parent only time, never correctness.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
+import tempfile
 import threading
 import time
 import warnings
@@ -34,6 +36,12 @@ def compile_in_children(tasks, num_children: int = 2) -> None:
     other loads from numba's cache rather than compiling it again. A task
     that fails costs only itself: its child goes on with the next.
 
+    The children save to numba's cache one at a time (`_serialize_saves`):
+    numba's cache index has no lock, and two processes that save different
+    signatures of one function at the same moment can each pick the same
+    data file, leaving one signature's key on the other's machine code. A
+    numba without the method to wrap compiles in the parent only.
+
     A child only compiles (numba and numpy; no torch, no device, no lock of
     ours) and leaves by os._exit, so no atexit handler, buffered output or
     finaliser of the parent runs twice. numba's compiler lock is held across
@@ -48,13 +56,25 @@ def compile_in_children(tasks, num_children: int = 2) -> None:
     if len(tasks) > MAX_TASKS:
         raise ValueError(f"tasks: expected at most {MAX_TASKS}, got {len(tasks)}")
     guard = fork_guard()
-    if guard is None or not tasks:  # other threads, and no way to keep them out of numba across the fork
+    if guard is None or _cache_save() is None or not tasks:  # (the parent compiles everything itself)
         return
-    queue, feed = os.pipe()
-    children = []
     try:
-        os.write(feed, bytes(range(len(tasks))))  # (a pipe holds far more than MAX_TASKS bytes)
-        os.set_blocking(queue, False)  # an empty queue reads as "no work left", never as a wait
+        queue, feed = os.pipe()
+    except OSError:  # no file descriptors to be had: the parent compiles everything itself
+        return
+    children = []
+    lock_path = None
+    try:
+        try:
+            handle, lock_path = tempfile.mkstemp(prefix="mrope-tracker-compile-", suffix=".lock")
+            os.close(handle)
+        except OSError:
+            return  # (the parent compiles everything itself)
+        try:
+            os.write(feed, bytes(range(len(tasks))))  # (one write under PIPE_BUF: whole, at once)
+            os.set_blocking(queue, False)  # an empty queue reads as "no work left", never as a wait
+        except OSError:
+            return  # (the parent compiles everything itself)
         for _ in range(min(num_children, len(tasks))):
             try:
                 with guard, warnings.catch_warnings():
@@ -65,6 +85,7 @@ def compile_in_children(tasks, num_children: int = 2) -> None:
             if pid == 0:  # pragma: no cover (the child; its work is what the parent then loads)
                 status = 1
                 try:
+                    _serialize_saves(lock_path)
                     status = _work(tasks, queue)
                 finally:
                     os._exit(status)
@@ -75,6 +96,40 @@ def compile_in_children(tasks, num_children: int = 2) -> None:
         os.close(feed)
         for pid in children:  # only those left: stuck past the deadline, or the parent interrupted
             _end(pid)
+        if lock_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(lock_path)
+
+
+def _cache_save():
+    """numba's class whose `save` writes one cache entry (index and data),
+    not a documented name (numba.core.caching.IndexDataCacheFile), or None
+    where this numba lacks it."""
+    try:
+        from numba.core.caching import IndexDataCacheFile
+    except ImportError:
+        return None
+    return IndexDataCacheFile if callable(getattr(IndexDataCacheFile, "save", None)) else None
+
+
+def _serialize_saves(lock_path: str) -> None:
+    """In a child: numba's cache saves under an exclusive lock on `lock_path`,
+    which every child opens for itself (flock excludes other open files, so
+    the children exclude each other; the parent saves nothing meanwhile).
+    The lock covers a save's whole read of the index, choice of a data file
+    and writes."""
+    cache_file = _cache_save()
+    save = cache_file.save
+    lock = open(lock_path, "wb")  # noqa: SIM115 (held open until the child exits)
+
+    def locked_save(self, key, data):
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return save(self, key, data)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+    cache_file.save = locked_save
 
 
 def _work(tasks, queue: int) -> int:

@@ -163,7 +163,7 @@ class _Plan:
         builders run at once and the rest fill whichever child is free. A
         task that shares callees with an earlier one (the fill's rules,
         which the builder from tokens compiles early) mostly loads them from
-        numba's cache. CPU seconds in docs/benchmarks.md, "Cold start"."""
+        numba's cache. CPU seconds in docs/benchmarks.md, "One queue of compile tasks"."""
 
         def wanted(*pairs):
             return [task for needed, task in pairs if needed]
@@ -272,14 +272,14 @@ def _tracker_round(config, ids, kwargs, ranges, dtype, tokens=True) -> None:
 
 
 # --------------------------------------------------------------------------
-# Compiling on a cold cache in two processes
+# Compiling on a cold cache in forked children
 # --------------------------------------------------------------------------
 
 
 def _token_entries(config, ids, kwargs) -> None:
     """The builder from tokens through the prompt entries that call it, and
     a layout from tokens and list inputs (their layout check and list
-    decoders, which tasks of their own compile first: loaded here)."""
+    decoders, tasks of their own: mostly loaded here)."""
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
     prompt_positions(config, ids, **kwargs)
     prompt_positions(config, image_ids, image_grid_thw=np.array([[1, 2, 4]]))

@@ -51,12 +51,16 @@ def input_ids_arg(input_ids) -> np.ndarray:
         return input_ids.numpy()
     if not isinstance(input_ids, torch.Tensor):
         raise TypeError(f"input_ids: expected a (batch, length) integer tensor, got {type(input_ids).__name__}")
-    if input_ids.ndim != 2 or input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+    dtype = input_ids.dtype
+    if input_ids.ndim != 2 or dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
         raise TypeError(
             f"input_ids: expected a (batch, length) integer tensor, got {input_ids.dtype} of shape "
             f"{tuple(input_ids.shape)}"
         )
-    return np.ascontiguousarray(tensor_values(input_ids, "input_ids"), dtype=np.int64)
+    ids = tensor_values(input_ids, "input_ids")
+    if ids.dtype == np.uint64 and ids.size and ids.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"input_ids: expected token ids below 2**63, got {int(ids.max())}")
+    return np.ascontiguousarray(ids, dtype=np.int64)
 
 
 def grid_arg(value, name: str) -> np.ndarray | None:
@@ -73,7 +77,7 @@ def grid_arg(value, name: str) -> np.ndarray | None:
     ):
         return value.numpy()
     if isinstance(value, torch.Tensor):
-        value = tensor_values(value, name)
+        value = tensor_values(value, name, widen_bfloat16=True)  # (a float grid is refused below, named)
     try:
         raw = np.asarray(value)
     except (TypeError, ValueError, OverflowError) as exc:
