@@ -80,8 +80,7 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     cold (Linux only): None for one per usable core, at most MAX_JOBS (3),
     and only while this process runs a single Python thread; 2 or more to
     fork whatever threads run (at most MAX_JOBS); 1 to compile in this
-    process only. With a filled cache
-    nothing is forked. The stage ``"compile (N processes)"`` in the result,
+    process only. With a filled cache nothing is forked. The stage ``"compile (N processes)"`` in the result,
     when present, is the time the forked compile took; the other stages then
     mostly load."""
     if isinstance(config, (tuple, list)) and all(isinstance(d, torch.dtype) for d in config):
