@@ -21,6 +21,7 @@ from ..kernels.records import MARSHAL_INTS, read_int_records, read_int_rows
 from .config import MRopeConfig
 
 _INT64 = np.dtype(np.int64)
+_INT64_MAX = np.iinfo(np.int64).max
 _NDARRAY = np.ndarray
 _TENSOR = torch.Tensor
 _FLOAT32 = np.dtype(np.float32)
@@ -134,6 +135,12 @@ def _plain_ints(value, width: int = 0) -> np.ndarray | None:
     return out if read_int_records(data, out) < 0 else None
 
 
+def check_fits_int64(arr: np.ndarray, name: str, what: str = "values") -> None:
+    """A ValueError naming `name` where a uint64 array holds a value a cast to int64 would wrap negative."""
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and arr.max() > _INT64_MAX:
+        raise ValueError(f"{name}: expected {what} below 2**63, got {int(arr.max())}")
+
+
 def as_int_array(value, name: str, ndim: int, shape_hint: str) -> np.ndarray:
     """An integer array of `ndim` dimensions as C-contiguous writable int64."""
     if ndim == 1 and (type(value) is list or type(value) is tuple):
@@ -147,8 +154,8 @@ def as_int_array(value, name: str, ndim: int, shape_hint: str) -> np.ndarray:
             arr = arr.astype(np.int64)  # an empty list has no dtype of its own
         elif kind != "u":
             raise TypeError(f"{name}: expected integers, got {describe(value)}")
-        elif arr.size and arr.max() > np.iinfo(np.int64).max:
-            raise ValueError(f"{name}: expected values below 2**63, got {arr.max()}")
+        else:
+            check_fits_int64(arr, name)
     if arr.ndim != ndim:
         raise ValueError(f"{name}: expected shape {shape_hint}, got {describe(value)}")
     return _as_int64(arr)
@@ -177,12 +184,9 @@ def true_runs(flags: np.ndarray) -> np.ndarray:
 
 
 def tensor_values(value: torch.Tensor, name: str, *, widen_bfloat16: bool = False) -> np.ndarray:
-    """A tensor's values as numpy: its view where it is a CPU tensor that
-    needs no grad (no copy), else a detached host copy, bfloat16 widened to
-    float32 where asked (exact; numpy has no bfloat16). What numpy cannot
-    read (a meta tensor, which holds no values; a dtype numpy lacks) is a
-    TypeError naming `name`. The one reader of tensors for every entry
-    point that takes them."""
+    """The one reader of tensors for every entry point: a CPU tensor's numpy view where it needs no grad, else a
+    detached host copy, bfloat16 widened to float32 where asked (exact; numpy has no bfloat16). What numpy
+    cannot read (a meta tensor, which holds no values; a dtype numpy lacks) is a TypeError naming `name`."""
     try:  # the common case first, asked of torch itself (testing is_cpu and requires_grad first costs more)
         return value.numpy()  # a view: no detach/cpu round trip (microseconds on small tensors)
     except (RuntimeError, NotImplementedError, TypeError):  # needs grad, not on the CPU, ...: below

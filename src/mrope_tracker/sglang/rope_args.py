@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.inputs import normalize_items, tensor_values
+from ..core.inputs import check_fits_int64, normalize_items, tensor_values
 from ..core.positions import prompt_positions
 from ..kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
 from ..kernels.sglang_omni import omni_checked_positions, omni_truncated_positions
@@ -58,8 +58,7 @@ def input_ids_arg(input_ids) -> np.ndarray:
             f"{tuple(input_ids.shape)}"
         )
     ids = tensor_values(input_ids, "input_ids")
-    if ids.dtype == np.uint64 and ids.size and ids.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"input_ids: expected token ids below 2**63, got {int(ids.max())}")
+    check_fits_int64(ids, "input_ids", "token ids")
     return np.ascontiguousarray(ids, dtype=np.int64)
 
 
@@ -86,8 +85,7 @@ def grid_arg(value, name: str) -> np.ndarray | None:
         raise ValueError(f"{name}: expected (n, 3) grids (t, h, w), got shape {raw.shape}")
     if raw.size and raw.dtype.kind not in "iu":  # (floats would be truncated, bools read as 0 and 1)
         raise TypeError(f"{name}: expected integer grids (t, h, w), got {raw.dtype}")
-    if raw.size and raw.dtype == np.uint64 and raw.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"{name}: expected grid sizes below 2**63, got {int(raw.max())}")
+    check_fits_int64(raw, name, "grid sizes")
     return np.ascontiguousarray(raw, dtype=np.int64)
 
 

@@ -18,7 +18,7 @@ import operator
 import numpy as np
 import torch
 
-from ..core.inputs import as_int_array, tensor_values
+from ..core.inputs import as_int_array, check_fits_int64, tensor_values
 from ..kernels.records import MARSHAL_INTS, read_int_records
 
 __all__ = ["StepArgs", "NOT_GIVEN", "INT64"]
@@ -115,8 +115,7 @@ class StepArgs:
             n = value.shape[0]
             if n > buffer.shape[0]:
                 raise ValueError(f"{name}: expected at most max_num_reqs={self.max_num_reqs} entries, got {n}")
-            if value.dtype.kind == "u" and value.dtype.itemsize == 8 and n and value.max() > np.iinfo(np.int64).max:
-                raise ValueError(f"{name}: expected values below 2**63, got {value.max()}")
+            check_fits_int64(value, name)
             self.held.pop(name, None)
             out = buffer[:n]
             np.copyto(out, value, casting="unsafe")  # every value fits: int64 holds all but the checked uint64
