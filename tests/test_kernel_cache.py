@@ -138,3 +138,115 @@ def test_set_compiling_uses_disable_compile_where_numba_has_it():
     assert set_compiling(sealable, False) and set_compiling(sealable, True)
     assert sealable.calls == [True, False]
     assert set_compiling(object(), False) is False  # a numba without it: nothing to switch, no error
+
+
+def test_lighter_optimisation_lowers_numbas_level_inside_and_restores_it(monkeypatch):
+    """Inside, numba.config.OPT is WARMUP_OPT_LEVEL and numba's compiler lock is held (no other thread
+    compiles at that level); after, even when the body raises, the level is the one before."""
+    import numba
+    from numba.core.compiler_lock import global_compiler_lock
+
+    from mrope_tracker.kernels import jit_options
+
+    monkeypatch.delenv("NUMBA_OPT", raising=False)
+    monkeypatch.delenv("MROPE_TRACKER_NUMBA_PUBLIC_ONLY", raising=False)
+    monkeypatch.setattr(numba.config, "OPT", type(numba.config.OPT)(3))
+    before = numba.config.OPT
+    with jit_options.lighter_optimisation() as lowered:
+        assert lowered and numba.config.OPT == jit_options.WARMUP_OPT_LEVEL
+        assert type(numba.config.OPT) is type(before)  # (numba asks it for is_opt_max)
+        assert global_compiler_lock.is_locked()
+    assert numba.config.OPT is before and not global_compiler_lock.is_locked()
+    with pytest.raises(RuntimeError), jit_options.lighter_optimisation():
+        raise RuntimeError("a failing compile")
+    assert numba.config.OPT is before
+
+
+def test_full_optimisation_restores_the_lowered_level_inside_only(monkeypatch):
+    """The step kernel's compile: numba's level inside lighter_optimisation, the lighter one again after;
+    outside any, nothing changes."""
+    import numba
+
+    from mrope_tracker.kernels import jit_options
+
+    monkeypatch.delenv("NUMBA_OPT", raising=False)
+    monkeypatch.delenv("MROPE_TRACKER_NUMBA_PUBLIC_ONLY", raising=False)
+    monkeypatch.setattr(numba.config, "OPT", type(numba.config.OPT)(3))
+    before = numba.config.OPT
+    with jit_options.full_optimisation():
+        assert numba.config.OPT is before
+    with jit_options.lighter_optimisation():
+        with jit_options.full_optimisation():
+            assert numba.config.OPT is before
+        assert numba.config.OPT == jit_options.WARMUP_OPT_LEVEL
+    assert numba.config.OPT is before
+
+
+@pytest.mark.parametrize("case", ["user NUMBA_OPT", "already low", "public only", "max"])
+def test_lighter_optimisation_leaves_a_level_it_should_not_touch(monkeypatch, case):
+    import numba
+
+    from mrope_tracker.kernels import jit_options
+
+    monkeypatch.delenv("NUMBA_OPT", raising=False)
+    monkeypatch.delenv("MROPE_TRACKER_NUMBA_PUBLIC_ONLY", raising=False)
+    level = type(numba.config.OPT)
+    monkeypatch.setattr(numba.config, "OPT", level(3))
+    if case == "user NUMBA_OPT":
+        monkeypatch.setenv("NUMBA_OPT", "3")
+    elif case == "already low":
+        monkeypatch.setattr(numba.config, "OPT", level(0))
+    elif case == "public only":
+        monkeypatch.setenv("MROPE_TRACKER_NUMBA_PUBLIC_ONLY", "1")
+    else:
+        monkeypatch.setattr(numba.config, "OPT", level("max"))
+    before = numba.config.OPT
+    with jit_options.lighter_optimisation() as lowered:
+        assert not lowered and numba.config.OPT is before
+    assert numba.config.OPT is before
+
+
+@pytest.mark.slow
+def test_kernels_compiled_at_the_lighter_level_give_the_reference_positions(tmp_path):
+    """warmup(jobs=1) on an empty cache compiles in its own process at WARMUP_OPT_LEVEL, the per-step
+    kernels apart (at numba's level); those kernels give
+    the torch reference's positions there, on random image prompts of five families, as prompts and as
+    tracker steps. (The forked children's cache is checked in test_warmup.py's warm start.)"""
+    script = """
+import numba, numpy as np, torch
+import mrope_tracker
+from mrope_tracker import MRopeConfig, PositionTracker, prompt_positions, reference
+from numba.core import event
+levels = {}
+
+class Listener(event.Listener):
+    def on_start(self, e):
+        levels.setdefault(int(numba.config.OPT), set()).add(e.data["dispatcher"].py_func.__name__)
+
+    def on_end(self, e):
+        pass
+
+with event.install_listener("numba:compile", Listener()):
+    mrope_tracker.warmup(jobs=1)
+# the per-step kernels at numba's level (3: the test clears NUMBA_OPT), every other at the lighter one
+assert levels[3] - {"impl"} == {"prepare_step", "next_positions_kernel"}, levels  # (impl: numba's own max)
+assert len(levels[1]) > 20 and set(levels) == {1, 3}, levels
+rng = np.random.default_rng(5)
+for family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "glm4v", "qwen2_5_omni"):
+    config = MRopeConfig(family=family)
+    for _ in range(20):
+        h, w = 2 * int(rng.integers(1, 6)), 2 * int(rng.integers(1, 6))
+        ids = np.array([1, config.vision_start_token_id] + [config.image_token_id] * (h * w // 4)
+                       + [config.vision_end_token_id] + [2] * int(rng.integers(0, 9)))
+        got, delta = prompt_positions(config, ids, image_grid_thw=[[1, h, w]])
+        expected, expected_delta = reference.prompt_positions(config, torch.from_numpy(ids), image_grid_thw=[[1, h, w]])
+        assert (got == expected.numpy()).all() and delta == expected_delta, family
+        tracker = PositionTracker(config, max_num_reqs=2, max_num_batched_tokens=64)
+        tracker.add_request("a", ids, image_grid_thw=[[1, h, w]])
+        assert (tracker.prepare(["a"], [len(ids)]).numpy() == got).all()
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_OPT"}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", script], env=env, timeout=900, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

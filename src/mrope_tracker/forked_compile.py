@@ -15,6 +15,8 @@ import threading
 import time
 import warnings
 
+from .kernels.jit_options import lighter_optimisation
+
 __all__ = ["CHILD_DEADLINE_S", "MAX_TASKS", "compile_in_children", "fork_guard"]
 
 # A task compiles in seconds; a child still running after this long is
@@ -86,7 +88,8 @@ def compile_in_children(tasks, num_children: int = 2) -> None:
                 status = 1
                 try:
                     _serialize_saves(lock_path)
-                    status = _work(tasks, queue)
+                    with lighter_optimisation():  # (the child owns numba's compiler lock: it holds it already)
+                        status = _work(tasks, queue)
                 finally:
                     os._exit(status)
             children.append(pid)

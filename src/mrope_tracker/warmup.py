@@ -36,6 +36,7 @@ from .device.warm import canvas_prompt, cast_device_rows, device_rows, per_frame
 from .evs.pruned import PRUNABLE
 from .forked_compile import compile_in_children
 from .kernels import layout_codes as C
+from .kernels.jit_options import full_optimisation, lighter_optimisation
 from .tracker.position_tracker import PositionTracker
 
 __all__ = ["warmup"]
@@ -110,20 +111,21 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     if num_jobs > 1 and _cache_is_cold(plan.key):
         tasks = plan.tasks(omni, dtypes, ids, kwargs, ranges)
         stage(f"compile ({num_jobs} processes)", lambda: compile_in_children(tasks, num_jobs))
-    if plan.tokens:
-        stage("prompt_positions", lambda: _prompt_entries(omni, ids, kwargs))
-    if plan.sglang_omni:
-        stage("sglang_omni", sglang_omni_pass)
-    stage("layout", lambda: _layouts(plan, omni, ids, kwargs, ranges))
-    if plan.tracker:
-        stage("next_positions", _next_positions)
-        for dtype in dtypes:
-            stage(
-                f"tracker[{str(dtype).replace('torch.', '')}]",
-                lambda dtype=dtype: _tracker_round(omni, ids, kwargs, ranges, dtype, plan.tokens),
-            )
-    if plan.rope_state:
-        stage("rope_state rows", device_rows)
+    with lighter_optimisation():  # (what the children left, or all of it: compiled here at their level)
+        if plan.tokens:
+            stage("prompt_positions", lambda: _prompt_entries(omni, ids, kwargs))
+        if plan.sglang_omni:
+            stage("sglang_omni", sglang_omni_pass)
+        stage("layout", lambda: _layouts(plan, omni, ids, kwargs, ranges))
+        if plan.tracker:
+            stage("next_positions", _next_positions)
+            for dtype in dtypes:
+                stage(
+                    f"tracker[{str(dtype).replace('torch.', '')}]",
+                    lambda dtype=dtype: _tracker_round(omni, ids, kwargs, ranges, dtype, plan.tokens),
+                )
+        if plan.rope_state:
+            stage("rope_state rows", device_rows)
     _mark_warm(plan.key)
     return timings
 
@@ -246,9 +248,11 @@ def _layouts(plan, config, ids, kwargs, ranges) -> None:
 
 def _next_positions() -> None:
     buffer = np.zeros((3, 5), np.int64)
-    # numba compiles one version per array layout: C, a column slice (A), Fortran
-    for out in (buffer, buffer[:, :4], np.asfortranarray(buffer)):
-        next_positions(out, 0, -3, 9, 4)
+    # numba compiles one version per array layout: C, a column slice (A), Fortran; at numba's own level, as
+    # a kernel a runner may call per request and step
+    with full_optimisation():
+        for out in (buffer, buffer[:, :4], np.asfortranarray(buffer)):
+            next_positions(out, 0, -3, 9, 4)
 
 
 def _tracker_round(config, ids, kwargs, ranges, dtype, tokens=True) -> None:
@@ -358,7 +362,8 @@ def _step_kernel(signature) -> None:
     from .kernels.tracker_step import prepare_step
 
     set_compiling(prepare_step, True)  # (in this child only; the parent's stays sealed)
-    prepare_step.compile(signature)
+    with full_optimisation():  # (the per-step kernel: at numba's own level)
+        prepare_step.compile(signature)
 
 
 def _num_jobs(jobs: int | None) -> int:

@@ -52,6 +52,12 @@ function with them (numba checks options when it compiles, not when it
 decorates) and leaves them out if that fails.
 MROPE_TRACKER_NUMBA_PUBLIC_ONLY=1 leaves them out everywhere.
 
+`lighter_optimisation` (what `warmup()` compiles under) lowers numba's
+documented optimisation setting (NUMBA_OPT, as `numba.config.OPT`) while it
+holds numba's compiler lock, not a documented name either: without the
+lock, or under MROPE_TRACKER_NUMBA_PUBLIC_ONLY=1, it leaves the level as it
+is, and the kernels compile at the user's level to the same positions.
+
 One method is numba's without being in its user documentation either:
 `Dispatcher.disable_compile`, which seals an entry point after its
 signatures are compiled. `set_compiling` calls it where it exists and does
@@ -60,6 +66,7 @@ specialisation instead of raising (the callers check their arguments'
 types in Python first, so positions are the same either way).
 """
 
+import contextlib
 import os
 import re
 
@@ -101,6 +108,80 @@ def set_compiling(dispatcher, enabled: bool) -> bool:
         return False
     switch(not enabled)
     return True
+
+
+# The LLVM optimisation level warmup() compiles the kernels at (numba's
+# NUMBA_OPT, 3 by default), all but the per-step ones (`full_optimisation`).
+# They are memory-bound scans and writes: at level 1 the prompt, SGLang and
+# admission calls ran as fast as at level 3, for a cheaper cold compile;
+# the step kernel did not, so it keeps numba's level (docs/benchmarks.md,
+# "Compiling at LLVM level 1").
+WARMUP_OPT_LEVEL = 1
+# The levels `lighter_optimisation` lowered from, innermost last.
+_lowered_from: list = []
+
+
+@contextlib.contextmanager
+def lighter_optimisation(level: int = WARMUP_OPT_LEVEL):
+    """numba's optimisation level (`numba.config.OPT`, the setting behind
+    NUMBA_OPT) lowered to `level` for the compiles inside, then restored;
+    yields whether it was lowered. Held under numba's compiler lock (not a
+    documented name: numba.core.compiler_lock), so that no other thread of
+    the process compiles at the lowered level meanwhile. Left alone where
+    the user set NUMBA_OPT, where it is already at most `level`, where the
+    setting is not the int numba has made of it since 0.55, where numba has
+    no such lock, and under MROPE_TRACKER_NUMBA_PUBLIC_ONLY=1: the kernels
+    then compile at the user's level, to the same positions.
+
+    It lowers LLVM's optimisation passes only: the machine-code generator
+    keeps the level numba started with. numba 0.60 builds its passes once,
+    when its code generator starts (at the package's import), so there
+    this changes nothing; 0.68 reads the setting per compile."""
+    current = getattr(numba.config, "OPT", None)
+    lock = _compiler_lock()
+    if (
+        lock is None
+        or "NUMBA_OPT" in os.environ
+        or not isinstance(current, int)
+        or getattr(current, "is_opt_max", False)
+        or current <= level
+    ):
+        yield False
+        return
+    with lock:
+        numba.config.OPT = type(current)(level)  # (numba's own int subclass, as it makes one of NUMBA_OPT)
+        _lowered_from.append(current)
+        try:
+            yield True
+        finally:
+            _lowered_from.pop()
+            numba.config.OPT = current
+
+
+@contextlib.contextmanager
+def full_optimisation():
+    """Inside `lighter_optimisation`: the level it lowered, back for the
+    compiles inside (the kernels every scheduler step runs); elsewhere
+    nothing changes."""
+    if not _lowered_from:
+        yield
+        return
+    lowered = numba.config.OPT
+    numba.config.OPT = _lowered_from[-1]
+    try:
+        yield
+    finally:
+        numba.config.OPT = lowered
+
+
+def _compiler_lock():
+    if os.environ.get("MROPE_TRACKER_NUMBA_PUBLIC_ONLY") == "1":
+        return None
+    try:
+        from numba.core.compiler_lock import global_compiler_lock
+    except ImportError:
+        return None
+    return global_compiler_lock
 
 
 PRIVATE = private_options_accepted()

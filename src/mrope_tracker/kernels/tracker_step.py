@@ -32,7 +32,7 @@ import numba
 import numpy as np
 from numba import types as nt
 
-from .jit_options import helper, set_compiling, tiny
+from .jit_options import full_optimisation, helper, set_compiling, tiny
 from .layout_fill import fill_positions, write_next_positions
 
 # slot_state columns
@@ -211,8 +211,9 @@ def step_kernel(out_dtype):
             if key not in _compiled:
                 set_compiling(prepare_step, True)
                 try:
-                    for signature in step_signatures(key):
-                        prepare_step.compile(signature)
+                    with full_optimisation():  # (a warm-up's lighter level is not for the per-step kernel)
+                        for signature in step_signatures(key):
+                            prepare_step.compile(signature)
                 finally:
                     set_compiling(prepare_step, False)
                 _compiled.add(key)
