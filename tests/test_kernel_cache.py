@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -179,6 +180,17 @@ def test_full_optimisation_restores_the_lowered_level_inside_only(monkeypatch):
         with jit_options.full_optimisation():
             assert numba.config.OPT is before
         assert numba.config.OPT == jit_options.WARMUP_OPT_LEVEL
+        # another thread (its compile waits for the lock this one holds) leaves the lowered level alone
+        seen = []
+
+        def other():
+            with jit_options.full_optimisation():
+                seen.append(int(numba.config.OPT))
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert seen == [jit_options.WARMUP_OPT_LEVEL] and numba.config.OPT == jit_options.WARMUP_OPT_LEVEL
     assert numba.config.OPT is before
 
 

@@ -69,6 +69,7 @@ types in Python first, so positions are the same either way).
 import contextlib
 import os
 import re
+import threading
 
 import numba
 
@@ -117,7 +118,7 @@ def set_compiling(dispatcher, enabled: bool) -> bool:
 # the step kernel did not, so it keeps numba's level (docs/benchmarks.md,
 # "Compiling at LLVM level 1").
 WARMUP_OPT_LEVEL = 1
-# The levels `lighter_optimisation` lowered from, innermost last.
+# (thread id, level it lowered from) of each `lighter_optimisation` open, innermost last.
 _lowered_from: list = []
 
 
@@ -150,7 +151,7 @@ def lighter_optimisation(level: int = WARMUP_OPT_LEVEL):
         return
     with lock:
         numba.config.OPT = type(current)(level)  # (numba's own int subclass, as it makes one of NUMBA_OPT)
-        _lowered_from.append(current)
+        _lowered_from.append((threading.get_ident(), current))
         try:
             yield True
         finally:
@@ -160,14 +161,16 @@ def lighter_optimisation(level: int = WARMUP_OPT_LEVEL):
 
 @contextlib.contextmanager
 def full_optimisation():
-    """Inside `lighter_optimisation`: the level it lowered, back for the
-    compiles inside (the kernels every scheduler step runs); elsewhere
-    nothing changes."""
-    if not _lowered_from:
+    """Inside `lighter_optimisation`, in the thread that opened it: the level
+    it lowered, back for the compiles inside (the kernels every scheduler
+    step runs). Elsewhere nothing changes: another thread's compile waits
+    for numba's lock, which the lowering thread holds, and then runs at the
+    level restored."""
+    if not _lowered_from or _lowered_from[-1][0] != threading.get_ident():
         yield
         return
     lowered = numba.config.OPT
-    numba.config.OPT = _lowered_from[-1]
+    numba.config.OPT = _lowered_from[-1][1]
     try:
         yield
     finally:
