@@ -194,7 +194,7 @@ def test_full_optimisation_restores_the_lowered_level_inside_only(monkeypatch):
     assert numba.config.OPT is before
 
 
-@pytest.mark.parametrize("case", ["user NUMBA_OPT", "already low", "public only", "max"])
+@pytest.mark.parametrize("case", ["user NUMBA_OPT", "already low", "public only", "max", "no compiler lock"])
 def test_lighter_optimisation_leaves_a_level_it_should_not_touch(monkeypatch, case):
     import numba
 
@@ -210,6 +210,8 @@ def test_lighter_optimisation_leaves_a_level_it_should_not_touch(monkeypatch, ca
         monkeypatch.setattr(numba.config, "OPT", level(0))
     elif case == "public only":
         monkeypatch.setenv("MROPE_TRACKER_NUMBA_PUBLIC_ONLY", "1")
+    elif case == "no compiler lock":  # a numba without numba.core.compiler_lock: any import of it fails
+        monkeypatch.setitem(sys.modules, "numba.core.compiler_lock", None)
     else:
         monkeypatch.setattr(numba.config, "OPT", level("max"))
     before = numba.config.OPT

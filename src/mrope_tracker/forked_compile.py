@@ -15,7 +15,7 @@ import threading
 import time
 import warnings
 
-from .kernels.jit_options import lighter_optimisation
+from .kernels.jit_options import lighter_optimisation, numba_compiler_lock
 
 __all__ = ["CHILD_DEADLINE_S", "MAX_TASKS", "compile_in_children", "fork_guard"]
 
@@ -158,11 +158,10 @@ def fork_guard():
     lacks it, nothing while this is the process's only Python thread (the
     public path: no thread to fear), else None: no fork, the parent
     compiles everything itself."""
-    try:
-        from numba.core.compiler_lock import global_compiler_lock
-    except ImportError:
+    lock = numba_compiler_lock()
+    if lock is None:
         return contextlib.nullcontext() if threading.active_count() == 1 else None
-    return global_compiler_lock
+    return lock
 
 
 def _wait(children: list, deadline: float) -> None:

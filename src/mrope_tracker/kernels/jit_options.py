@@ -139,7 +139,7 @@ def lighter_optimisation(level: int = WARMUP_OPT_LEVEL):
     when its code generator starts (at the package's import), so there
     this changes nothing; 0.68 reads the setting per compile."""
     current = getattr(numba.config, "OPT", None)
-    lock = _compiler_lock()
+    lock = None if os.environ.get("MROPE_TRACKER_NUMBA_PUBLIC_ONLY") == "1" else numba_compiler_lock()
     if (
         lock is None
         or "NUMBA_OPT" in os.environ
@@ -177,9 +177,9 @@ def full_optimisation():
         numba.config.OPT = lowered
 
 
-def _compiler_lock():
-    if os.environ.get("MROPE_TRACKER_NUMBA_PUBLIC_ONLY") == "1":
-        return None
+def numba_compiler_lock():
+    """numba's process-wide compiler lock (re-entrant; not a documented
+    name: numba.core.compiler_lock), or None where this numba lacks it."""
     try:
         from numba.core.compiler_lock import global_compiler_lock
     except ImportError:
