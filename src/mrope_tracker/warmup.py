@@ -359,11 +359,10 @@ def _step_signatures(dtypes) -> list:
 def _step_kernel(signature) -> None:
     """The step kernel for one signature (no tracker, so no torch in the child)."""
     from .kernels.jit_options import set_compiling
-    from .kernels.tracker_step import prepare_step
+    from .kernels.tracker_step import compile_step_signature, prepare_step
 
     set_compiling(prepare_step, True)  # (in this child only; the parent's stays sealed)
-    with full_optimisation():  # (the per-step kernel: at numba's own level)
-        prepare_step.compile(signature)
+    compile_step_signature(signature)
 
 
 def _num_jobs(jobs: int | None) -> int:

@@ -84,7 +84,7 @@ def _probe():  # compiled only by the probe below
 
 def private_options_accepted(version: str = numba.__version__) -> bool:
     """Whether to pass PRIVATE_OPTIONS: on a tested numba, or when this numba compiles with them."""
-    if os.environ.get("MROPE_TRACKER_NUMBA_PUBLIC_ONLY") == "1":
+    if _public_only():
         return False
     match = re.match(r"(\d+)\.(\d+)", version)
     if match and TESTED_NUMBA[0] <= (int(match[1]), int(match[2])) <= TESTED_NUMBA[1]:
@@ -139,7 +139,7 @@ def lighter_optimisation(level: int = WARMUP_OPT_LEVEL):
     when its code generator starts (at the package's import), so there
     this changes nothing; 0.68 reads the setting per compile."""
     current = getattr(numba.config, "OPT", None)
-    lock = None if os.environ.get("MROPE_TRACKER_NUMBA_PUBLIC_ONLY") == "1" else numba_compiler_lock()
+    lock = None if _public_only() else numba_compiler_lock()
     if (
         lock is None
         or "NUMBA_OPT" in os.environ
@@ -175,6 +175,11 @@ def full_optimisation():
         yield
     finally:
         numba.config.OPT = lowered
+
+
+def _public_only() -> bool:
+    """Whether MROPE_TRACKER_NUMBA_PUBLIC_ONLY=1 keeps every undocumented numba name out."""
+    return os.environ.get("MROPE_TRACKER_NUMBA_PUBLIC_ONLY") == "1"
 
 
 def numba_compiler_lock():

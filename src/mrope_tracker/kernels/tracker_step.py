@@ -200,6 +200,14 @@ def step_signatures(out_dtype) -> list[tuple]:
     ]
 
 
+def compile_step_signature(signature) -> None:
+    """`prepare_step` compiled (or loaded) for one of `step_signatures`, at
+    numba's own optimisation level even inside a warm-up's lighter one: it
+    is the kernel every scheduler step runs. Compiling must be switched on."""
+    with full_optimisation():
+        prepare_step.compile(signature)
+
+
 def step_kernel(out_dtype):
     """`prepare_step`, ready for `out_dtype` (int64 or int32) positions with
     int64 or int32 index arrays, and for no other argument types: the two
@@ -211,9 +219,8 @@ def step_kernel(out_dtype):
             if key not in _compiled:
                 set_compiling(prepare_step, True)
                 try:
-                    with full_optimisation():  # (a warm-up's lighter level is not for the per-step kernel)
-                        for signature in step_signatures(key):
-                            prepare_step.compile(signature)
+                    for signature in step_signatures(key):
+                        compile_step_signature(signature)
                 finally:
                     set_compiling(prepare_step, False)
                 _compiled.add(key)
