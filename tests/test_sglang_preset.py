@@ -180,14 +180,18 @@ def test_defects_2_to_5_are_positioned():
     assert q25.switches == frozenset()
 
 
-def test_the_preset_switches_only_qwen3_omni():
+def test_the_preset_changes_positions_only_for_qwen3_omni():
     """Every other family SGLang serves gives the reference positions under the
-    preset (the oracle tests show SGLang's code does), so the preset switches
-    nothing else on."""
-    switched = {name for name, family in FAMILIES.items() if family.presets.get(SGLANG)}
-    assert switched == {"qwen3_omni"}
-    assert FAMILIES["qwen3_omni"].presets[SGLANG] == frozenset({"float_carry"})
+    preset (the oracle tests show SGLang's code does): the only other switch,
+    on the Qwen-VL lines, refuses prompts rather than positioning them
+    (D13, tests/test_vision_start_rule.py)."""
+    switched = {name: family.presets[SGLANG] for name, family in FAMILIES.items() if family.presets.get(SGLANG)}
+    refusing = frozenset({"items_after_vision_start"})
+    assert switched == {"qwen3_omni": frozenset({"float_carry"}), **dict.fromkeys(_QWEN_VL, refusing)}
     assert _omni().float_carry and not MRopeConfig.from_hf_config(OMNI).float_carry
+
+
+_QWEN_VL = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 
 def test_bracketless_items_are_refused_as_by_the_reference():

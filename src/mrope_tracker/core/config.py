@@ -334,6 +334,7 @@ class MRopeConfig:
         params[codes.P_VIDEO_T_MERGE] = self.temporal_merge_size or 1
         params[codes.P_XD_IMAGES] = spec.xd_images
         params[codes.P_ORDINAL_BASE] = 0
+        params[codes.P_AFTER_START] = "items_after_vision_start" in switches
         params.setflags(write=True)  # writable on purpose: numba types read-only arrays apart
         return params
 

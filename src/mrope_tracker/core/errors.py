@@ -142,6 +142,21 @@ def _xd_run(f: _Failure, a, b, c, d):
     )
 
 
+_STACKS = {"transformers-4.57": "transformers 4.57", "sglang-0.5": "SGLang 0.5"}
+
+
+def _no_vision_start(f: _Failure, a, b, c, d):
+    before = f"token_ids[{c - 1}] = {int(f.ids[c - 1])}" if c > 0 else "the prompt's start"
+    what = f.item_text(a, b, d) if b < count_items(f.items, a) else f"an extra {MODALITY_NAMES.get(a, '?')} run"
+    return (
+        f"token_ids: {what} starts at token_ids[{c}] after {before}, not after vision_start "
+        f"({f.config.vision_start_token_id}); under the {f.config.semantics!r} preset every image and video run"
+        f"{' (every frame)' if a == C.MOD_VIDEO and f.per_frame else ''} must follow one: "
+        f"{_STACKS.get(f.config.semantics, 'that stack')} finds items by the token after vision_start and "
+        f"positions a run without one as text (docs/semantics.md, D13)"
+    )
+
+
 def _placeholder_short(f: _Failure, a, b, c, d):
     token = f.placeholder(a)
     start, _ = _run_bounds(f.ids, c, token)
@@ -269,6 +284,7 @@ _MESSAGES = {
     C.ERR_TAU_OVERFLOW: _tau_overflow,
     C.ERR_AUDIO_SHORT: _audio_short,
     C.ERR_XD_RUN: _xd_run,
+    C.ERR_NO_VISION_START: _no_vision_start,
     C.ERR_PLACEHOLDER_SHORT: _placeholder_short,
     C.ERR_CUT_OFF: _cut_off,
     C.ERR_EXTRA_ITEM: _extra_item,

@@ -46,6 +46,10 @@ PRESET_SWITCHES = frozenset(
         "canvas_flag",
         # Qwen3-Omni positions computed in float32 with unrounded times, each then truncated (SGLang 0.5, S1)
         "float_carry",
+        # every image and video run (Qwen3-VL: every frame) right after vision_start, else refused: transformers
+        # 4.57 and SGLang 0.5 find items by the token after vision_start and position a run without one as
+        # text, or shift the items after it (D13)
+        "items_after_vision_start",
     }
 )
 

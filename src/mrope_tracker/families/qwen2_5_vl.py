@@ -44,8 +44,9 @@ FAMILY = Family(
     scaled_time=True,
     presets={
         "vllm-0.33": frozenset({"tau_f64"}),
-        "transformers-4.57": frozenset({"int_sp"}),
+        "transformers-4.57": frozenset({"int_sp", "items_after_vision_start"}),
         "transformers-5": frozenset({"next_hw", "tau_rate_first"}),
+        "sglang-0.5": frozenset({"items_after_vision_start"}),
     },
     transformers_batch=TRANSFORMERS_VL_BATCH,
     transformers_classes={"qwen2_5_vl": ("qwen2_5_vl", "Qwen2_5_VLModel", "Qwen2_5_VLConfig")},

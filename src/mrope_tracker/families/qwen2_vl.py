@@ -70,7 +70,11 @@ FAMILY = Family(
     model_types={"qwen2_vl": ""},
     defaults={**QWEN_VISION_IDS, "spatial_merge_size": 2},
     read_config=read_qwen_vision,
-    presets={"transformers-5": frozenset({"next_hw"})},
+    presets={
+        "transformers-4.57": frozenset({"items_after_vision_start"}),
+        "transformers-5": frozenset({"next_hw"}),
+        "sglang-0.5": frozenset({"items_after_vision_start"}),
+    },
     transformers_batch=TRANSFORMERS_VL_BATCH,
     transformers_classes={"qwen2_vl": ("qwen2_vl", "Qwen2VLModel", "Qwen2VLConfig")},
     config_dict=config_dict,

@@ -38,6 +38,10 @@ FAMILY = Family(
     defaults={**QWEN_VISION_IDS, "spatial_merge_size": 2},
     read_config=read_qwen_vision,
     video_blocks="frames",
+    presets={
+        "transformers-4.57": frozenset({"items_after_vision_start"}),
+        "sglang-0.5": frozenset({"items_after_vision_start"}),
+    },
     transformers_batch=TRANSFORMERS_VL_BATCH,
     transformers_classes={
         "qwen3_vl": ("qwen3_vl", "Qwen3VLModel", "Qwen3VLConfig"),

@@ -270,6 +270,7 @@ def build_from_tokens(
     video_open = np.int64(params[C.P_VIDEO_OPEN])
     video_close = np.int64(params[C.P_VIDEO_CLOSE])
     frames = params[C.P_FRAMES] != 0
+    after_start = params[C.P_AFTER_START] != 0  # (never with brackets or audio: presets of the Qwen-VL lines)
     tail = np.int64(-1)  # raw: where text after the last item resumes (its T + 1)
     av = use_audio_in_video and audio_id >= 0
     bracketed = video_open >= 0
@@ -289,6 +290,9 @@ def build_from_tokens(
             break
         tok = ids[i]
         code, a, b, c, d = C.OK, 0, 0, 0, 0
+        if after_start and (tok == image_id or tok == video_id) and (i == 0 or ids[i - 1] != vision_start):
+            m = C.MOD_IMAGE if tok == image_id else C.MOD_VIDEO
+            return C.ERR_NO_VISION_START, m, state[S_COUNT + m], i, state[S_FRAME]
         if bracketed and (tok == video_open or tok == video_close):
             if tok == video_open and in_video or state[S_FRAME] != 0:
                 # a bracket inside a bracket, or one that closes (or reopens) mid-video

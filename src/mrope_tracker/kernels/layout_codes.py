@@ -116,7 +116,8 @@ P_VIDEO_T_MERGE = 22  # a video's t' = t // this (ERNIE-4.5-VL's temporal_conv_s
 # extra token, every token outside the grid sequential (HunYuan-VL)
 P_XD_IMAGES = 23
 P_ORDINAL_BASE = 24  # XD images: the first image's ordinal (0; transformers' batches count across rows)
-NUM_PARAMS = 25
+P_AFTER_START = 25  # 1: every image and video run must follow vision_start (transformers 4.57, SGLang 0.5: D13)
+NUM_PARAMS = 26
 
 TAU_FRAME = 0  # tau(f) = f
 TAU_F32 = 1  # trunc(float32(float32(f) * sp) * r), as torch computes it
@@ -158,3 +159,4 @@ ERR_AV_COUNT = 21  # a: video index, b: video tokens found, c: audio tokens foun
 ERR_VIDEO_OPEN = 22  # a: video index, b: token index of the bracket, c: frames seen
 ERR_VIDEO_T_MERGE = 23  # a: video index, b: t (not divisible by the temporal merge size)
 ERR_XD_RUN = 24  # a: image index, b: its first token (XD images: the run of image tokens goes on past it)
+ERR_NO_VISION_START = 25  # a: modality, b: item index, c: token index of the run (P_AFTER_START)
