@@ -191,7 +191,7 @@ def test_the_preset_changes_positions_only_for_qwen3_omni():
     assert _omni().float_carry and not MRopeConfig.from_hf_config(OMNI).float_carry
 
 
-_QWEN_VL = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+_QWEN_VL = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "paddleocr_vl")
 
 
 def test_bracketless_items_are_refused_as_by_the_reference():

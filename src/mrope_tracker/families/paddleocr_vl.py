@@ -31,6 +31,8 @@ FAMILY = Family(
         "spatial_merge_size": 2,
     },
     read_config=read_qwen_images,
+    # SGLang 0.5 positions it with Qwen2-VL's scan, which finds images by the token after vision_start (D13)
+    presets={"sglang-0.5": frozenset({"items_after_vision_start"})},
     # transformers 5.24's get_rope_index is Qwen2-VL's (R-hw), which equals R-max on images
     transformers_batch={"transformers-5": TRANSFORMERS_VL_BATCH["transformers-5"]},
     transformers_classes={"paddleocr_vl": ("paddleocr_vl", "PaddleOCRVLModel", "PaddleOCRVLConfig")},

@@ -105,7 +105,10 @@ FAMILY = Family(
         "vllm": _convention(interleave.vllm_chunk_runs),
         "model": _convention(interleave.model_walker_runs),
     },
-    presets={"vllm-0.33": frozenset({"tau_f64", "av_shift"})},
+    presets={
+        "vllm-0.33": frozenset({"tau_f64", "av_shift"}),
+        "transformers-4.57": frozenset({"items_after_vision_start"}),
+    },
     transformers_batch=TRANSFORMERS_THINKER_BATCH,
     transformers_classes={
         model_type: ("qwen2_5_omni", "Qwen2_5OmniThinkerForConditionalGeneration", "Qwen2_5OmniThinkerConfig")

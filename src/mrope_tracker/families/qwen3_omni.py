@@ -76,6 +76,7 @@ FAMILY = Family(
     default_second_per_grid_ts=2.0,
     presets={
         "vllm-0.33": frozenset({"tau_f64", "av_eos_block", "av_merge_tau"}),
+        "transformers-4.57": frozenset({"items_after_vision_start"}),
         # SGLang 0.5.23 keeps transformers' float32 positions and truncates them (docs/semantics.md, S1)
         "sglang-0.5": frozenset({"float_carry"}),
     },
