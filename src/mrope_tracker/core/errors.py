@@ -142,18 +142,15 @@ def _xd_run(f: _Failure, a, b, c, d):
     )
 
 
-_STACKS = {"transformers-4.57": "transformers 4.57", "sglang-0.5": "SGLang 0.5"}
-
-
 def _no_vision_start(f: _Failure, a, b, c, d):
     before = f"token_ids[{c - 1}] = {int(f.ids[c - 1])}" if c > 0 else "the prompt's start"
     what = f.item_text(a, b, d) if b < count_items(f.items, a) else f"an extra {MODALITY_NAMES.get(a, '?')} run"
+    runs = "run (each frame)" if a == C.MOD_VIDEO and f.per_frame else "run"
     return (
         f"token_ids: {what} starts at token_ids[{c}] after {before}, not after vision_start "
-        f"({f.config.vision_start_token_id}); under the {f.config.semantics!r} preset every image and video run"
-        f"{' (every frame)' if a == C.MOD_VIDEO and f.per_frame else ''} must follow one: "
-        f"{_STACKS.get(f.config.semantics, 'that stack')} finds items by the token after vision_start and "
-        f"positions a run without one as text (docs/semantics.md, D13)"
+        f"({f.config.vision_start_token_id}); this preset (switch items_after_vision_start) needs one before every "
+        f"image and video {runs}: transformers 4.57 and SGLang 0.5 find items by the token after vision_start and "
+        f"position a run without one as text (docs/semantics.md, D13)"
     )
 
 

@@ -50,6 +50,7 @@ DIVERGENCES = {
     "tau_rate_first": "transformers 5 product order",  # Qwen2.5-VL frame f times float32(sp * r)
     "canvas_flag": "D12",  # vLLM 0.33: MiniCPM-V 4.7's canvas only with the config's flag
     "float_carry": "S1",  # SGLang 0.5: Qwen3-Omni float32 positions truncated (times carried across items)
+    "items_after_vision_start": "D13",  # transformers 4.57, SGLang 0.5: runs without vision_start refused
 }
 # Marker ids for a canvas family's bare model type (none published): only which token is which matters
 _CANVAS_STANDINS = {
