@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrope_tracker import MRopeConfig, hf
-from mrope_tracker.hf import config_cache
+from mrope_tracker.core import config_cache
 
 transformers = pytest.importorskip("transformers")
 

@@ -542,3 +542,118 @@ def test_concat_layouts_names_bad_input():
     other = text_layout(MRopeConfig.from_hf_config(load_config("qwen2_vl"), semantics=SEMANTICS), 4)
     with pytest.raises(ValueError, match="second"):
         concat_layouts(layout, other)
+
+
+# ---------------------------------------------------------------------------------------- found by a fuzz
+
+
+def _glm_hf_config():
+    raw = load_config("glm4v")
+    fields = {key: value for key, value in raw.items() if key != "vision_config"}
+    return types.SimpleNamespace(**fields, vision_config=types.SimpleNamespace(**raw["vision_config"]))
+
+
+def test_glm4v_reads_a_config_changed_in_place_again():
+    """The drop-in keeps a config object's parse only while the object reads the same: a token id changed
+    in place is read again, as SGLang reads it on every call."""
+    hf = _glm_hf_config()
+    start, end, image = hf.image_start_token_id, hf.image_end_token_id, hf.image_token_id
+    grid = torch.tensor([[1, 2, 4]])
+    get_rope_index_glm4v(torch.tensor([[start, image, image, end]]), hf, grid, None, None, semantics=SEMANTICS)
+    hf.image_token_id = 7
+    ids = torch.tensor([[start, image, image, end, start, 7, 7, end]])  # the old id is text now
+    positions, _ = get_rope_index_glm4v(ids, hf, grid, None, None, semantics=SEMANTICS)
+    assert positions[0, 0].tolist() == [0, 1, 2, 3, 4, 5, 5, 7]  # SGLang 0.5.23's own, with the new id
+
+
+@pytest.mark.parametrize(
+    "mask, error",
+    [
+        (torch.ones(1, 2, dtype=torch.long), ValueError),
+        ([[1, 1, 1], [1, 1, 1]], TypeError),
+        (np.ones((2, 3), np.int64), TypeError),
+        (torch.ones(2, 3, dtype=torch.complex64), TypeError),
+    ],
+)
+def test_glm4v_checks_the_attention_mask_without_grids_too(mask, error):
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    with pytest.raises(error, match="attention_mask"):
+        get_rope_index_glm4v(ids, _glm_hf_config(), None, None, mask, semantics=SEMANTICS)
+
+
+def test_glm4v_positions_an_empty_masked_batch():
+    positions, deltas = get_rope_index_glm4v(
+        torch.zeros(2, 0, dtype=torch.long), _glm_hf_config(), None, None, torch.ones(2, 0), semantics=SEMANTICS
+    )
+    assert positions.shape == (3, 2, 0) and deltas.tolist() == [[0], [0]]
+
+
+def _engine() -> BatchPositions:
+    engine = BatchPositions(MRopeConfig(family="qwen2_5_vl", semantics=SEMANTICS), max_num_reqs=3, max_num_tokens=32)
+    engine.admit(1, num_tokens=5)
+    return engine
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(prefix_lens=torch.zeros(1, requires_grad=True), extend_lens=[2]), "prefix_lens"),
+        (dict(prefix_lens=torch.zeros(1, dtype=torch.bfloat16), extend_lens=[2]), "prefix_lens"),
+        (dict(seq_lens=torch.tensor([1 + 0j]).conj()), "seq_lens"),
+    ],
+)
+def test_batch_fields_torch_cannot_hand_to_numpy_are_named(kwargs, name):
+    engine = _engine()
+    with pytest.raises(TypeError, match=name):
+        engine.positions([1], **kwargs)
+    np.testing.assert_array_equal(engine.positions([1], seq_lens=[5]).numpy()[:, 0], [4, 4, 4])  # nothing changed
+
+
+def test_batch_refusals_name_the_row_and_the_argument():
+    engine = _engine()
+    with pytest.raises(ValueError, match=r"req_pool_indices: expected a 1-D tensor"):
+        engine.positions(torch.tensor(1), spec_positions=torch.tensor([5]))
+    with pytest.raises(ValueError, match=r"for req_pool_indices\[0\] = 1,"):
+        engine.positions([1], seq_lens=[2**63 - 1])
+    with pytest.raises(TypeError, match="req_pool_idx"):
+        float("inf") in engine  # noqa: B015 (the membership test is the call under test)
+    assert 1 in engine and 2 not in engine and -1 not in engine and 99 not in engine
+
+
+@pytest.mark.parametrize(
+    "audio",
+    [
+        torch.tensor([], dtype=torch.long, device="meta"),
+        torch.tensor([], dtype=torch.complex64).conj(),
+        torch.tensor([], dtype=torch.bfloat16),
+    ],
+)
+def test_qwen3_omni_names_audio_seqlens_torch_cannot_read(audio):
+    config = MRopeConfig(family="qwen3_omni", semantics=SEMANTICS)
+    with pytest.raises(TypeError, match="audio_seqlens"):
+        get_rope_index(**_omni_image_call(config), audio_seqlens=audio, semantics=SEMANTICS)
+
+
+def test_qwen3_omni_names_position_id_per_seconds():
+    config = MRopeConfig(family="qwen3_omni", semantics=SEMANTICS)
+    call = {**_omni_image_call(config), "position_id_per_seconds": float("nan")}
+    with pytest.raises(ValueError, match="^position_id_per_seconds: expected a number in"):
+        get_rope_index(**call, semantics=SEMANTICS)
+
+
+def _omni_image_call(config: MRopeConfig) -> dict:
+    ids = [1, config.vision_start_token_id, *[config.image_token_id] * 4, config.vision_end_token_id, 2]
+    return dict(
+        spatial_merge_size=2,
+        image_token_id=config.image_token_id,
+        video_token_id=config.video_token_id,
+        vision_start_token_id=config.vision_start_token_id,
+        model_type="qwen3_omni_moe",
+        tokens_per_second=None,
+        input_ids=torch.tensor([ids]),
+        image_grid_thw=torch.tensor([[1, 4, 4]]),
+        audio_token_id=config.audio_token_id,
+        audio_start_token_id=config.audio_start_token_id,
+        position_id_per_seconds=13.0,
+        use_audio_in_video=False,
+    )

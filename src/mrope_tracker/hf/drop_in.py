@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
+from ..core.config_cache import parsed_config
 from ..core.errors import check_all_used
 from ..core.inputs import (
     EMPTY_FLOAT,
@@ -67,7 +68,6 @@ from ..kernels.hf_batch import (
     batch_kernel,
 )
 from .canvas_batch import canvas_rope_index
-from .config_cache import parsed_config
 from .versions import CONVENTIONS, default_convention, default_semantics
 
 __all__ = ["get_rope_index", "mm_token_type_ids", "warmup"]

@@ -27,11 +27,13 @@ raises ValueError or TypeError naming the argument and changes nothing.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.inputs import as_config, as_index
+from ..core.inputs import as_config, as_index, tensor_values
 from ..core.layout import PromptLayout
 from ..tracker.position_tracker import MAX_TRACKED_REQUESTS, PositionTracker
 from .request_state import read_layout, text_layout
@@ -39,6 +41,7 @@ from .request_state import read_layout, text_layout
 __all__ = ["BatchPositions"]
 
 _FREE = -1
+_ROW_NAMED = re.compile(r"req_pool_indices\[(\d+)\] = -?\d+")
 _INDEX_DTYPES = (torch.int32, torch.int64)
 # the tracker's argument names -> the SGLang field each came from
 _EXTEND_NAMES = (
@@ -58,7 +61,7 @@ def _host_array(value, name: str, length: int | None = None) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         if value.device.type != "cpu":
             raise TypeError(f"{name}: expected a host (CPU) array, got a tensor on {value.device} (no device reads)")
-        value = value.numpy()
+        value = tensor_values(value, name)  # (a grad, a conjugate bit, a dtype numpy lacks: named)
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as exc:
@@ -141,7 +144,9 @@ class BatchPositions:
         self._slot_of[idx] = _FREE
 
     def __contains__(self, req_pool_idx) -> bool:
-        return 0 <= int(req_pool_idx) <= self.max_num_reqs and self._slot_of[int(req_pool_idx)] != _FREE
+        """Whether row `req_pool_idx` holds a request (False for a row outside the table; an int is expected)."""
+        idx = as_index(req_pool_idx, "req_pool_idx", minimum=-(2**63))  # (TypeError for floats, strings, bools)
+        return 0 <= idx <= self.max_num_reqs and self._slot_of[idx] != _FREE
 
     def delta(self, req_pool_idx) -> int:
         idx = self._pool_index(req_pool_idx)
@@ -210,6 +215,9 @@ class BatchPositions:
             message = str(exc)
             for ours, theirs in names:
                 message = message.replace(ours, theirs)
+            # the tracker names its own slot numbers: give the rows SGLang passed instead
+            rows = _host_array(req_pool_indices, "req_pool_indices")
+            message = _ROW_NAMED.sub(lambda m: f"req_pool_indices[{m[1]}] = {int(rows[int(m[1])])}", message)
             raise type(exc)(message) from None
 
     def _speculative(self, req_pool_indices, spec_positions) -> torch.Tensor:
@@ -224,8 +232,10 @@ class BatchPositions:
             raise TypeError(f"req_pool_indices: expected an int32 or int64 tensor, got {req_pool_indices.dtype}")
         if spec_positions.dtype not in _INDEX_DTYPES:
             raise TypeError(f"spec_positions: expected an int32 or int64 tensor, got {spec_positions.dtype}")
+        if req_pool_indices.ndim != 1:
+            raise ValueError(f"req_pool_indices: expected a 1-D tensor, got shape {tuple(req_pool_indices.shape)}")
         bs = req_pool_indices.shape[0]
-        if req_pool_indices.ndim != 1 or spec_positions.ndim != 1 or bs == 0 or spec_positions.numel() % bs:
+        if spec_positions.ndim != 1 or bs == 0 or spec_positions.numel() % bs:
             raise ValueError(
                 f"spec_positions: expected a 1-D tensor of a whole number of positions per request ({bs} requests), "
                 f"got shape {tuple(spec_positions.shape)}"

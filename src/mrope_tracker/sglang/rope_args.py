@@ -131,7 +131,7 @@ def check_time_dtype(config: MRopeConfig, value, videos: np.ndarray | None) -> N
 def counts_arg(value):
     """``audio_seqlens`` (mel frames per track) as numpy, or as given (the rules' checks name it)."""
     if isinstance(value, torch.Tensor):
-        return value.numpy() if value.is_cpu and not value.requires_grad else value.detach().cpu().numpy()
+        return tensor_values(value, "audio_seqlens")  # (a meta tensor, a conjugate bit, bfloat16: named)
     return value
 
 

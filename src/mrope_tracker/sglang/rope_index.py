@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
+from ..core.config_cache import parsed_config
 from ..core.errors import check_all_used
 from ..core.inputs import normalize_items
 from ..families import SEMANTICS
@@ -90,6 +91,17 @@ def _usual_plan(key, spatial_merge_size, image_token_id, video_token_id, vision_
         except TypeError:  # an unhashable argument: the checked route says what is wrong
             pass
     return None, None
+
+
+def _check_rate(value, name: str) -> None:
+    """Qwen3-Omni's time scale, checked here so that its own name is the one reported (the config calls the
+    field tokens_per_second)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a number or None, got {value!r}")
+    if not 0 < value <= 1e6:  # (NaN fails this too)
+        raise ValueError(f"{name}: expected a number in (0, 1e+06], got {value!r}")
 
 
 def _cached_config(key, build) -> MRopeConfig:
@@ -151,6 +163,7 @@ def qwen_config(
             if name not in kwargs:
                 raise TypeError(f"{name}: expected it among the keyword arguments for qwen3_omni_moe, got none")
             ids[name] = kwargs[name]
+        _check_rate(kwargs["position_id_per_seconds"], "position_id_per_seconds")
     elif tokens_per_second is not None:
         vision["tokens_per_second"] = tokens_per_second
     ids = {name: value for name, value in ids.items() if value is not None}
@@ -168,14 +181,10 @@ def qwen_config(
 
 
 def hf_config_of(hf_config, semantics: str) -> MRopeConfig:
-    """The `MRopeConfig` of a model config object (GLM, ERNIE), cached per object."""
-    key = ("hf", id(hf_config), semantics)
-    entry = _CONFIGS.get(key)
-    if entry is not None and entry[0] is hf_config:
-        return entry[1]
-    config = MRopeConfig.from_hf_config(hf_config, semantics=semantics)
-    _cached_config(key, lambda: (hf_config, config))
-    return config
+    """The `MRopeConfig` of a model config object (GLM, ERNIE), kept while the
+    object reads the same (core/config_cache.py: a field changed in place is
+    read again, never served from the old parse)."""
+    return parsed_config(hf_config, semantics)
 
 
 def _index_result(input_ids: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -352,9 +361,11 @@ def get_rope_index_glm4v(
     ids, images, videos = prepared(input_ids, image_grid_thw, video_grid_thw)
     config = hf_config_of(hf_config, semantics)
     rows, length = ids.shape
+    if attention_mask is not None:
+        _check_mask(attention_mask, rows, length)
     if images is None and videos is None:
         device = input_ids.device
-        if attention_mask is None:
+        if attention_mask is None or not length:  # (SGLang's own amax fails on an empty row: no positions, delta 0)
             positions = torch.arange(length, device=device).view(1, 1, -1).expand(3, rows, length)
             return positions, torch.zeros((rows, 1), dtype=input_ids.dtype, device=device)
         positions = attention_mask.long().cumsum(-1) - 1
@@ -363,12 +374,27 @@ def get_rope_index_glm4v(
         return positions, positions.amax(dim=0).amax(-1, keepdim=True) + 1 - attention_mask.shape[-1]
     mask = None
     if attention_mask is not None:
-        if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != (rows, length):
-            raise ValueError(f"attention_mask: expected a tensor of shape {(rows, length)}, got {attention_mask!r}")
         mask = attention_mask.detach().cpu().numpy() == 1
         if mask.all():
             mask = None
     return _result(config, input_ids, ids, images, videos, mask=mask)
+
+
+def _check_mask(attention_mask, rows: int, length: int) -> None:
+    """GLM's attention_mask: a real-valued tensor of input_ids' shape (SGLang compares it with 0 and 1)."""
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(
+            f"attention_mask: expected a tensor of shape {(rows, length)}, got {type(attention_mask).__name__}"
+        )
+    if tuple(attention_mask.shape) != (rows, length):
+        raise ValueError(
+            f"attention_mask: expected shape {(rows, length)} (input_ids'), got {tuple(attention_mask.shape)}"
+        )
+    if attention_mask.dtype.is_complex or attention_mask.device.type == "meta":
+        raise TypeError(
+            f"attention_mask: expected a real-valued tensor that holds values, got {attention_mask.dtype} "
+            f"on {attention_mask.device}"
+        )
 
 
 def get_rope_index_ernie45(
