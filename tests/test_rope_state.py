@@ -442,6 +442,17 @@ def test_bad_input_names_the_argument_and_changes_nothing():
         (lambda: state.update_prefill_positions(1, [[0]] * 3, 0), TypeError, "positions"),
         (lambda: state.update_prefill_positions(1, torch.zeros(3, 4, dtype=torch.int64), 1.5), TypeError, "delta"),
         (lambda: state.update_prefill_positions(1, torch.zeros(3, 4, dtype=torch.int64), 2**40), ValueError, "delta"),
+        (
+            lambda: state.update_prefill_positions(1, torch.zeros(3, 4, dtype=torch.int64).to_sparse(), 0),
+            TypeError,
+            "positions",
+        ),
+        (lambda: state.update_prefill_positions(1, torch.zeros(3, 4, dtype=torch.uint64), 0), TypeError, "positions"),
+        (
+            lambda: state.update_prefill_positions(1, torch.zeros(3, 4, dtype=torch.int64, device="meta"), 0),
+            TypeError,
+            "positions",
+        ),
         (lambda: state.get_positions(33 + 1), ValueError, "num_tokens"),
     ]
     if DEVICE == "cpu":

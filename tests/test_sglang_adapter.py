@@ -36,6 +36,7 @@ from mrope_tracker.sglang import (
     get_rope_index,
     get_rope_index_ernie45,
     get_rope_index_glm4v,
+    read_layout,
     text_layout,
 )
 
@@ -657,3 +658,39 @@ def _omni_image_call(config: MRopeConfig) -> dict:
         position_id_per_seconds=13.0,
         use_audio_in_video=False,
     )
+
+
+def test_a_bool_rate_is_refused_after_an_int_call_too():
+    """True == 1 as a cache key: the kept plan of an int call must not serve a bool one."""
+    args = (2, 151655, 151656, 151652, "qwen2_5_vl")
+    ids = torch.tensor([[1, 151652, 151656, 151656, 151653, 3]])
+    video, times = torch.tensor([[2, 2, 2]]), torch.tensor([1.0])
+    get_rope_index(*args, 1, ids, None, video, times, semantics=SEMANTICS)
+    with pytest.raises(TypeError, match="tokens_per_second"):
+        get_rope_index(*args, True, ids, None, video, times, semantics=SEMANTICS)
+    config = MRopeConfig(family="qwen3_omni", semantics=SEMANTICS)
+    get_rope_index(**_omni_image_call(config), semantics=SEMANTICS)
+    with pytest.raises(TypeError, match="audio_token_id"):
+        call = {**_omni_image_call(config), "audio_token_id": float(config.audio_token_id)}
+        get_rope_index(**call, semantics=SEMANTICS)
+
+
+def test_sparse_and_wide_forms_are_named():
+    args = (2, 151655, 151656, 151652, "qwen2_5_vl", 2)
+    ids = torch.tensor([[1, 151652, 151656, 151656, 151653, 3]])
+    with pytest.raises(TypeError, match="second_per_grid_ts"):
+        get_rope_index(
+            *args, ids, None, torch.tensor([[2, 2, 2]]), torch.tensor([1.0]).to_sparse(), semantics=SEMANTICS
+        )
+    hf = _glm_hf_config()
+    glm_ids = torch.tensor(
+        [[1, hf.image_start_token_id, hf.image_token_id, hf.image_token_id, hf.image_end_token_id, 2]]
+    )
+    sparse_mask = torch.ones(1, 6, dtype=torch.long).to_sparse()
+    with pytest.raises(TypeError, match="attention_mask"):
+        get_rope_index_glm4v(glm_ids, hf, torch.tensor([[1, 2, 4]]), None, sparse_mask, semantics=SEMANTICS)
+    with pytest.raises(ValueError, match="^prefix_lens: expected values below 2\\*\\*63, got 9223372036854775808"):
+        _engine().positions([1], prefix_lens=np.array([2**63], np.uint64), extend_lens=[1])
+    layout = PromptLayout.from_ranges(MRopeConfig(family="qwen2_5_vl"), 5)
+    with pytest.raises(TypeError, match="config"):
+        read_layout(layout, {"model_type": "qwen2_5_vl"})

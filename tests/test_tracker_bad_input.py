@@ -420,3 +420,30 @@ def test_bad_forms_after_a_cached_list_step():
         with pytest.raises(TypeError, match=name):
             tracker.prepare_slots(slots, counts, computed)
     assert_same_state(tracker, twin)
+
+
+def test_ids_that_cannot_be_compared_or_hashed_are_named():
+    """A step after a step of plain ids compares the lists first: an array among the ids is named, not
+    numpy's ambiguous truth value; membership of an unhashable id is named too."""
+    tracker = PositionTracker(MRopeConfig(family="qwen2_5_vl"), max_num_reqs=2, max_num_batched_tokens=8)
+    tracker.add_request("a", [1, 2, 3])
+    tracker.prepare(["a"], [1])
+    with pytest.raises(TypeError, match="req_ids"):
+        tracker.prepare([np.array(["a", "b"])], [1])
+    with pytest.raises(TypeError, match="req_id"):
+        ["a"] in tracker  # noqa: B015 (the membership test is the call under test)
+    assert tracker.num_computed_tokens("a") == 1
+
+
+def test_a_negative_audio_length_is_named_before_any_table_is_sized():
+    config = MRopeConfig(family="qwen3_omni")
+    ids = [
+        config.vision_start_token_id, config.audio_start_token_id, config.video_token_id, config.audio_token_id,
+        config.audio_end_token_id, config.vision_end_token_id,
+    ]  # fmt: skip
+    for semantics in ("reference", "sglang-0.5"):
+        with pytest.raises(ValueError, match=r"audio_feature_lengths\[0\]"):
+            PromptLayout.from_tokens(
+                MRopeConfig(family="qwen3_omni", semantics=semantics), ids, video_grid_thw=[[1, 2, 2]],
+                audio_feature_lengths=[-(10**6)], use_audio_in_video=True,
+            )  # fmt: skip

@@ -38,7 +38,8 @@ _MAX_ESTIMATE = 1 << 16
 
 def estimate_rows(config: MRopeConfig, items: Items, ranges: Ranges | None = None) -> int:
     """Layout rows a prompt needs (`_row_estimate`), at most `_MAX_ESTIMATE`."""
-    return min(_row_estimate(config, items, ranges), _MAX_ESTIMATE)
+    # (at least one row: a negative audio length, which the builder then names, must not size the table)
+    return max(1, min(_row_estimate(config, items, ranges), _MAX_ESTIMATE))
 
 
 def _row_estimate(config: MRopeConfig, items: Items, ranges: Ranges | None) -> int:

@@ -45,6 +45,10 @@ def check_index_tensor(value, name: str, minimum: int, maximum: int | None, devi
     return size
 
 
+# unsigned dtypes torch cannot reduce (min/max) on the CPU
+_WIDE_UNSIGNED = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name))
+
+
 def checked_override(positions, delta, num_dims: int, prompt_len: int, device) -> torch.Tensor:
     """`update_prefill_positions`' arguments checked: the positions as a new
     int32 [num_dims, n] tensor on `device`, n at most the slot's prompt."""
@@ -52,6 +56,11 @@ def checked_override(positions, delta, num_dims: int, prompt_len: int, device) -
         raise TypeError(f"positions: expected a torch.Tensor, got {type(positions).__name__}")
     if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
         raise TypeError(f"positions: expected an integer tensor, got {positions.dtype}")
+    if positions.dtype in _WIDE_UNSIGNED or positions.layout != torch.strided or positions.device.type == "meta":
+        raise TypeError(
+            f"positions: expected a dense integer tensor that holds values (int8 to int64, uint8), got "
+            f"{positions.dtype} ({positions.layout}) on {positions.device}"
+        )
     if positions.ndim != 2 or positions.shape[0] != num_dims or positions.shape[1] > prompt_len:
         raise ValueError(
             f"positions: expected shape ({num_dims}, n) with n at most the slot's {prompt_len} prefill "

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.inputs import as_config, as_index, tensor_values
+from ..core.inputs import as_config, as_index, check_fits_int64, tensor_values
 from ..core.layout import PromptLayout
 from ..tracker.position_tracker import MAX_TRACKED_REQUESTS, PositionTracker
 from .request_state import read_layout, text_layout
@@ -70,6 +70,7 @@ def _host_array(value, name: str, length: int | None = None) -> np.ndarray:
         raise TypeError(f"{name}: expected a 1-D integer array, got {array.dtype} of shape {array.shape}")
     if length is not None and array.shape[0] != length:
         raise ValueError(f"{name}: expected one entry per request ({length}), got {array.shape[0]}")
+    check_fits_int64(array, name)  # (a uint64 past 2**63 would be reported wrapped negative)
     return np.ascontiguousarray(array, dtype=np.int64)
 
 

@@ -44,6 +44,8 @@ def read_layout(value, config: MRopeConfig | None = None) -> PromptLayout:
             raise ValueError(f"layout: {exc}") from None
     elif not isinstance(value, PromptLayout):
         raise TypeError(f"layout: expected a PromptLayout or its to_bytes(), got {type(value).__name__}")
+    if config is not None and not isinstance(config, MRopeConfig):
+        raise TypeError(f"config: expected an MRopeConfig or None, got {type(config).__name__}")
     if config is not None and value.config is not None and value.config != config:
         raise ValueError(
             f"layout: built under {value.config.family!r} / {value.config.semantics!r}, expected this engine's "

@@ -96,7 +96,7 @@ def floats_arg(value) -> np.ndarray | None:
     if type(value) is _TENSOR and value.dtype is _FLOAT and value.ndim == 1 and value.is_cpu:
         try:
             return value.numpy()
-        except RuntimeError:  # (a tensor that needs its grad: read below)
+        except (RuntimeError, TypeError):  # (a tensor that needs its grad, a sparse one: read below, named)
             pass
     if isinstance(value, torch.Tensor):
         value = tensor_values(value, "second_per_grid_ts", widen_bfloat16=True)

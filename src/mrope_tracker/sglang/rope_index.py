@@ -35,7 +35,7 @@ import torch
 from ..core.config import MRopeConfig
 from ..core.config_cache import parsed_config
 from ..core.errors import check_all_used
-from ..core.inputs import normalize_items
+from ..core.inputs import normalize_items, tensor_values
 from ..families import SEMANTICS
 from ..kernels.hf_batch import KEEP_ALL, KEEP_NONZERO, WRITE_INT, batch_kernel
 from .rope_args import as_result, check_time_dtype, counts_arg, floats_arg, grid_arg, input_ids_arg, one_prompt
@@ -80,6 +80,22 @@ def _plan_of(key, config: MRopeConfig, omni_function: bool) -> None:
         if len(_PLANS) > 256:
             _PLANS.clear()
         _PLANS[key] = RopePlan(config, omni_function)
+
+
+_ID_TYPES = (int, type(None))
+
+
+def _plain_omni_extras(tokens_per_second, kwargs) -> bool:
+    """Whether the values beside the four ids may stand in a cache key as they come: True == 1 and
+    151675.0 == 151675 as keys, so a bool rate or a float id would find an earlier int call's entry
+    (the checked route refuses them)."""
+    get = kwargs.get
+    return (
+        type(tokens_per_second) is not bool
+        and type(get("position_id_per_seconds")) is not bool
+        and type(get("audio_token_id")) in _ID_TYPES
+        and type(get("audio_start_token_id")) in _ID_TYPES
+    )
 
 
 def _usual_plan(key, spatial_merge_size, image_token_id, video_token_id, vision_start_token_id):
@@ -133,7 +149,15 @@ def qwen_config(
     fast = (spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second)
     fast += (semantics, kwargs.get("audio_token_id"), kwargs.get("audio_start_token_id"))
     fast += (kwargs.get("position_id_per_seconds"),)
-    if type(spatial_merge_size) is type(image_token_id) is type(video_token_id) is type(vision_start_token_id) is int:
+    plain = type(tokens_per_second) is not bool and _plain_omni_extras(None, kwargs)
+    if (
+        plain
+        and type(spatial_merge_size)
+        is type(image_token_id)
+        is type(video_token_id)
+        is type(vision_start_token_id)
+        is int
+    ):
         try:
             config = _CONFIGS.get(fast)
         except TypeError:  # an unhashable argument: the checked way below says what is wrong
@@ -163,6 +187,10 @@ def qwen_config(
             if name not in kwargs:
                 raise TypeError(f"{name}: expected it among the keyword arguments for qwen3_omni_moe, got none")
             ids[name] = kwargs[name]
+        for name in ("audio_token_id", "audio_start_token_id"):  # (before the cache key, as the ids above)
+            value = kwargs[name]
+            if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool)):
+                raise TypeError(f"{name}: expected an int, got {value!r}")
         _check_rate(kwargs["position_id_per_seconds"], "position_id_per_seconds")
     elif tokens_per_second is not None:
         vision["tokens_per_second"] = tokens_per_second
@@ -279,11 +307,15 @@ def get_rope_index(
             spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, tokens_per_second, semantics,
             get("audio_token_id"), get("audio_start_token_id"), get("position_id_per_seconds"),
         )  # fmt: skip
+        if not _plain_omni_extras(tokens_per_second, kwargs):
+            key = None
     else:
         key = (
             spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second,
             semantics,
         )  # fmt: skip
+        if type(tokens_per_second) is bool:  # (True == 1 as a key: it would find an int call's plan)
+            key = None
     plan, key = _usual_plan(key, spatial_merge_size, image_token_id, video_token_id, vision_start_token_id)
     if plan is not None:
         result = plan.call(input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs)
@@ -334,6 +366,8 @@ def get_rope_index_qwen3_omni(
         spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, tokens_per_second, semantics,
         get("audio_token_id"), get("audio_start_token_id"), get("position_id_per_seconds"),
     )  # fmt: skip
+    if not _plain_omni_extras(tokens_per_second, kwargs):
+        key = None
     plan, key = _usual_plan(key, spatial_merge_size, image_token_id, video_token_id, vision_start_token_id)
     if plan is not None:
         result = plan.call(input_ids, image_grid_thw, video_grid_thw, second_per_grid_ts, kwargs)
@@ -374,7 +408,7 @@ def get_rope_index_glm4v(
         return positions, positions.amax(dim=0).amax(-1, keepdim=True) + 1 - attention_mask.shape[-1]
     mask = None
     if attention_mask is not None:
-        mask = attention_mask.detach().cpu().numpy() == 1
+        mask = tensor_values(attention_mask, "attention_mask", widen_bfloat16=True) == 1
         if mask.all():
             mask = None
     return _result(config, input_ids, ids, images, videos, mask=mask)

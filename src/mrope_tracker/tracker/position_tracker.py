@@ -361,7 +361,7 @@ class PositionTracker:
         return int(self.slot_state[self.slot(req_id), K.F_PROMPT_LEN])
 
     def __contains__(self, req_id) -> bool:
-        return req_id in self._slot_of
+        return self._args.tracks(req_id, self._slot_of)
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -391,7 +391,7 @@ class PositionTracker:
         kind = type(req_ids)
         if kind is list or kind is tuple:
             n = len(req_ids)
-            if req_ids == args.last_req_ids:  # a list never equals a tuple
+            if args.repeats(req_ids):
                 slots = args.last_slots
             else:
                 slots = args.map_ids(req_ids, n, self._slot_of)

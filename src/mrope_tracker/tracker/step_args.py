@@ -52,6 +52,22 @@ class StepArgs:
         self.last_slots = self.batch_slots[:0]
         self.held: dict[str, tuple[bytes, np.ndarray]] = {}
 
+    @staticmethod
+    def tracks(req_id, slot_of: dict) -> bool:
+        """`req_id in slot_of`, an unhashable id named (`PositionTracker.__contains__`)."""
+        try:
+            return req_id in slot_of
+        except TypeError:
+            raise TypeError(f"req_id: expected a hashable request id, got {type(req_id).__name__}") from None
+
+    def repeats(self, req_ids) -> bool:
+        """Whether `req_ids` (a list or tuple) are the previous step's ids (a list never equals a tuple);
+        ids that cannot be compared (arrays among them) are not: `map_ids` names them."""
+        try:
+            return req_ids == self.last_req_ids
+        except (ValueError, TypeError):
+            return False
+
     def map_ids(self, req_ids, n: int, slot_of: dict) -> np.ndarray:
         """The slots of `req_ids` (a list, tuple or 1-D array of `n` ids) in
         ``batch_slots``; a list or tuple is remembered as ``last_req_ids``."""
