@@ -85,7 +85,7 @@ def _plan_of(key, config: MRopeConfig, omni_function: bool) -> None:
 _ID_TYPES = (int, type(None))
 
 
-def _plain_omni_extras(tokens_per_second, kwargs) -> bool:
+def _plain_extras(tokens_per_second, kwargs) -> bool:
     """Whether the values beside the four ids may stand in a cache key as they come: True == 1 and
     151675.0 == 151675 as keys, so a bool rate or a float id would find an earlier int call's entry
     (the checked route refuses them)."""
@@ -149,15 +149,8 @@ def qwen_config(
     fast = (spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, model_type, tokens_per_second)
     fast += (semantics, kwargs.get("audio_token_id"), kwargs.get("audio_start_token_id"))
     fast += (kwargs.get("position_id_per_seconds"),)
-    plain = type(tokens_per_second) is not bool and _plain_omni_extras(None, kwargs)
-    if (
-        plain
-        and type(spatial_merge_size)
-        is type(image_token_id)
-        is type(video_token_id)
-        is type(vision_start_token_id)
-        is int
-    ):
+    ints = type(spatial_merge_size) is type(image_token_id) is type(video_token_id) is int
+    if ints and type(vision_start_token_id) is int and _plain_extras(tokens_per_second, kwargs):
         try:
             config = _CONFIGS.get(fast)
         except TypeError:  # an unhashable argument: the checked way below says what is wrong
@@ -170,6 +163,8 @@ def qwen_config(
         raise TypeError(f"model_type: expected a str, got {type(model_type).__name__}")
     named = {"spatial_merge_size": spatial_merge_size, "image_token_id": image_token_id}
     named.update(video_token_id=video_token_id, vision_start_token_id=vision_start_token_id)
+    if model_type == "qwen3_omni_moe":  # (its audio ids too: 151675.0 == 151675 as a key)
+        named.update({name: kwargs.get(name) for name in ("audio_token_id", "audio_start_token_id")})
     for name, value in named.items():  # (before any cache key: 2.0 == 2 there)
         if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool)):
             raise TypeError(f"{name}: expected an int, got {value!r}")
@@ -187,10 +182,6 @@ def qwen_config(
             if name not in kwargs:
                 raise TypeError(f"{name}: expected it among the keyword arguments for qwen3_omni_moe, got none")
             ids[name] = kwargs[name]
-        for name in ("audio_token_id", "audio_start_token_id"):  # (before the cache key, as the ids above)
-            value = kwargs[name]
-            if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool)):
-                raise TypeError(f"{name}: expected an int, got {value!r}")
         _check_rate(kwargs["position_id_per_seconds"], "position_id_per_seconds")
     elif tokens_per_second is not None:
         vision["tokens_per_second"] = tokens_per_second
@@ -307,7 +298,7 @@ def get_rope_index(
             spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, tokens_per_second, semantics,
             get("audio_token_id"), get("audio_start_token_id"), get("position_id_per_seconds"),
         )  # fmt: skip
-        if not _plain_omni_extras(tokens_per_second, kwargs):
+        if not _plain_extras(tokens_per_second, kwargs):
             key = None
     else:
         key = (
@@ -366,7 +357,7 @@ def get_rope_index_qwen3_omni(
         spatial_merge_size, image_token_id, video_token_id, vision_start_token_id, tokens_per_second, semantics,
         get("audio_token_id"), get("audio_start_token_id"), get("position_id_per_seconds"),
     )  # fmt: skip
-    if not _plain_omni_extras(tokens_per_second, kwargs):
+    if not _plain_extras(tokens_per_second, kwargs):
         key = None
     plan, key = _usual_plan(key, spatial_merge_size, image_token_id, video_token_id, vision_start_token_id)
     if plan is not None:
