@@ -76,7 +76,7 @@ def _check_token_id(name: str, value) -> None:
         raise ValueError(f"{name}: expected an int token id in [0, 2**53), got {value!r}")
 
 
-def _positive_number(name: str, value) -> float:
+def positive_number(name: str, value) -> float:
     """A positive real number up to 1e6 (ints and floats; not bools or strings)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name}: expected a positive number, got {type(value).__name__} {value!r}")
@@ -181,7 +181,7 @@ def _check_count(self: MRopeConfig, field: attrs.Attribute, value) -> None:
 def _check_scale(self: MRopeConfig, field: attrs.Attribute, value) -> None:
     if not _check_used(self, field, value) or value is None:
         return
-    _positive_number(field.name, value)
+    positive_number(field.name, value)
     if field.name == "seconds_per_chunk" and int(self.tokens_per_second * value) < 1:
         raise ValueError(
             "seconds_per_chunk: expected a positive number whose product with the temporal scale "

@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 import torch
 
-from ..core.config import MRopeConfig
+from ..core.config import MRopeConfig, positive_number
 from ..core.config_cache import parsed_config
 from ..core.errors import check_all_used
 from ..core.inputs import normalize_items, tensor_values
@@ -109,17 +109,6 @@ def _usual_plan(key, spatial_merge_size, image_token_id, video_token_id, vision_
     return None, None
 
 
-def _check_rate(value, name: str) -> None:
-    """Qwen3-Omni's time scale, checked here so that its own name is the one reported (the config calls the
-    field tokens_per_second)."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name}: expected a number or None, got {value!r}")
-    if not 0 < value <= 1e6:  # (NaN fails this too)
-        raise ValueError(f"{name}: expected a number in (0, 1e+06], got {value!r}")
-
-
 def _cached_config(key, build) -> MRopeConfig:
     """Configs cost more to build than a short prompt's positions: one per argument set."""
     config = _CONFIGS.get(key)
@@ -182,7 +171,9 @@ def qwen_config(
             if name not in kwargs:
                 raise TypeError(f"{name}: expected it among the keyword arguments for qwen3_omni_moe, got none")
             ids[name] = kwargs[name]
-        _check_rate(kwargs["position_id_per_seconds"], "position_id_per_seconds")
+        rate = kwargs["position_id_per_seconds"]
+        if rate is not None:  # (checked under its own name: the config's field is tokens_per_second)
+            positive_number("position_id_per_seconds", rate)
     elif tokens_per_second is not None:
         vision["tokens_per_second"] = tokens_per_second
     ids = {name: value for name, value in ids.items() if value is not None}
