@@ -272,12 +272,13 @@ def _our_kernel_call(config, ids, kwargs):
     with its items as the canonical arrays; None if the package's internals
     changed."""
     try:
-        from mrope_tracker.core.inputs import normalize_items
-        from mrope_tracker.kernels.prompt import FAILED, SCRATCH_SIZE, sealed_prompt_entry
+        from mrope_tracker.core.inputs import NO_ROWS, NO_SCALES, normalize_items
+        from mrope_tracker.kernels.layout_build import FAILED, build_from_tokens
+        from mrope_tracker.kernels.layout_emit import NUM_STATE
 
         out = np.empty((3, ids.shape[0]), np.int64)
         params = config.kernel_params
-        scratch = np.empty(SCRATCH_SIZE, np.int64)
+        scratch = np.empty(NUM_STATE, np.int64)
         items, _ = normalize_items(
             config,
             kwargs.get("image_grid_thw"),
@@ -286,8 +287,7 @@ def _our_kernel_call(config, ids, kwargs):
             None,
             False,
         )
-        kernel = sealed_prompt_entry()
-        call = lambda: kernel(out, ids, params, *items, scratch)  # noqa: E731
+        call = lambda: build_from_tokens(NO_ROWS, NO_SCALES, scratch, out, ids, params, *items)  # noqa: E731
         if call() == FAILED:
             return None
         return call

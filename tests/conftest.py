@@ -61,3 +61,13 @@ def scan(request):
     """A token-scanning entry point of the fast path (same inputs, same rules): `prompt_positions`, or
     `PromptLayout.from_tokens` read back as (positions, delta)."""
     return SCANNERS[request.param]
+
+
+@pytest.fixture
+def python_builder_signatures():
+    """A function listing the token builder's compiled signatures that Python callers reach: all but the
+    transformers batch kernel's (hf_batch.py, whose `out` is a strided view, layout A). Every fast path must
+    reach one and the same (kernels/layout_build.py)."""
+    from mrope_tracker.kernels.layout_build import build_from_tokens
+
+    return lambda: [signature for signature in build_from_tokens.signatures if signature[3].layout == "C"]

@@ -2,9 +2,10 @@
 
 `prompt_positions` brings its arguments to the kernels' canonical form
 (int64 arrays of one layout, float32 times) and makes one kernel call
-(`mrope_tracker.kernels.prompt`); `checked_prompt_positions` runs the same
-arguments through the layout builder's own entry instead, and explains an
-error found there. These tests hold the two to the same results: equal positions on
+(the token builder, `mrope_tracker.kernels.layout_build`);
+`checked_prompt_positions` runs the same arguments through the general input
+checks and the builder on a state of its own, and explains an error found
+there. These tests hold the two to the same results: equal positions on
 every valid prompt, under every semantics preset and input form, and the
 checked path's exact error on every bad one. test_prompt_positions.py
 checks both against the reference.
@@ -26,7 +27,6 @@ from strategies import prompts
 from mrope_tracker import MRopeConfig, prompt_positions, reference
 from mrope_tracker.core import positions as positions_module
 from mrope_tracker.families import SEMANTICS
-from mrope_tracker.kernels.prompt import prompt_from_arrays
 
 
 def _checked(config, token_ids, **kwargs):
@@ -284,7 +284,7 @@ def test_threads_share_the_scratch():
     assert not failures
 
 
-def test_kernels_compile_one_signature_each():
+def test_kernels_compile_one_signature_each(python_builder_signatures):
     """Arrays of any other dtype or layout are converted to the canonical
     form, never compiled for: each kernel keeps exactly one signature."""
     prompt_positions(QWEN2_5, IMAGE_IDS, image_grid_thw=[[1, 2, 4]])
@@ -300,7 +300,7 @@ def test_kernels_compile_one_signature_each():
     narrow = np.array([[1, 2, 4, 9], [1, 4, 2, 9]])[:, :3]  # width 3, strides (32, 8)
     _assert_same(QWEN2_5, TWO_IMAGE_IDS, image_grid_thw=narrow)
     _assert_same(QWEN2_5, TWO_IMAGE_IDS, image_grid_thw=np.array([[1, 2, 4], [1, 4, 2]])[:, :2])  # refused
-    assert len(prompt_from_arrays.signatures) == 1
+    assert len(python_builder_signatures()) == 1
 
 
 def _array_layouts(values, dtype) -> dict[str, np.ndarray]:

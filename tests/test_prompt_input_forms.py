@@ -3,12 +3,11 @@
 The canonical call passes C-contiguous int64 arrays (float32 times). Every
 other form a caller passes (lists, tuples, numpy arrays of any integer or
 float dtype, strided, read-only, misaligned or byte-swapped, torch tensors)
-is normalised once to that form, or, for read-only but otherwise canonical
-token ids and a lone image grid, handed to the kernel as it is
-(kernels/prompt.py: one signature that takes read-only and writable
-inputs). These tests draw a form per argument and hold the result to the
+is normalised once to that form (a read-only array takes one copy: the
+token builder, which is the kernel, has one signature, for writable
+arrays). These tests draw a form per argument and hold the result to the
 canonical call's, and check that no form makes numba compile a second
-signature of the prompt kernel or of the builder behind it.
+signature of the builder.
 """
 
 from __future__ import annotations
@@ -22,8 +21,6 @@ from numba import types
 from strategies import configs, prompts
 
 from mrope_tracker import MRopeConfig, prompt_positions
-from mrope_tracker.kernels.layout_build import build_from_tokens
-from mrope_tracker.kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays, sealed_prompt_entry
 
 QWEN2_5 = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
 IMAGE = QWEN2_5.image_token_id
@@ -148,10 +145,9 @@ def test_one_form_for_every_argument_at_once(form, prompt):
     _same(prompt_positions(prompt.config, **{**args, **varied}), expected)
 
 
-def test_read_only_inputs_compile_nothing_new():
-    """Read-only ids and grids go to the kernel uncopied, through its one
-    signature; the builder behind it keeps its own signatures, on the error
-    path too (which gets writable copies)."""
+def test_read_only_inputs_compile_nothing_new(python_builder_signatures):
+    """Read-only ids and grids are copied once, so the builder keeps its one
+    signature for Python callers, writable arrays only, on the error path too."""
     ids = np.array([1, IMAGE, IMAGE, 2, IMAGE, IMAGE, 3], np.int64)
     grid = np.array([[1, 2, 4], [1, 4, 2]], np.int64)
     expected = prompt_positions(QWEN2_5, ids, image_grid_thw=grid)
@@ -160,26 +156,8 @@ def test_read_only_inputs_compile_nothing_new():
     _same(prompt_positions(QWEN2_5, ids, image_grid_thw=_read_only(grid)), expected)
     with pytest.raises(ValueError, match="image_grid_thw"):
         prompt_positions(QWEN2_5, _read_only(ids), image_grid_thw=_read_only(grid[:1]))
-    assert len(prompt_from_arrays.signatures) == 1
-    # the builder (called from Python on the error path) was never given a read-only array
-    assert build_from_tokens.signatures
-    arrays = [arg for signature in build_from_tokens.signatures for arg in signature if isinstance(arg, types.Array)]
-    assert all(arg.mutable for arg in arrays)
-
-
-def test_the_kernel_refuses_other_types_rather_than_compiling():
-    """Sealed: a call with an argument type outside its one signature is a
-    TypeError from numba's dispatcher, never a compile in service."""
-    kernel = sealed_prompt_entry()
-    ids = np.array([1, 2, 3], np.int64)
-    out = np.empty((3, 3), np.int64)
-    empty_grid = np.zeros((0, 3), np.int64)
-    items = (empty_grid, empty_grid, np.zeros(0, np.float32), np.zeros(0, np.int64), False)
-    scratch = np.empty(SCRATCH_SIZE, np.int64)
-    assert kernel(out, ids, QWEN2_5.kernel_params, *items, scratch) != FAILED
-    with pytest.raises(TypeError):
-        kernel(out, ids.astype(np.int32), QWEN2_5.kernel_params, *items, scratch)
-    assert len(prompt_from_arrays.signatures) == 1
+    (signature,) = python_builder_signatures()
+    assert all(arg.mutable for arg in signature if isinstance(arg, types.Array))
 
 
 def test_tensors_that_need_grad_are_read_through_a_detached_copy():

@@ -1,6 +1,6 @@
 """The SGLang Qwen3-Omni drop-in's one pass (kernels/sglang_omni.py,
 `omni_checked_positions`) against the two passes it replaces: the integer
-builder's check (`prompt_from_arrays`) followed by transformers' float32 rule
+builder's check (`build_from_tokens`) followed by transformers' float32 rule
 truncated (`omni_truncated_positions`, itself checked against SGLang's
 positions in test_sglang_adapter.py and test_sglang_oracle.py).
 
@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 from strategies import examples
 
 from mrope_tracker import MRopeConfig
-from mrope_tracker.core.inputs import normalize_items
-from mrope_tracker.kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
+from mrope_tracker.core.inputs import NO_ROWS, NO_SCALES, normalize_items
+from mrope_tracker.kernels.layout_build import FAILED, build_from_tokens
+from mrope_tracker.kernels.layout_emit import NUM_STATE
 from mrope_tracker.kernels.sglang_omni import omni_checked_positions, omni_truncated_positions
 from mrope_tracker.sglang import get_rope_index_qwen3_omni
 
@@ -39,7 +40,8 @@ def _two_passes(config, ids, items):
     scan = np.empty((3, ids.shape[0]), np.int64)
     if (
         not ids.shape[0]
-        or prompt_from_arrays(scan, ids, config.kernel_params, *items, np.empty(SCRATCH_SIZE, np.int64)) == FAILED
+        or build_from_tokens(NO_ROWS, NO_SCALES, np.empty(NUM_STATE, np.int64), scan, ids, config.kernel_params, *items)
+        == FAILED
     ):
         return out, -1
     return out, int(omni_truncated_positions(out, ids, config.kernel_params, *items))

@@ -41,7 +41,7 @@ from .tracker.position_tracker import PositionTracker
 
 __all__ = ["warmup"]
 
-# The longest task (the builder from tokens with the prompt entries) is about
+# The longest task (the builder from tokens, prompt_positions' kernel) is about
 # two fifths of the full warm-up's CPU time: a third child shortens the
 # wall time, a fourth could not, and would compile some shared callees again.
 MAX_JOBS = 3
@@ -63,8 +63,9 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     Qwen3-Omni drop-in's one pass (`mrope_tracker.sglang`) only for a
     `float_carry` config (Qwen3-Omni under "sglang-0.5"). `runner`:
     which of this package's runners will serve: "tracker"
-    (`PositionTracker` and SGLang's drop-ins: the prompt entries, both layout builders, the step
-    kernel), "vllm_v1" (`PositionTracker` as vLLM's V1 runner drives it:
+    (`PositionTracker` and SGLang's drop-ins: both layout builders, the one
+    from tokens being `prompt_positions`' kernel, and the step kernel),
+    "vllm_v1" (`PositionTracker` as vLLM's V1 runner drives it:
     admission from vLLM's features, so the builder from ranges, the step
     kernel and `next_positions`, never the builder from tokens),
     "rope_state" (`RopeState`, as the vLLM plugin builds it: the builder
@@ -134,7 +135,7 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
 class _Plan:
     """Which kernels one warm-up reaches."""
 
-    tokens: bool  # the builder from tokens and the prompt entries (PositionTracker.add_request, prompt_positions)
+    tokens: bool  # the builder from tokens (PositionTracker.add_request, prompt_positions)
     tracker: bool  # the step kernel, next_positions
     rope_state: bool  # the device rows' cast and fill
     frames: bool  # the per-frame video locator
@@ -189,7 +190,7 @@ class _Plan:
 
 
 def _prompt_entries(config, ids, kwargs) -> None:
-    """Items as arrays, text only, images as arrays and as lists: the kernels' two entries."""
+    """Items as arrays, text only, images as arrays and as lists: the builder and the list decoders."""
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)
     prompt_positions(config, ids, **kwargs)
     prompt_positions(config, ids[:3])
@@ -280,7 +281,7 @@ def _tracker_round(config, ids, kwargs, ranges, dtype, tokens=True) -> None:
 
 
 def _token_entries(config, ids, kwargs) -> None:
-    """The builder from tokens through the prompt entries that call it, and
+    """The builder from tokens through `prompt_positions`, and
     a layout from tokens and list inputs (their layout check and list
     decoders, tasks of their own: mostly loaded here)."""
     image_ids = np.array([1, config.image_token_id, config.image_token_id, 2], dtype=np.int64)

@@ -29,8 +29,6 @@ _FLOAT32 = np.dtype(np.float32)
 # NPY_ARRAY_WRITEABLE, fixed in its C API): `flags.num` tests all three in
 # one attribute read, where `flags.c_contiguous` and the like take one each.
 READY_FLAGS = 0x0001 | 0x0100 | 0x0400
-# The same less WRITEABLE: what `prompt_positions`' kernel takes (kernels/prompt.py reads read-only arrays).
-READABLE_FLAGS = 0x0001 | 0x0100
 # Shared empty inputs. Writable on purpose: numba types read-only arrays
 # differently, and a zero-size array cannot be written anyway.
 EMPTY_GRID = np.zeros((0, 3), np.int64)
@@ -38,6 +36,9 @@ EMPTY_RANGES = np.zeros((0, 2), np.int64)
 EMPTY_INT = np.zeros(0, np.int64)
 EMPTY_FLOAT = np.zeros(0, np.float32)
 EMPTY_OUT = np.zeros((3, 0), np.int64)  # "write no positions" for the builders
+# A zero-row layout table: "emit no rows", so the token builder writes positions only (prompt_positions)
+NO_ROWS = np.zeros((0, C.NUM_COLS), np.int64)
+NO_SCALES = np.zeros((0, C.NUM_SCALE_COLS), np.float32)
 
 MODALITY_NAMES = {C.MOD_IMAGE: "image", C.MOD_VIDEO: "video", C.MOD_AUDIO: "audio"}
 

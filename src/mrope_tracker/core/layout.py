@@ -14,7 +14,7 @@ import numpy as np
 
 from ..kernels import layout_check as check
 from ..kernels import layout_codes as C
-from ..kernels.layout_build import build_from_tokens
+from ..kernels.layout_build import FAILED, build_from_tokens, error_of
 from ..kernels.layout_emit import NUM_STATE, S_MAX, S_ROWS_EMITTED
 from ..kernels.layout_fill import fill_positions
 from ..kernels.layout_ranges import build_from_ranges
@@ -78,11 +78,8 @@ def build_rows_from_tokens(config: MRopeConfig, ids: np.ndarray, items: Items, r
     if rows is None:
         rows, scales = _new_table(estimate_rows(config, items))
     while True:
-        code, a, b, c, d = build_from_tokens(
-            rows, scales, state, EMPTY_OUT, ids, config.kernel_params, *items.kernel_args
-        )
-        if code:
-            raise layout_error(code, a, b, c, d, config, items, ids=ids)
+        if build_from_tokens(rows, scales, state, EMPTY_OUT, ids, config.kernel_params, *items.kernel_args) == FAILED:
+            raise layout_error(*error_of(state), config, items, ids=ids)
         if config.float_carry and _float_rows(config, items, state):  # placed by SGLang 0.5's float32 rule
             return float_carry.rows_from_tokens(config, ids, items)
         if config.float_carry:  # the integer rows are the rule's; it still reads every item's brackets

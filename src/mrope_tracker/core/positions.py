@@ -3,12 +3,13 @@
 `prompt_positions` is the fast path of the position rules (docs/semantics.md),
 one route for every input form: `as_token_ids` and `normalize_items`
 (core/inputs.py) bring each argument to the kernels' canonical form once,
-then one numba call scans the tokens and writes the (num_dims, L) output
-(kernels/prompt.py). The canonical forms are tested inline first, by exact
-type (on a small prompt a function call is a good part of the time); token
-ids and a lone image grid that are read-only but otherwise canonical go to
-the kernel uncopied (its one signature takes read-only inputs). What it
-reads of the config is kept for the last config seen (`_last_config`).
+then one numba call, the layout builder itself with a zero-row table
+(kernels/layout_build.py), scans the tokens and writes the (num_dims, L)
+output. The canonical forms are tested inline first, by exact type (on a
+small prompt a function call is a good part of the time); a read-only array
+takes one copy, like a strided one (the builder has one signature, for
+writable arrays). What it reads of the config is kept for the last config
+seen (`_last_config`).
 `next_positions` is the in-place decode rule (index + delta), the seed PR's
 `get_next_input_positions`.
 """
@@ -18,12 +19,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..kernels import layout_codes as C
-from ..kernels.layout_build import build_from_tokens
-from ..kernels.layout_emit import NUM_STATE, S_MAX
+from ..kernels.layout_build import FAILED, build_from_tokens, error_of
+from ..kernels.layout_emit import NUM_STATE
 from ..kernels.layout_fill import fill_positions
 from ..kernels.next_positions import next_positions_kernel
-from ..kernels.prompt import FAILED, SCRATCH_SIZE, sealed_prompt_entry
 from . import float_carry
 from .config import MRopeConfig
 from .errors import layout_error
@@ -31,7 +30,9 @@ from .inputs import (
     EMPTY_FLOAT,
     EMPTY_GRID,
     EMPTY_INT,
-    READABLE_FLAGS,
+    NO_ROWS,
+    NO_SCALES,
+    READY_FLAGS,
     Items,
     as_config,
     as_grid,
@@ -51,7 +52,7 @@ _empty = np.empty
 # The builder's state, shared by every call: the kernel keeps the GIL for
 # its whole run and calls no Python. (A free-threaded CPython build, without
 # a GIL, would need one buffer per thread; we support none yet.)
-_SCRATCH = np.empty(SCRATCH_SIZE, np.int64)
+_SCRATCH = np.empty(NUM_STATE, np.int64)
 # What the one route reads of the last config it ran: (config, its kernel
 # params, num_dims, its route), swapped whole (one tuple: safe between
 # threads). An engine passes one config on every call, and one identity test
@@ -85,15 +86,7 @@ def _config_entry_of(config: MRopeConfig) -> tuple:
     return config, config.kernel_params, config.num_dims, route
 
 
-def _first_prompt_call(*args):
-    """The kernel's first call: its signature compiled (or loaded), then the
-    module's `_prompt_call` is the kernel itself (no wrapper on later calls)."""
-    global _prompt_call
-    _prompt_call = sealed_prompt_entry()
-    return _prompt_call(*args)
-
-
-_prompt_call = _first_prompt_call
+_prompt_call = build_from_tokens
 
 
 def prompt_positions(
@@ -129,16 +122,17 @@ def prompt_positions(
     if route == _ROUTE_FLOAT_CARRY:  # SGLang 0.5's Qwen3-Omni rule: through its layout rows (core/float_carry.py)
         items = (image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video)
         return _float_carry_positions(config, token_ids, *items)
-    # as_token_ids' own tests, inline (a call costs a good part of a small prompt's); read-only arrays taken, an
-    # empty one too (the kernel refuses it, and the checked path explains)
+    # as_token_ids' own tests, inline (a call costs a good part of a small prompt's); an empty array too (the
+    # checked path refuses it)
     ids = token_ids
     if type(ids) is not _NDARRAY or ids.dtype is not _INT64 or ids.ndim != 1:
         ids = as_token_ids(token_ids)
-    elif ids.flags.num & READABLE_FLAGS != READABLE_FLAGS:
-        ids = ids.copy()  # strided or misaligned: as_token_ids' one copy
+    elif ids.flags.num & READY_FLAGS != READY_FLAGS:
+        ids = ids.copy()  # strided, misaligned or read-only: as_token_ids' one copy
+    length = ids.shape[0]
     if route == _ROUTE_INLINE and audio_feature_lengths is None and use_audio_in_video is False:
         # vision items of a family that serves both (the commonest calls): normalize_items' work, with its
-        # test of a canonical grid inline (a call costs a good part of a small prompt's); read-only arrays taken
+        # test of a canonical grid inline (a call costs a good part of a small prompt's)
         image_grid = image_grid_thw
         if image_grid is None:
             image_grid = EMPTY_GRID
@@ -149,21 +143,23 @@ def prompt_positions(
             and image_grid.shape[1] == 3
         ):
             image_grid = as_grid(image_grid, "image_grid_thw")
-        elif image_grid.flags.num & READABLE_FLAGS != READABLE_FLAGS:
-            image_grid = image_grid.copy()  # strided or misaligned: as_grid's one copy
+        elif image_grid.flags.num & READY_FLAGS != READY_FLAGS:
+            image_grid = image_grid.copy()  # strided, misaligned or read-only: as_grid's one copy
         if video_grid_thw is None and second_per_grid_ts is None:
             video_grid, video_sp = EMPTY_GRID, EMPTY_FLOAT
         else:
             video_grid, video_sp = _videos(config, video_grid_thw, second_per_grid_ts)
-        out = _empty((num_dims, ids.shape[0]), _INT64)
-        delta = _prompt_call(out, ids, params, image_grid, video_grid, video_sp, EMPTY_INT, False, _SCRATCH)
+        out = _empty((num_dims, length), _INT64)
+        delta = _prompt_call(
+            NO_ROWS, NO_SCALES, _SCRATCH, out, ids, params, image_grid, video_grid, video_sp, EMPTY_INT, False
+        )
     else:
         items, _ = normalize_items(
             config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
-        out = _empty((num_dims, ids.shape[0]), _INT64)
-        delta = _prompt_call(out, ids, params, *items, _SCRATCH)
-    if delta == FAILED:  # the builder found an error (or no token came): the checked path explains it
+        out = _empty((num_dims, length), _INT64)
+        delta = _prompt_call(NO_ROWS, NO_SCALES, _SCRATCH, out, ids, params, *items)
+    if delta == FAILED or not length:  # the builder found an error (or no token came): the checked path explains
         return checked_prompt_positions(
             config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
@@ -171,14 +167,14 @@ def prompt_positions(
 
 
 def _videos(config, video_grid_thw, second_per_grid_ts) -> tuple[np.ndarray, np.ndarray]:
-    """normalize_items' video grid and times, a canonical grid tested inline (read-only taken)."""
+    """normalize_items' video grid and times, a canonical grid tested inline."""
     grid = video_grid_thw
     if grid is None:
         return EMPTY_GRID, as_second_per_grid_ts(second_per_grid_ts, 0, config)  # (times refused unless empty)
     if not (type(grid) is _NDARRAY and grid.dtype is _INT64 and grid.ndim == 2 and grid.shape[1] == 3):
         grid = as_grid(grid, "video_grid_thw")
-    elif grid.flags.num & READABLE_FLAGS != READABLE_FLAGS:
-        grid = grid.copy()  # strided or misaligned: as_grid's one copy
+    elif grid.flags.num & READY_FLAGS != READY_FLAGS:
+        grid = grid.copy()  # strided, misaligned or read-only: as_grid's one copy
     return grid, as_second_per_grid_ts(second_per_grid_ts, grid.shape[0], config)
 
 
@@ -190,7 +186,7 @@ def _float_carry_positions(config, token_ids, images, videos, times, audio_lengt
     items = Items.normalize(config, images, videos, times, audio_lengths, use_audio_in_video)
     out = _empty((config.num_dims, len(ids)), _INT64)
     if not float_carry.needs_rows(items, config.tokens_per_second):
-        delta = _prompt_call(out, ids, config.kernel_params, *items.kernel_args, _SCRATCH)
+        delta = _prompt_call(NO_ROWS, NO_SCALES, _SCRATCH, out, ids, config.kernel_params, *items.kernel_args)
         if delta == FAILED:  # the long way raises the error
             checked_prompt_positions(config, ids, images, videos, times, audio_lengths, use_audio_in_video)
         if delta + len(ids) <= float_carry.INTEGER_LIMIT:
@@ -204,9 +200,9 @@ def _float_carry_positions(config, token_ids, images, videos, times, audio_lengt
 def checked_prompt_positions(
     config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
 ) -> tuple[np.ndarray, int]:
-    """`prompt_positions` through the builder's own entry rather than the
-    prompt kernel: the tests' second opinion on the kernel's results and
-    errors."""
+    """`prompt_positions` through the general input checks and the builder on
+    a state of its own: the route that names a refused call's error, and the
+    tests' second opinion on the fast path's results."""
     ids = as_token_ids(ids)
     items, audio_lengths = normalize_items(
         config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
@@ -217,20 +213,12 @@ def checked_prompt_positions(
 def _build_checked(config, ids, items, audio_lengths) -> tuple[np.ndarray, int]:
     """The builder on a state of its own, its error code turned into a
     message naming the argument."""
-    # (the builder is compiled for writable arrays: prompt_positions passes read-only ones through)
-    if not ids.flags.writeable:
-        ids = ids.copy()
-    items = tuple(x.copy() if type(x) is _NDARRAY and not x.flags.writeable else x for x in items)
     out = np.empty((config.num_dims, ids.shape[0]), _INT64)
     state = np.empty(NUM_STATE, _INT64)
-    code, a, b, c, d = build_from_tokens(_NO_ROWS, _NO_SCALES, state, out, ids, config.kernel_params, *items)
-    if code:
-        raise layout_error(code, a, b, c, d, config, Items(items, audio_lengths), ids=ids)
-    return out, int(state[S_MAX]) + 1 - ids.shape[0]
-
-
-_NO_ROWS = np.zeros((0, C.NUM_COLS), np.int64)
-_NO_SCALES = np.zeros((0, C.NUM_SCALE_COLS), np.float32)
+    delta = build_from_tokens(NO_ROWS, NO_SCALES, state, out, ids, config.kernel_params, *items)
+    if delta == FAILED:
+        raise layout_error(*error_of(state), config, Items(items, audio_lengths), ids=ids)
+    return out, int(delta)
 
 
 def next_positions(out, out_offset: int, delta: int, context_len: int, num_new_tokens: int) -> None:

@@ -13,8 +13,8 @@ import numpy as np
 
 from . import layout_codes as C
 from .jit_options import jit, tiny
-from .layout_build import build_from_tokens
-from .layout_emit import NUM_STATE, S_COUNT, S_MAX
+from .layout_build import FAILED, build_from_tokens
+from .layout_emit import NUM_STATE, S_COUNT, S_ERROR, S_MAX
 
 ERR_EMPTY_ROW = -1  # a row with no kept token (transformers cannot position it either)
 ERR_FLOAT_LAYOUT = -2  # a row the float path cannot follow (brackets missing, items short)
@@ -129,13 +129,14 @@ def batch_kernel(
         direct = write == WRITE_INT and hi - lo == n
         row_out = out[:, b, lo:hi] if direct else buf[: num_dims * m].reshape((num_dims, m))
         row_params[C.P_ORDINAL_BASE] = p_image
-        code, a, bb, c, d = build_from_tokens(
+        built = build_from_tokens(
             no_rows, no_scales, state, row_out, row, row_params, image_grid[p_image:], video_grid[p_video:],
             video_sp[p_video:], audio_tokens[p_audio:], use_av,
         )  # fmt: skip
         # Items left over are the next rows' items, not an error here.
+        code = state[S_ERROR] if built == FAILED else C.OK
         if code != C.OK and code != C.ERR_MISSING_ITEMS:
-            return b, code, a, bb, c, d
+            return b, code, state[S_ERROR + 1], state[S_ERROR + 2], state[S_ERROR + 3], state[S_ERROR + 4]
         i0, v0, a0 = p_image, p_video, p_audio
         p_image += state[S_COUNT + C.MOD_IMAGE]
         p_video += state[S_COUNT + C.MOD_VIDEO]

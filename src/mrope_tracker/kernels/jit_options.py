@@ -19,8 +19,7 @@ The decorators, by who calls the function:
   compile that nothing would use.
 - `tiny`: helpers inlined into their callers' numba IR and never compiled
   on their own: those of a few lines, and those each caller calls from one
-  place only (an emitter a builder calls once, the prompt entries' shared
-  body). A separately compiled function is a library of its own that links
+  place only (an emitter a builder calls once). A separately compiled function is a library of its own that links
   in everything it calls, and numba optimises and code-generates that whole
   closure again for the library and then inside every caller's module:
   this made a dozen two-line helpers cost more than the builders, and each
@@ -36,10 +35,10 @@ The decorators, by who calls the function:
   calls per item it would slow. An `inner` callee is compiled once per
   argument-type signature, and a bare constant argument (``0``, ``-1``)
   is a signature of its own (Literal[int]): pass ``np.int64(0)``.
-- `helper_with_gil`: the short entry points of `prompt_positions`. A call is
-  over in microseconds, and releasing and retaking the GIL would be a good
-  part of it; the GIL they keep is also what makes sharing the caller's
-  module-level scratch buffer safe.
+- `helper_with_gil`: the token builder, `prompt_positions`' kernel. A short
+  prompt is over in about a microsecond, and releasing and retaking the GIL
+  would be a good part of it; the GIL it keeps is also what makes sharing
+  the caller's module-level scratch buffer safe.
 
 Three options are not in numba's documented list: `_nrt` (with its
 leading underscore), `no_cpython_wrapper` and `no_cfunc_wrapper`. They only

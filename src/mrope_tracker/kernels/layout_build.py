@@ -13,19 +13,33 @@ which tokens open items, whether video frames are blocks of their own (and
 bracketed by begin/end-of-video tokens), the temporal rule, the next-base
 rule, how audio-in-video pairs and eos behave, and whether images are
 raw-index grids (Isaac) or XD grids between two extra tokens (HunYuan-VL).
-Errors are returned as (code, a, b, c, d), never raised; d is the frame of
-a per-frame video.
+Errors are never raised: `build_from_tokens` returns FAILED and leaves
+(code, a, b, c, d) in the state's S_ERROR slots (d: the frame of a per-frame
+video); the item helpers return them as tuples.
+
+`build_from_tokens` is also `prompt_positions`' kernel (core/positions.py):
+given a zero-row table it writes the positions into `out` as it scans, and
+returns the prompt's delta. It is called from Python with canonical arrays
+only (int64 and float32, C-contiguous, writable), so numba compiles it once
+for every caller but the transformers batch kernel (hf_batch.py, whose `out`
+is a strided view). It keeps the GIL: a short prompt is over in about a
+microsecond, where releasing and retaking the GIL would cost a good part of
+that, and the GIL is what makes `prompt_positions`' module-level state safe.
+A separate entry around it cost a cold compile 1.6-2.5 s of CPU, numba
+optimising the builder's whole linked closure once more (docs/benchmarks.md).
 """
 
 import numpy as np
 
 from . import layout_codes as C
-from .jit_options import helper, tiny
+from .jit_options import helper_with_gil, tiny
 from .layout_emit import (
     S_BASE,
     S_COUNT,
+    S_ERROR,
     S_FRAME,
     S_FRAMES_SEEN,
+    S_MAX,
     S_TOTAL,
     av_block_top,
     av_close,
@@ -47,6 +61,9 @@ from .layout_emit import (
     xd_image_tokens,
 )
 from .position_rules import video_sp_of
+
+# build_from_tokens' return on an error (deltas are at least -len(ids), so never this).
+FAILED = -(2**62)
 
 
 @tiny
@@ -241,6 +258,17 @@ def _av_block(rows, scales, state, out, ids, i, params, video_grid, video_sp, au
 
 
 @tiny
+def _failed(state, code, a, b, c, d):
+    """Leave (code, a, b, c, d) in the state for the caller's message; returns FAILED."""
+    state[S_ERROR] = code
+    state[S_ERROR + 1] = a
+    state[S_ERROR + 2] = b
+    state[S_ERROR + 3] = c
+    state[S_ERROR + 4] = d
+    return np.int64(FAILED)
+
+
+@tiny
 def _finish(rows, scales, state, out, num_tokens, tail):
     """The text after the last item, then every item given consumed. Returns (code, a, b, c, d)."""
     if tail >= 0:
@@ -252,16 +280,18 @@ def _finish(rows, scales, state, out, num_tokens, tail):
     return C.OK, 0, 0, 0, 0
 
 
-@helper
+@helper_with_gil
 def build_from_tokens(
     rows, scales, state, out, ids, params, image_grid, video_grid, video_sp, audio_tokens, use_audio_in_video
 ):
-    """Scan `ids` once and emit the layout. Returns (code, a, b, c, d)."""
+    """Scan `ids` once and emit the layout (and the positions, where `out`
+    has columns). Returns the prompt's delta (max position + 1 - len(ids)),
+    or FAILED with the error in the state's S_ERROR slots."""
     num_tokens = ids.shape[0]
     reset(state, image_grid.shape[0], video_grid.shape[0], audio_tokens.shape[0])
     res = check_items(params, image_grid, video_grid, video_sp, audio_tokens)
     if res[0] != C.OK:
-        return res[0], res[1], res[2], res[3], 0
+        return _failed(state, res[0], res[1], res[2], res[3], 0)
     image_id = np.int64(params[C.P_IMAGE])
     video_id = np.int64(params[C.P_VIDEO])
     audio_id = np.int64(params[C.P_AUDIO])
@@ -292,11 +322,11 @@ def build_from_tokens(
         code, a, b, c, d = C.OK, 0, 0, 0, 0
         if after_start and (tok == image_id or tok == video_id) and (i == 0 or ids[i - 1] != vision_start):
             m = C.MOD_IMAGE if tok == image_id else C.MOD_VIDEO
-            return C.ERR_NO_VISION_START, m, state[S_COUNT + m], i, state[S_FRAME]
+            return _failed(state, C.ERR_NO_VISION_START, m, state[S_COUNT + m], i, state[S_FRAME])
         if bracketed and (tok == video_open or tok == video_close):
             if tok == video_open and in_video or state[S_FRAME] != 0:
                 # a bracket inside a bracket, or one that closes (or reopens) mid-video
-                return C.ERR_VIDEO_OPEN, state[S_COUNT + C.MOD_VIDEO], i, state[S_FRAME], 0
+                return _failed(state, C.ERR_VIDEO_OPEN, state[S_COUNT + C.MOD_VIDEO], i, state[S_FRAME], 0)
             in_video = tok == video_open
             i += 1
         elif frames and (tok == video_id or (bracketed and tok == image_id and in_video)):
@@ -309,7 +339,7 @@ def build_from_tokens(
                 rows, scales, state, out, ids, i, tok, m, params, image_grid, video_grid, video_sp, tail
             )
         elif tok == video_id:  # a video outside an audio-in-video block
-            return C.ERR_AV_NOT_IN_BLOCK, state[S_COUNT + C.MOD_VIDEO], i, 0, 0
+            return _failed(state, C.ERR_AV_NOT_IN_BLOCK, state[S_COUNT + C.MOD_VIDEO], i, 0, 0)
         elif tok == audio_id:
             code, a, b, c, d, i = _audio_item(state, ids, i, audio_tokens, audio_id)
         elif i + 2 < num_tokens and ids[i + 1] == audio_start and (ids[i + 2] == video_id or ids[i + 2] == audio_id):
@@ -319,7 +349,15 @@ def build_from_tokens(
         else:  # a vision_start that opens no interleave: text
             i += 1
         if code != C.OK:
-            return code, a, b, c, d
+            return _failed(state, code, a, b, c, d)
     if in_video or state[S_FRAME] != 0:
-        return C.ERR_VIDEO_OPEN, state[S_COUNT + C.MOD_VIDEO], num_tokens, state[S_FRAME], 0
-    return _finish(rows, scales, state, out, num_tokens, tail)
+        return _failed(state, C.ERR_VIDEO_OPEN, state[S_COUNT + C.MOD_VIDEO], num_tokens, state[S_FRAME], 0)
+    code, a, b, c, d = _finish(rows, scales, state, out, num_tokens, tail)
+    if code != C.OK:
+        return _failed(state, code, a, b, c, d)
+    return state[S_MAX] + 1 - num_tokens
+
+
+def error_of(state) -> tuple:
+    """(code, a, b, c, d) that `build_from_tokens` left in `state` with FAILED, as Python ints."""
+    return tuple(int(x) for x in state[S_ERROR : S_ERROR + 5])

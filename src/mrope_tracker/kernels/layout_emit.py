@@ -36,7 +36,8 @@ S_COUNT = 4  # 3 slots: items consumed per modality (videos: whole videos)
 S_TOTAL = 7  # 3 slots: items given per modality
 S_FRAME = 10  # per-frame videos: frames of the current video consumed
 S_FRAMES_SEEN = 11  # per-frame videos: frame ranges / runs consumed in all
-NUM_STATE = 12
+S_ERROR = 12  # 5 slots: the token builder's (code, a, b, c, d) when it returns FAILED
+NUM_STATE = 17
 
 _F32_ZERO = np.float32(0)
 

@@ -25,9 +25,10 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.inputs import check_fits_int64, normalize_items, tensor_values
+from ..core.inputs import NO_ROWS, NO_SCALES, check_fits_int64, normalize_items, tensor_values
 from ..core.positions import prompt_positions
-from ..kernels.prompt import FAILED, SCRATCH_SIZE, prompt_from_arrays
+from ..kernels.layout_build import FAILED, build_from_tokens
+from ..kernels.layout_emit import NUM_STATE
 from ..kernels.sglang_omni import omni_checked_positions, omni_truncated_positions
 
 __all__ = ["input_ids_arg", "grid_arg", "floats_arg", "check_time_dtype", "counts_arg", "one_prompt", "as_result"]
@@ -36,7 +37,7 @@ _TENSOR = torch.Tensor
 _LONG = torch.int64
 _FLOAT = torch.float32
 # the integer scan's state (it keeps the GIL for its whole run, as prompt_positions' own scratch)
-_SCRATCH = np.empty(SCRATCH_SIZE, np.int64)
+_SCRATCH = np.empty(NUM_STATE, np.int64)
 
 
 def input_ids_arg(input_ids) -> np.ndarray:
@@ -161,7 +162,11 @@ def _float_carry_prompt(config, ids, images, videos, times, audio, use_av) -> tu
         if top >= 0:
             return out, int(top) + 1 - length
     # what the one pass refuses: the integer scan's check, then the float rule on its own
-    checked = length and prompt_from_arrays(_scan_out(length), ids, config.kernel_params, *items, _SCRATCH) != FAILED
+    checked = (
+        length
+        and build_from_tokens(NO_ROWS, NO_SCALES, _SCRATCH, _scan_out(length), ids, config.kernel_params, *items)
+        != FAILED
+    )
     if checked:
         top = omni_truncated_positions(out, ids, config.kernel_params, *items)
         if top >= 0:

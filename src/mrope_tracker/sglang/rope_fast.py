@@ -22,8 +22,9 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.inputs import EMPTY_FLOAT, EMPTY_GRID, EMPTY_INT, normalize_items
-from ..kernels.prompt import FAILED, SCRATCH_SIZE, sealed_prompt_entry
+from ..core.inputs import EMPTY_FLOAT, EMPTY_GRID, EMPTY_INT, NO_ROWS, NO_SCALES, READY_FLAGS, normalize_items
+from ..kernels.layout_build import FAILED, build_from_tokens
+from ..kernels.layout_emit import NUM_STATE
 from ..kernels.sglang_omni import omni_checked_positions
 
 __all__ = ["RopePlan"]
@@ -34,8 +35,8 @@ _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
 _empty = np.empty
 _from_numpy = torch.from_numpy
-# the prompt kernel's state (it keeps the GIL for its whole run, as prompt_positions' own scratch)
-_SCRATCH = np.empty(SCRATCH_SIZE, np.int64)
+# the token builder's state (it keeps the GIL for its whole run, as prompt_positions' own scratch)
+_SCRATCH = np.empty(NUM_STATE, np.int64)
 # a delta's (1, 1) array, copied per call (a copy costs less than building one)
 _DELTA = np.zeros((1, 1), np.int64)
 _FLOAT_DELTA = np.zeros((1, 1), np.float32)
@@ -55,13 +56,13 @@ def _ids(value) -> np.ndarray | None:
 
 
 def _usual_grid(grid) -> bool:
-    """Whether `grid` is an (n, 3) int64 C-contiguous numpy array (read from a tensor in place)."""
+    """Whether `grid` is an (n, 3) int64 C-contiguous writable numpy array (read from a tensor in place)."""
     return (
         type(grid) is _NDARRAY
         and grid.dtype is _INT64
         and grid.ndim == 2
         and grid.shape[1] == 3
-        and grid.flags.c_contiguous
+        and grid.flags.num & READY_FLAGS == READY_FLAGS
     )
 
 
@@ -74,7 +75,7 @@ class RopePlan:
         """`omni_function`: the plan of ``get_rope_index_qwen3_omni`` (float32 results), else of ``get_rope_index``."""
         self.config = config
         self.params = config.kernel_params
-        self.kernel = sealed_prompt_entry()
+        self.kernel = build_from_tokens
         spec = config.spec
         # times as normalize_items takes them as they come: scaled, not truncated to integers first
         self.scaled = spec.scaled_time
@@ -122,7 +123,7 @@ class RopePlan:
             or ids.ndim != 2
             or len(ids) != 1
             or not ids.size
-            or not ids.flags.c_contiguous
+            or ids.flags.num & READY_FLAGS != READY_FLAGS
             or not _usual_grid(images)
             or not _usual_grid(videos)
         ):
@@ -138,7 +139,7 @@ class RopePlan:
             or times.dtype is not _FLOAT32
             or times.ndim != 1
             or len(times) != count
-            or not times.flags.c_contiguous
+            or times.flags.num & READY_FLAGS != READY_FLAGS
         ):
             return None
         return ids, images, videos, times
@@ -152,7 +153,9 @@ class RopePlan:
             return None
         ids, images, videos, times = arrays
         out = _empty((3, 1, ids.shape[1]), _INT64)
-        delta = self.kernel(out[:, 0], ids[0], self.params, images, videos, times, EMPTY_INT, False, _SCRATCH)
+        delta = self.kernel(
+            NO_ROWS, NO_SCALES, _SCRATCH, out[:, 0], ids[0], self.params, images, videos, times, EMPTY_INT, False
+        )
         if delta == FAILED:
             return None
         deltas = _DELTA.copy()
