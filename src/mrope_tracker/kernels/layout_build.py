@@ -289,9 +289,9 @@ def build_from_tokens(
     or FAILED with the error in the state's S_ERROR slots."""
     num_tokens = ids.shape[0]
     reset(state, image_grid.shape[0], video_grid.shape[0], audio_tokens.shape[0])
-    res = check_items(params, image_grid, video_grid, video_sp, audio_tokens)
-    if res[0] != C.OK:
-        return _failed(state, res[0], res[1], res[2], res[3], 0)
+    # one exit for every error (one inlined _failed: numba inlines a `tiny` body once per call site)
+    code, a, b, c = check_items(params, image_grid, video_grid, video_sp, audio_tokens)
+    d = np.int64(0)
     image_id = np.int64(params[C.P_IMAGE])
     video_id = np.int64(params[C.P_VIDEO])
     audio_id = np.int64(params[C.P_AUDIO])
@@ -314,19 +314,22 @@ def build_from_tokens(
         s_a, s_b, s_c, s_d = image_id, video_id, audio_id, vision_start if av else np.int64(-1)
     in_video = False
     i = np.int64(0)
-    while True:
+    while code == C.OK:
         i = next_special(ids, i, s_a, s_b, s_c, s_d)
         if i >= num_tokens:
+            if in_video or state[S_FRAME] != 0:
+                code, a, b, c, d = C.ERR_VIDEO_OPEN, state[S_COUNT + C.MOD_VIDEO], num_tokens, state[S_FRAME], 0
+            else:
+                code, a, b, c, d = _finish(rows, scales, state, out, num_tokens, tail)
             break
         tok = ids[i]
-        code, a, b, c, d = C.OK, 0, 0, 0, 0
         if after_start and (tok == image_id or tok == video_id) and (i == 0 or ids[i - 1] != vision_start):
             m = C.MOD_IMAGE if tok == image_id else C.MOD_VIDEO
-            return _failed(state, C.ERR_NO_VISION_START, m, state[S_COUNT + m], i, state[S_FRAME])
-        if bracketed and (tok == video_open or tok == video_close):
+            code, a, b, c, d = C.ERR_NO_VISION_START, m, state[S_COUNT + m], i, state[S_FRAME]
+        elif bracketed and (tok == video_open or tok == video_close):
             if tok == video_open and in_video or state[S_FRAME] != 0:
                 # a bracket inside a bracket, or one that closes (or reopens) mid-video
-                return _failed(state, C.ERR_VIDEO_OPEN, state[S_COUNT + C.MOD_VIDEO], i, state[S_FRAME], 0)
+                code, a, b, c, d = C.ERR_VIDEO_OPEN, state[S_COUNT + C.MOD_VIDEO], i, state[S_FRAME], 0
             in_video = tok == video_open
             i += 1
         elif frames and (tok == video_id or (bracketed and tok == image_id and in_video)):
@@ -339,7 +342,7 @@ def build_from_tokens(
                 rows, scales, state, out, ids, i, tok, m, params, image_grid, video_grid, video_sp, tail
             )
         elif tok == video_id:  # a video outside an audio-in-video block
-            return _failed(state, C.ERR_AV_NOT_IN_BLOCK, state[S_COUNT + C.MOD_VIDEO], i, 0, 0)
+            code, a, b, c, d = C.ERR_AV_NOT_IN_BLOCK, state[S_COUNT + C.MOD_VIDEO], i, 0, 0
         elif tok == audio_id:
             code, a, b, c, d, i = _audio_item(state, ids, i, audio_tokens, audio_id)
         elif i + 2 < num_tokens and ids[i + 1] == audio_start and (ids[i + 2] == video_id or ids[i + 2] == audio_id):
@@ -348,11 +351,6 @@ def build_from_tokens(
             )
         else:  # a vision_start that opens no interleave: text
             i += 1
-        if code != C.OK:
-            return _failed(state, code, a, b, c, d)
-    if in_video or state[S_FRAME] != 0:
-        return _failed(state, C.ERR_VIDEO_OPEN, state[S_COUNT + C.MOD_VIDEO], num_tokens, state[S_FRAME], 0)
-    code, a, b, c, d = _finish(rows, scales, state, out, num_tokens, tail)
     if code != C.OK:
         return _failed(state, code, a, b, c, d)
     return state[S_MAX] + 1 - num_tokens
