@@ -55,6 +55,13 @@ def omni_truncated_positions(out, ids, params, image_grid, video_grid, video_sp,
 # (`helper`), so a view costs no reference count.
 
 
+@inner
+def _text_run(out, start, count, base):
+    """`same_on_three`, truncated, compiled once: the pass writes text, bos and eos runs from five places, and
+    numba would inline a `tiny` body at each."""
+    same_on_three(out, start, count, base, True)
+
+
 @tiny
 def _has(ids, start, stop, a, b, c):
     """Whether a token in [start, stop) is a, b or c (branch-free, so it vectorises)."""
@@ -225,11 +232,11 @@ def omni_checked_positions(out, ids, params, image_grid, video_grid, video_sp, a
         if _has(ids, st, q, image_id, video_id, audio_id):
             return np.int64(-1)
         base = prev_max + _ONE if has_prev else _ZERO
-        same_on_three(out, st, q - st, base, True)
+        _text_run(out, np.int64(st), np.int64(q - st), base)
         base = base + np.float32(q - st)
         paired = ids[q] == vision_start and q + 1 < n and ids[q + 1] == audio_start
         bos = 2 if paired else 1
-        same_on_three(out, q, bos, base, True)
+        _text_run(out, np.int64(q), np.int64(bos), base)
         base = base + np.float32(bos)
         c = q + bos
         eos = 1
@@ -241,7 +248,7 @@ def omni_checked_positions(out, ids, params, image_grid, video_grid, video_sp, a
             end = c + m
             if end >= n or ids[end] != audio_end or not _all(ids, c, end, audio_id):
                 return np.int64(-1)
-            same_on_three(out, c, m, base, True)
+            _text_run(out, np.int64(c), np.int64(m), base)
             last = np.float32(m - 1) + base
         elif paired:  # audio in video: only as the builder reads it, with use_audio_in_video
             if not use_audio_in_video or n_video >= video_grid.shape[0] or n_audio >= audio_tokens.shape[0]:
@@ -260,7 +267,7 @@ def omni_checked_positions(out, ids, params, image_grid, video_grid, video_sp, a
             if end < 0:
                 return np.int64(-1)
         base = last + _ONE
-        same_on_three(out, end, eos, base, True)
+        _text_run(out, np.int64(end), np.int64(eos), base)
         prev_max = np.float32(eos - 1) + base
         top = max(top, prev_max)
         has_prev = True
@@ -271,6 +278,6 @@ def omni_checked_positions(out, ids, params, image_grid, video_grid, video_sp, a
         return np.int64(-1)  # items left over: the builder names them
     if st < n:
         base = prev_max + _ONE if has_prev else _ZERO
-        same_on_three(out, st, n - st, base, True)
+        _text_run(out, np.int64(st), np.int64(n - st), base)
         top = max(top, np.float32(n - st - 1) + base)
     return np.int64(top)  # truncation is monotone: the largest truncated position is trunc(top)
