@@ -392,7 +392,7 @@ class RopeState:
         `config`, or the first model's) refuses a model of another, naming both."""
         if isinstance(model, MRopeConfig):
             config = model
-        elif model is self._model:
+        elif model is not None and model is self._model:  # (None: no model seen yet, and never a model)
             config = self._model_config
         else:
             hf_config = getattr(model, "config", None)

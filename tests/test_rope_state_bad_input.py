@@ -1,0 +1,118 @@
+"""Random bad arguments to `RopeState`'s public methods (issue 27, item 7; the device state's share of
+test_bad_input_fuzz.py, whose bad values and checks these tests use).
+
+Each example takes a valid call of one method on a state holding one
+admitted request, replaces one argument with a bad value, and requires the
+call to be accepted or refused with a ValueError, TypeError or KeyError that
+names an argument; a refused call leaves the state's host records, staged
+writes, dense overrides, sizes and positions buffer as they were. The state
+runs in debug mode, where `prepare_positions` checks its tensors on the
+host (without it the step launches the kernel unchecked, as vLLM's does).
+Without a GPU the kernels run in triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from triton_support import require_triton  # noqa: E402
+
+require_triton(module_level=True)
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from test_bad_input_fuzz import IDS, QWEN2_5, _check_bad_call, _features, _layout, _method_entry  # noqa: E402
+
+from mrope_tracker.vllm import RopeState  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+MAX_NUM_REQS = 3
+
+
+def _state() -> RopeState:
+    state = RopeState(3, MAX_NUM_REQS, 32, 64, DEVICE, config=QWEN2_5, block_size=16, debug=True)
+    state.init_prefill_positions(1, QWEN2_5, IDS, _features())
+    state.apply_staged_writes()
+    return state
+
+
+def _snapshot(state: RopeState):
+    staging = state._staging
+    return (
+        state._records.copy(),
+        tuple(sorted(state.nbytes().items())),
+        state.max_num_rows,
+        staging._used,
+        tuple(staging._by_destination),
+        tuple(sorted(state._overrides._dense)),
+        state._overrides.dirty,
+        state.positions.cpu().numpy().copy(),
+    )
+
+
+def _entry(method: str, args: dict):
+    return _method_entry(RopeState, _state, _snapshot, method, args)
+
+
+def _index(values, dtype):
+    return torch.tensor(values, dtype=dtype, device=DEVICE)
+
+
+ENTRIES = [
+    _entry(
+        "init_prefill_positions",
+        dict(req_idx=2, model=QWEN2_5, prefill_token_ids=IDS, mm_features=_features()),
+    ),
+    _entry("init_prefill_layout", dict(req_idx=2, layout=_layout())),
+    _entry("remove_request", dict(req_idx=1)),
+    _entry("get_positions", dict(num_tokens=8)),
+    _entry(
+        "prepare_positions",
+        dict(
+            idx_mapping=_index([1], torch.int64),
+            query_start_loc=_index([0, 4], torch.int32),
+            prefill_lens=_index([0, len(IDS), 0], torch.int32),
+            num_computed_tokens=_index([0, 0, 0], torch.int32),
+        ),
+    ),
+    _entry("read_prefill_positions", dict(req_idx=1, length=4)),
+]
+
+
+@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
+@pytest.mark.parametrize("entry", ENTRIES, ids=repr)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_bad_arguments_are_refused_cleanly(entry, data):
+    """A bad argument is accepted or refused with ValueError/TypeError/KeyError naming an argument, the state
+    unchanged; nothing else escapes."""
+    _check_bad_call(entry, data)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
+@pytest.mark.parametrize("entry", ENTRIES, ids=repr)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_bad_arguments_are_refused_cleanly_at_length(entry, data):
+    """The same, with many more examples (the slow run)."""
+    _check_bad_call(entry, data)
+
+
+def test_no_model_is_refused_by_name_when_none_was_seen():
+    """Found by this fuzz: a state given its config, never a model object, took `model=None` for the model it
+    had seen (none), and attrs raised about a None config without naming the argument."""
+    state = _state()
+    before = _snapshot(state)
+    with pytest.raises(TypeError, match="model: expected a vLLM model"):
+        state.init_prefill_positions(2, None, IDS, _features())
+    after = _snapshot(state)
+    assert all(
+        (was == now).all() if hasattr(was, "all") else was == now for was, now in zip(before, after, strict=True)
+    )
