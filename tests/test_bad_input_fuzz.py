@@ -248,7 +248,11 @@ ENTRIES = [
         dict(config=QWEN2_5, num_tokens=len(IDS), token_ids=None, interleave="transformers", **RANGES),
     ),
     Entry("PromptLayout.from_bytes", PromptLayout.from_bytes, dict(data=_layout().to_bytes())),
-    Entry("PromptLayout", PromptLayout, dict(rows=_layout().rows, scales=_layout().scales, num_tokens=11, delta=-3)),
+    Entry(
+        "PromptLayout",
+        PromptLayout,
+        dict(rows=_layout().rows, scales=_layout().scales, num_tokens=11, delta=_layout().delta),
+    ),
     Entry(
         "PromptLayout.positions",
         lambda layout, **kw: layout.positions(**kw),
@@ -362,6 +366,20 @@ def _check_bad_call(entry: Entry, data) -> None:
             for was, now in zip(before, after, strict=True):
                 same = np.array_equal(was, now) if isinstance(was, np.ndarray) else was == now
                 assert same, f"{entry}: {name}={value!r} was refused ({message}) but changed the state"
+
+
+def check_valid_call(entry: Entry) -> None:
+    if entry.state is None:
+        entry.call(**entry.args)
+    else:
+        entry.call(entry.state[0](), **entry.args)
+
+
+@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
+@pytest.mark.parametrize("entry", ENTRIES, ids=repr)
+def test_the_valid_call_is_accepted(entry):
+    """Each entry's own call is valid, so that a refusal of a replaced argument is the bad value's doing."""
+    check_valid_call(entry)
 
 
 @pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")

@@ -27,7 +27,15 @@ require_triton(module_level=True)
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from test_bad_input_fuzz import IDS, QWEN2_5, _check_bad_call, _features, _layout, _method_entry  # noqa: E402
+from test_bad_input_fuzz import (  # noqa: E402
+    IDS,
+    QWEN2_5,
+    _check_bad_call,
+    _features,
+    _layout,
+    _method_entry,
+    check_valid_call,
+)
 
 from mrope_tracker.vllm import RopeState  # noqa: E402
 
@@ -82,7 +90,18 @@ ENTRIES = [
         ),
     ),
     _entry("read_prefill_positions", dict(req_idx=1, length=4)),
+    _entry(
+        "update_prefill_positions",
+        dict(req_idx=1, positions=torch.arange(3 * 6, dtype=torch.int32, device=DEVICE).view(3, 6), delta=-2),
+    ),
 ]
+
+
+@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
+@pytest.mark.parametrize("entry", ENTRIES, ids=repr)
+def test_the_valid_call_is_accepted(entry):
+    """Each entry's own call is valid, so that a refusal of a replaced argument is the bad value's doing."""
+    check_valid_call(entry)
 
 
 @pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
