@@ -375,28 +375,45 @@ def check_valid_call(entry: Entry) -> None:
         entry.call(entry.state[0](), **entry.args)
 
 
-@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
-@pytest.mark.parametrize("entry", ENTRIES, ids=repr)
-def test_the_valid_call_is_accepted(entry):
-    """Each entry's own call is valid, so that a refusal of a replaced argument is the bad value's doing."""
-    check_valid_call(entry)
+def fuzz_tests(entries: list, examples: int, slow_examples: int) -> tuple:
+    """The three tests of a module's `entries`: each valid call accepted, and bad arguments refused cleanly at
+    `examples` per entry (`slow_examples` in the slow run). test_rope_state_bad_input.py takes them too."""
+    ignore_defaults = pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
+    each_entry = pytest.mark.parametrize("entry", entries, ids=repr)
+
+    @ignore_defaults
+    @each_entry
+    def test_the_valid_call_is_accepted(entry):
+        """Each entry's own call is valid, so that a refusal of a replaced argument is the bad value's doing."""
+        check_valid_call(entry)
+
+    @ignore_defaults
+    @each_entry
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def test_bad_arguments_are_refused_cleanly(entry, data):
+        """A bad argument is accepted or refused with ValueError/TypeError/KeyError naming an argument, the
+        state unchanged; nothing else escapes."""
+        _check_bad_call(entry, data)
+
+    @pytest.mark.slow
+    @ignore_defaults
+    @each_entry
+    @settings(max_examples=slow_examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(data=st.data())
+    def test_bad_arguments_are_refused_cleanly_at_length(entry, data):
+        """The same, with many more examples (the slow run)."""
+        _check_bad_call(entry, data)
+
+    return (
+        test_the_valid_call_is_accepted,
+        test_bad_arguments_are_refused_cleanly,
+        test_bad_arguments_are_refused_cleanly_at_length,
+    )
 
 
-@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
-@pytest.mark.parametrize("entry", ENTRIES, ids=repr)
-@settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_bad_arguments_are_refused_cleanly(entry, data):
-    """A bad argument is accepted or refused with ValueError/TypeError/KeyError naming an argument, the state
-    unchanged; nothing else escapes."""
-    _check_bad_call(entry, data)
-
-
-@pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
-@pytest.mark.parametrize("entry", ENTRIES, ids=repr)
-@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_bad_arguments_are_refused_cleanly_at_length(entry, data):
-    """The same, with many more examples (the slow run)."""
-    _check_bad_call(entry, data)
+(
+    test_the_valid_call_is_accepted,
+    test_bad_arguments_are_refused_cleanly,
+    test_bad_arguments_are_refused_cleanly_at_length,
+) = fuzz_tests(ENTRIES, 25, 400)

@@ -25,17 +25,7 @@ from triton_support import require_triton  # noqa: E402
 require_triton(module_level=True)
 
 import pytest  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from test_bad_input_fuzz import (  # noqa: E402
-    IDS,
-    QWEN2_5,
-    _check_bad_call,
-    _features,
-    _layout,
-    _method_entry,
-    check_valid_call,
-)
+from test_bad_input_fuzz import IDS, QWEN2_5, _features, _layout, _method_entry, fuzz_tests  # noqa: E402
 
 from mrope_tracker.vllm import RopeState  # noqa: E402
 
@@ -97,31 +87,11 @@ ENTRIES = [
 ]
 
 
-@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
-@pytest.mark.parametrize("entry", ENTRIES, ids=repr)
-def test_the_valid_call_is_accepted(entry):
-    """Each entry's own call is valid, so that a refusal of a replaced argument is the bad value's doing."""
-    check_valid_call(entry)
-
-
-@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
-@pytest.mark.parametrize("entry", ENTRIES, ids=repr)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_bad_arguments_are_refused_cleanly(entry, data):
-    """A bad argument is accepted or refused with ValueError/TypeError/KeyError naming an argument, the state
-    unchanged; nothing else escapes."""
-    _check_bad_call(entry, data)
-
-
-@pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::mrope_tracker.core.config.ConfigDefaultWarning")
-@pytest.mark.parametrize("entry", ENTRIES, ids=repr)
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_bad_arguments_are_refused_cleanly_at_length(entry, data):
-    """The same, with many more examples (the slow run)."""
-    _check_bad_call(entry, data)
+(
+    test_the_valid_call_is_accepted,
+    test_bad_arguments_are_refused_cleanly,
+    test_bad_arguments_are_refused_cleanly_at_length,
+) = fuzz_tests(ENTRIES, 15, 200)
 
 
 def test_no_model_is_refused_by_name_when_none_was_seen():
