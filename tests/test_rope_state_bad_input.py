@@ -14,6 +14,7 @@ Without a GPU the kernels run in triton's interpreter.
 from __future__ import annotations
 
 import os
+import types
 
 import torch
 
@@ -25,8 +26,9 @@ from triton_support import require_triton  # noqa: E402
 require_triton(module_level=True)
 
 import pytest  # noqa: E402
-from test_bad_input_fuzz import IDS, QWEN2_5, _features, _layout, _method_entry, fuzz_tests  # noqa: E402
+from test_bad_input_fuzz import HF_CONFIG, IDS, QWEN2_5, Entry, _features, _layout, _method_entry, fuzz_tests  # noqa: E402
 
+from mrope_tracker.device.factory import get_rope_state  # noqa: E402
 from mrope_tracker.vllm import RopeState  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -62,7 +64,15 @@ def _index(values, dtype):
     return torch.tensor(values, dtype=dtype, device=DEVICE)
 
 
+# what vLLM's runner passes the plugin's factory: its ModelConfig, as far as the factory reads it
+MODEL_CONFIG = types.SimpleNamespace(uses_mrope=True, hf_config=HF_CONFIG, mrope_num_dims=3, multimodal_config=None)
+
 ENTRIES = [
+    Entry(
+        "get_rope_state",
+        get_rope_state,
+        dict(model_config=MODEL_CONFIG, model=None, max_num_reqs=2, max_num_tokens=16, max_model_len=64, device=DEVICE),
+    ),
     _entry(
         "init_prefill_positions",
         dict(req_idx=2, model=QWEN2_5, prefill_token_ids=IDS, mm_features=_features()),
@@ -105,3 +115,19 @@ def test_no_model_is_refused_by_name_when_none_was_seen():
     assert all(
         (was == now).all() if hasattr(was, "all") else was == now for was, now in zip(before, after, strict=True)
     )
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "match"),
+    [
+        (dict(model_config=None), TypeError, "model_config: expected vLLM's ModelConfig"),
+        (dict(model_config=types.SimpleNamespace(uses_mrope=True)), TypeError, r"model_config: .*\.hf_config"),
+        (dict(device=2**63), ValueError, "device: expected a torch device"),
+    ],
+)
+def test_the_factory_names_what_it_cannot_read(change, error, match):
+    """Found by this fuzz: a model_config without vLLM's fields raised AttributeError, and a device index past
+    int64 torch's own unnamed ValueError."""
+    args = dict(model_config=MODEL_CONFIG, model=None, max_num_reqs=2, max_num_tokens=16, max_model_len=64)
+    with pytest.raises(error, match=match):
+        get_rope_state(**{"device": DEVICE, **args, **change})

@@ -57,13 +57,24 @@ def get_rope_state(
     `semantics` unless `config` is given (already read). A model this package
     does not know raises ValueError (the plugin then falls back to vLLM's
     own, see vllm/plugin.py)."""
-    if not model_config.uses_mrope:
+    if not _field(model_config, "uses_mrope"):
         return None
     if config is None:
-        config = MRopeConfig.from_hf_config(model_config.hf_config, semantics=semantics)
+        config = MRopeConfig.from_hf_config(_field(model_config, "hf_config"), semantics=semantics)
     # vLLM's --video-pruning-rate: pruned videos by our rule
     kind = PrunedRopeState if video_pruning_enabled(model_config) else RopeState
-    return kind(model_config.mrope_num_dims, max_num_reqs, max_num_tokens, max_model_len, device, config=config)
+    num_dims = _field(model_config, "mrope_num_dims")
+    return kind(num_dims, max_num_reqs, max_num_tokens, max_model_len, device, config=config)
+
+
+def _field(model_config, name: str):
+    """`model_config.<name>`, or a TypeError naming `model_config` where it has none (not vLLM's ModelConfig)."""
+    try:
+        return getattr(model_config, name)
+    except AttributeError:
+        raise TypeError(
+            f"model_config: expected vLLM's ModelConfig (with .{name}), got {type(model_config).__name__}"
+        ) from None
 
 
 def video_pruning_enabled(model_config) -> bool:

@@ -140,7 +140,7 @@ class RopeState:
         self.max_model_len = as_index(max_model_len, "max_model_len", minimum=1, maximum=D.INT32_MAX)
         try:
             self.device = torch.device(device)
-        except (RuntimeError, TypeError) as exc:
+        except (RuntimeError, TypeError, ValueError) as exc:  # (ValueError: an index past int64)
             raise ValueError(f"device: expected a torch device such as 'cuda:0', got {device!r} ({exc})") from None
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device: {device!r} was asked for but CUDA is not available")

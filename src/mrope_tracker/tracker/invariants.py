@@ -17,7 +17,7 @@ def checked_placement(device, dtype, staging) -> tuple[torch.device, torch.dtype
     device, the dtype, whether to stage through host buffers)."""
     try:
         where = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
+    except (RuntimeError, TypeError, ValueError) as exc:  # (ValueError: an index past int64)
         raise ValueError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r} ({exc})") from None
     if where.type not in ("cpu", "cuda"):
         raise ValueError(f"device: expected 'cpu' or a CUDA device, got {device!r}")
