@@ -311,6 +311,12 @@ ENTRIES = [
             attention_mask=torch.ones((2, len(GLM_IDS)), dtype=torch.int64),
         ),  # fmt: skip
     ),
+    Entry(
+        "PositionTracker",
+        PositionTracker,
+        dict(config=QWEN2_5, max_num_reqs=2, max_num_batched_tokens=16, max_model_len=64, layout_rows=4),
+    ),
+    Entry("BatchPositions", BatchPositions, dict(config=QWEN2_5, max_num_reqs=2, max_num_tokens=16, max_model_len=64)),
     _batch_entry("admit", dict(req_pool_idx=3, layout=_layout(), num_tokens=None)),
     _batch_entry(
         "positions",

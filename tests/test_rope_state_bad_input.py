@@ -28,7 +28,9 @@ require_triton(module_level=True)
 import pytest  # noqa: E402
 from test_bad_input_fuzz import HF_CONFIG, IDS, QWEN2_5, Entry, _features, _layout, _method_entry, fuzz_tests  # noqa: E402
 
+from mrope_tracker.device.evs_rows import PrunedRopeState  # noqa: E402
 from mrope_tracker.device.factory import get_rope_state  # noqa: E402
+from mrope_tracker.evs import PrunedPrompt  # noqa: E402
 from mrope_tracker.vllm import RopeState  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -56,8 +58,33 @@ def _snapshot(state: RopeState):
     )
 
 
+def _unchanged(before: tuple, after: tuple) -> bool:
+    return all(
+        (was == now).all() if hasattr(was, "all") else was == now for was, now in zip(before, after, strict=True)
+    )
+
+
 def _entry(method: str, args: dict):
     return _method_entry(RopeState, _state, _snapshot, method, args)
+
+
+# EVS: a 2-frame video of 2 x 4 patches (2 tokens a frame), its second frame pruned to one token
+VIDEO_IDS = [1, QWEN2_5.vision_start_token_id, *[QWEN2_5.video_token_id] * 3, QWEN2_5.vision_end_token_id, 2]
+MASK = [True, True, True, False]
+
+
+def _pruned_prompt() -> PrunedPrompt:
+    return PrunedPrompt(QWEN2_5, VIDEO_IDS, video_grid_thw=[[2, 2, 4]], second_per_grid_ts=[1.0])
+
+
+def _pruned_state() -> PrunedRopeState:
+    state = PrunedRopeState(3, MAX_NUM_REQS, 32, 64, DEVICE, config=QWEN2_5, block_size=16, debug=True)
+    state.init_prefill_pruned(1, _pruned_prompt())
+    return state
+
+
+def _pruned_entry(method: str, args: dict):
+    return _method_entry(PrunedRopeState, _pruned_state, _snapshot, method, args)
 
 
 def _index(values, dtype):
@@ -77,7 +104,14 @@ ENTRIES = [
         "init_prefill_positions",
         dict(req_idx=2, model=QWEN2_5, prefill_token_ids=IDS, mm_features=_features()),
     ),
+    Entry(
+        "RopeState",
+        RopeState,
+        dict(num_dims=3, max_num_reqs=2, max_num_tokens=16, max_model_len=64, device=DEVICE, config=QWEN2_5),
+    ),
     _entry("init_prefill_layout", dict(req_idx=2, layout=_layout())),
+    _pruned_entry("init_prefill_pruned", dict(req_idx=2, prompt=_pruned_prompt(), retention_masks=[MASK])),
+    _pruned_entry("set_retention_mask", dict(req_idx=1, video_index=0, retention_mask=MASK)),
     _entry("remove_request", dict(req_idx=1)),
     _entry("get_positions", dict(num_tokens=8)),
     _entry(
@@ -111,10 +145,7 @@ def test_no_model_is_refused_by_name_when_none_was_seen():
     before = _snapshot(state)
     with pytest.raises(TypeError, match="model: expected a vLLM model"):
         state.init_prefill_positions(2, None, IDS, _features())
-    after = _snapshot(state)
-    assert all(
-        (was == now).all() if hasattr(was, "all") else was == now for was, now in zip(before, after, strict=True)
-    )
+    assert _unchanged(before, _snapshot(state))
 
 
 @pytest.mark.parametrize(
@@ -131,3 +162,20 @@ def test_the_factory_names_what_it_cannot_read(change, error, match):
     args = dict(model_config=MODEL_CONFIG, model=None, max_num_reqs=2, max_num_tokens=16, max_model_len=64)
     with pytest.raises(error, match=match):
         get_rope_state(**{"device": DEVICE, **args, **change})
+
+
+@pytest.mark.parametrize(
+    ("mask", "error", "match"),
+    [
+        ([1, [2, 3], 1, 0], ValueError, r"retention_masks\[0\]: expected a 1-D bool"),
+        (torch.ones(4, dtype=torch.bool, device="meta"), TypeError, r"retention_masks\[0\]: expected a tensor that"),
+    ],
+)
+def test_a_mask_numpy_cannot_read_is_refused_by_name(mask, error, match):
+    """Found by this fuzz: a ragged list reached numpy's unnamed ValueError, a meta tensor torch's
+    NotImplementedError."""
+    state = _pruned_state()
+    before = _snapshot(state)
+    with pytest.raises(error, match=match):
+        state.set_retention_mask(1, 0, mask)
+    assert _unchanged(before, _snapshot(state))

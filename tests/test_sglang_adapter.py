@@ -694,3 +694,10 @@ def test_sparse_and_wide_forms_are_named():
     layout = PromptLayout.from_ranges(MRopeConfig(family="qwen2_5_vl"), 5)
     with pytest.raises(TypeError, match="config"):
         read_layout(layout, {"model_type": "qwen2_5_vl"})
+
+
+def test_batch_positions_names_its_own_token_budget():
+    """Found by a fuzz: a bad max_num_tokens was refused under the tracker's name, max_num_batched_tokens."""
+    for bad, error in ((-1, ValueError), (None, TypeError), (2**40, ValueError)):
+        with pytest.raises(error, match="max_num_tokens: expected an int"):
+            BatchPositions(QWEN25, max_num_reqs=2, max_num_tokens=bad)

@@ -34,8 +34,9 @@ import bisect
 import itertools
 
 import numpy as np
+import torch
 
-from ..core.inputs import EMPTY_RANGES, Items, as_config, as_grid, as_token_ids, describe
+from ..core.inputs import EMPTY_RANGES, Items, as_config, as_grid, as_token_ids, describe, tensor_values
 from ..core.layout import PromptLayout
 from ..core.ranges import Ranges
 from ..kernels import layout_codes as C
@@ -324,10 +325,13 @@ def _image_ranges(config, image_grid: np.ndarray, image_at: np.ndarray) -> np.nd
 
 def _checked_mask(mask, k: int, size: int, kept: int) -> np.ndarray:
     name = f"retention_masks[{k}]"
-    if hasattr(mask, "detach"):  # a torch tensor, possibly on a device
-        mask = mask.detach().cpu().numpy()
-    array = np.asarray(mask)
-    if array.ndim != 1 or array.shape[0] != size or array.dtype.kind not in "biu":
+    if isinstance(mask, torch.Tensor):  # possibly on a device (a meta tensor, which holds no values: refused)
+        mask = tensor_values(mask, name)
+    try:
+        array = np.asarray(mask)
+    except (ValueError, TypeError):  # ragged nested lists and the like
+        array = None
+    if array is None or array.ndim != 1 or array.shape[0] != size or array.dtype.kind not in "biu":
         raise ValueError(f"{name}: expected a 1-D bool or 0/1 array of {size} entries (t*h'*w'), got {describe(mask)}")
     if array.dtype != np.bool_:
         if ((array != 0) & (array != 1)).any():

@@ -35,7 +35,7 @@ import torch
 from ..core.config import MRopeConfig
 from ..core.inputs import as_config, as_index, check_fits_int64, tensor_values
 from ..core.layout import PromptLayout
-from ..tracker.position_tracker import MAX_TRACKED_REQUESTS, PositionTracker
+from ..tracker.position_tracker import MAX_BATCHED_TOKENS, MAX_TRACKED_REQUESTS, PositionTracker
 from .request_state import read_layout, text_layout
 
 __all__ = ["BatchPositions"]
@@ -90,6 +90,8 @@ class BatchPositions:
     def __init__(self, config, *, max_num_reqs: int, max_num_tokens: int, device="cpu", max_model_len=None):
         self.config: MRopeConfig = as_config(config)
         self.max_num_reqs = as_index(max_num_reqs, "max_num_reqs", minimum=1, maximum=MAX_TRACKED_REQUESTS - 2)
+        # (checked here, so that a refusal names this argument, not the tracker's max_num_batched_tokens)
+        max_num_tokens = as_index(max_num_tokens, "max_num_tokens", minimum=1, maximum=MAX_BATCHED_TOKENS)
         self.tracker = PositionTracker(
             self.config,
             # rows 0..max_num_reqs, and one slot more: a row's new request goes in before its old one leaves,

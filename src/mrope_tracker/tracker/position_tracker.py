@@ -45,7 +45,7 @@ _INDEX_LIMIT = 2**62  # num_computed_tokens limit without max_model_len (keeps k
 _DEFAULT_ROWS_PER_REQ = 8
 _MAX_REQS = 2**20
 MAX_TRACKED_REQUESTS = _MAX_REQS  # (the most slots a tracker takes: for adapters that add slots of their own)
-_MAX_BATCHED_TOKENS = 2**26
+MAX_BATCHED_TOKENS = 2**26
 
 
 class PositionTracker:
@@ -80,7 +80,7 @@ class PositionTracker:
         # Upper bounds keep absurd capacities a ValueError rather than a MemoryError.
         self.max_num_reqs = as_index(max_num_reqs, "max_num_reqs", minimum=1, maximum=_MAX_REQS)
         self.max_num_batched_tokens = as_index(
-            max_num_batched_tokens, "max_num_batched_tokens", minimum=1, maximum=_MAX_BATCHED_TOKENS
+            max_num_batched_tokens, "max_num_batched_tokens", minimum=1, maximum=MAX_BATCHED_TOKENS
         )
         self.max_model_len = None if max_model_len is None else as_index(max_model_len, "max_model_len", minimum=1)
         self.device, self.dtype, staging = checked_placement(device, dtype, staging)
