@@ -39,6 +39,7 @@ from mrope_tracker import (
     next_positions,
     prompt_positions,
 )
+from mrope_tracker.evs import PrunedPrompt
 from mrope_tracker.hf.compare import load_config
 from mrope_tracker.sglang import BatchPositions
 from mrope_tracker.sglang import get_rope_index as sglang_get_rope_index
@@ -64,6 +65,14 @@ HF_CONFIG = {
 
 def _features():
     return [feature("image", 2, 2, image_grid_thw=[1, 2, 4]), feature("video", 7, 2, video_grid_thw=[1, 2, 4])]
+
+
+# EVS: a 2-frame video of 2 x 4 patches (2 tokens a frame), its second frame pruned to one token
+PRUNED_IDS = [1, VS, *[QWEN2_5.video_token_id] * 3, VE, 2]
+
+
+def _pruned_prompt() -> PrunedPrompt:
+    return PrunedPrompt(QWEN2_5, PRUNED_IDS, video_grid_thw=[[2, 2, 4]], second_per_grid_ts=[1.0])
 
 
 def _layout() -> PromptLayout:
@@ -317,6 +326,24 @@ ENTRIES = [
         dict(config=QWEN2_5, max_num_reqs=2, max_num_batched_tokens=16, max_model_len=64, layout_rows=4),
     ),
     Entry("BatchPositions", BatchPositions, dict(config=QWEN2_5, max_num_reqs=2, max_num_tokens=16, max_model_len=64)),
+    Entry(
+        "evs.PrunedPrompt",
+        PrunedPrompt,
+        dict(
+            config=QWEN2_5,
+            token_ids=PRUNED_IDS,
+            video_grid_thw=[[2, 2, 4]],
+            image_grid_thw=None,
+            second_per_grid_ts=[1.0],
+        ),
+    ),
+    Entry(
+        "evs.PrunedPrompt.layout",
+        lambda prompt, **kw: prompt.layout(**kw),
+        dict(retention_masks=[[True, True, True, False]]),
+        state=(_pruned_prompt, lambda prompt: (prompt.num_tokens, tuple(prompt.num_kept))),
+        signature_of=PrunedPrompt.layout,
+    ),
     _batch_entry("admit", dict(req_pool_idx=3, layout=_layout(), num_tokens=None)),
     _batch_entry(
         "positions",

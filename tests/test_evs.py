@@ -427,6 +427,9 @@ def test_pruned_prompt_refuses_bad_grids_and_extra_placeholders():
     ids = [1, VS] + [VIDEO] * 6 + [VE]  # 6 placeholders, a grid of 4 tokens
     with pytest.raises(ValueError, match=r"token_ids: video 0 holds 6 video tokens .* more than its unpruned grid's 4"):
         PrunedPrompt(config, ids, video_grid_thw=[[1, 4, 4]], second_per_grid_ts=[1.0])
+    # found by the bad-input fuzz: an empty image grid indexed an empty run (IndexError)
+    with pytest.raises(ValueError, match=r"image_grid_thw\[0\]: expected t >= 1"):
+        PrunedPrompt(config, [1, VS, VIDEO, VIDEO, VE], video_grid_thw=[[1, 2, 4]], image_grid_thw=[[0, 2, 2]])
 
 
 def test_steps_with_bad_arrays_name_them_while_a_mask_is_pending():

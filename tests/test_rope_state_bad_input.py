@@ -26,11 +26,20 @@ from triton_support import require_triton  # noqa: E402
 require_triton(module_level=True)
 
 import pytest  # noqa: E402
-from test_bad_input_fuzz import HF_CONFIG, IDS, QWEN2_5, Entry, _features, _layout, _method_entry, fuzz_tests  # noqa: E402
+from test_bad_input_fuzz import (  # noqa: E402
+    HF_CONFIG,
+    IDS,
+    QWEN2_5,
+    Entry,
+    _features,
+    _layout,
+    _method_entry,
+    _pruned_prompt,
+    fuzz_tests,
+)
 
 from mrope_tracker.device.evs_rows import PrunedRopeState  # noqa: E402
 from mrope_tracker.device.factory import get_rope_state  # noqa: E402
-from mrope_tracker.evs import PrunedPrompt  # noqa: E402
 from mrope_tracker.vllm import RopeState  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -68,13 +77,7 @@ def _entry(method: str, args: dict):
     return _method_entry(RopeState, _state, _snapshot, method, args)
 
 
-# EVS: a 2-frame video of 2 x 4 patches (2 tokens a frame), its second frame pruned to one token
-VIDEO_IDS = [1, QWEN2_5.vision_start_token_id, *[QWEN2_5.video_token_id] * 3, QWEN2_5.vision_end_token_id, 2]
-MASK = [True, True, True, False]
-
-
-def _pruned_prompt() -> PrunedPrompt:
-    return PrunedPrompt(QWEN2_5, VIDEO_IDS, video_grid_thw=[[2, 2, 4]], second_per_grid_ts=[1.0])
+MASK = [True, True, True, False]  # test_bad_input_fuzz's pruned prompt: its second frame pruned to one token
 
 
 def _pruned_state() -> PrunedRopeState:

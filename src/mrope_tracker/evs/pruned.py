@@ -304,6 +304,11 @@ def _image_ranges(config, image_grid: np.ndarray, image_at: np.ndarray) -> np.nd
     out = np.empty((len(sizes), 2), np.int64)
     used = 0
     for k, size in enumerate(sizes):
+        if size < 1:  # (the builders' own item check would name it, but only after this reads the runs)
+            raise ValueError(
+                f"image_grid_thw[{k}]: expected t >= 1 and h, w >= spatial_merge_size ({m}), "
+                f"got {image_grid[k].tolist()}"
+            )
         if used + size > image_at.shape[0]:
             raise ValueError(
                 f"token_ids: expected image {k}'s {size} tokens (image_grid_thw[{k}]) after the {used} before it, "
