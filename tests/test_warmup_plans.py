@@ -147,7 +147,7 @@ def test_a_worker_plan_covers_its_served_calls_without_the_token_builder(config_
 
 
 def _no_token_builder(monkeypatch):
-    """Every Python-level way into the builder from tokens raises (the prompt entries reach it from there)."""
+    """Every Python-level way into the builder from tokens raises (`prompt_positions` and the layouts call it)."""
 
     def refused(*args, **kwargs):
         raise AssertionError("the builder from tokens was called")

@@ -86,9 +86,6 @@ def _config_entry_of(config: MRopeConfig) -> tuple:
     return config, config.kernel_params, config.num_dims, route
 
 
-_prompt_call = build_from_tokens
-
-
 def prompt_positions(
     config: MRopeConfig,
     token_ids,
@@ -150,7 +147,7 @@ def prompt_positions(
         else:
             video_grid, video_sp = _videos(config, video_grid_thw, second_per_grid_ts)
         out = _empty((num_dims, length), _INT64)
-        delta = _prompt_call(
+        delta = build_from_tokens(
             NO_ROWS, NO_SCALES, _SCRATCH, out, ids, params, image_grid, video_grid, video_sp, EMPTY_INT, False
         )
     else:
@@ -158,7 +155,7 @@ def prompt_positions(
             config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
         out = _empty((num_dims, length), _INT64)
-        delta = _prompt_call(NO_ROWS, NO_SCALES, _SCRATCH, out, ids, params, *items)
+        delta = build_from_tokens(NO_ROWS, NO_SCALES, _SCRATCH, out, ids, params, *items)
     if delta == FAILED or not length:  # the builder found an error (or no token came): the checked path explains
         return checked_prompt_positions(
             config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
@@ -186,7 +183,7 @@ def _float_carry_positions(config, token_ids, images, videos, times, audio_lengt
     items = Items.normalize(config, images, videos, times, audio_lengths, use_audio_in_video)
     out = _empty((config.num_dims, len(ids)), _INT64)
     if not float_carry.needs_rows(items, config.tokens_per_second):
-        delta = _prompt_call(NO_ROWS, NO_SCALES, _SCRATCH, out, ids, config.kernel_params, *items.kernel_args)
+        delta = build_from_tokens(NO_ROWS, NO_SCALES, _SCRATCH, out, ids, config.kernel_params, *items.kernel_args)
         if delta == FAILED:  # the long way raises the error
             checked_prompt_positions(config, ids, images, videos, times, audio_lengths, use_audio_in_video)
         if delta + len(ids) <= float_carry.INTEGER_LIMIT:
