@@ -43,7 +43,9 @@ from mrope_tracker.evs import PrunedPrompt
 from mrope_tracker.hf.compare import load_config
 from mrope_tracker.sglang import BatchPositions
 from mrope_tracker.sglang import get_rope_index as sglang_get_rope_index
+from mrope_tracker.sglang import get_rope_index_ernie45 as sglang_get_rope_index_ernie45
 from mrope_tracker.sglang import get_rope_index_glm4v as sglang_get_rope_index_glm4v
+from mrope_tracker.sglang import get_rope_index_qwen3_omni as sglang_get_rope_index_qwen3_omni
 from mrope_tracker.vllm import get_mrope_input_positions, layout_from_features
 
 QWEN2_5 = MRopeConfig(family="qwen2_5_vl", tokens_per_second=2)
@@ -229,6 +231,18 @@ SGLANG_ARGS = dict(
     video_grid_thw=torch.tensor([[1, 2, 4]]),
     second_per_grid_ts=torch.tensor([1.0]),
 )
+QWEN3_OMNI = MRopeConfig(family="qwen3_omni", model_type="qwen3_omni_moe", semantics="sglang-0.5")
+# a video of 2 frames of 2 x 2 merged patches at 2/3 s a grid (SGLang's float32 rule carries the fraction)
+OMNI_IDS = [1, QWEN3_OMNI.vision_start_token_id, *[QWEN3_OMNI.video_token_id] * 8, QWEN3_OMNI.vision_end_token_id, 2]
+ERNIE = load_config_dict("ernie4_5_moe_vl")
+ERNIE_IDS = [
+    1,
+    ERNIE["image_start_token_id"],
+    ERNIE["im_patch_id"],
+    ERNIE["im_patch_id"],
+    ERNIE["image_end_token_id"],
+    2,
+]
 GLM = load_config_dict("glm4v")
 GLM_IDS = [1, GLM["image_start_token_id"], GLM["image_token_id"], GLM["image_token_id"], GLM["image_end_token_id"], 2]
 
@@ -243,6 +257,11 @@ ENTRIES = [
         "prompt_positions (Omni)",
         prompt_positions,
         dict(config=OMNI, token_ids=[1, 2, 3], audio_feature_lengths=None, use_audio_in_video=False),
+    ),
+    Entry(
+        "prompt_positions (SGLang Qwen3-Omni)",
+        prompt_positions,
+        dict(config=QWEN3_OMNI, token_ids=OMNI_IDS, video_grid_thw=[[2, 4, 4]], second_per_grid_ts=[2 / 3]),
     ),
     Entry("canvas_positions", canvas_positions, dict(config=CANVAS, token_ids=[1, 2, 3], mm_token_type_ids=[0, 0, 0])),
     Entry(
@@ -344,6 +363,36 @@ ENTRIES = [
         state=(_pruned_prompt, lambda prompt: (prompt.num_tokens, tuple(prompt.num_kept))),
         signature_of=PrunedPrompt.layout,
     ),
+    Entry(
+        "sglang.get_rope_index_qwen3_omni",
+        sglang_get_rope_index_qwen3_omni,
+        dict(
+            spatial_merge_size=2,
+            image_token_id=QWEN3_OMNI.image_token_id,
+            video_token_id=QWEN3_OMNI.video_token_id,
+            vision_start_token_id=QWEN3_OMNI.vision_start_token_id,
+            tokens_per_second=None,
+            input_ids=torch.tensor([OMNI_IDS]),
+            image_grid_thw=None,
+            video_grid_thw=torch.tensor([[2, 4, 4]]),
+            second_per_grid_ts=torch.tensor([2 / 3]),
+            audio_token_id=QWEN3_OMNI.audio_token_id,
+            audio_start_token_id=QWEN3_OMNI.audio_start_token_id,
+            position_id_per_seconds=13,
+            use_audio_in_video=False,
+            audio_seqlens=None,
+        ),
+    ),
+    Entry(
+        "sglang.get_rope_index_ernie45",
+        sglang_get_rope_index_ernie45,
+        dict(
+            input_ids=torch.tensor([ERNIE_IDS]),
+            hf_config=types.SimpleNamespace(**ERNIE),
+            image_grid_thw=torch.tensor([[1, 2, 4]]),
+            video_grid_thw=None,
+        ),  # fmt: skip
+    ),
     _batch_entry("admit", dict(req_pool_idx=3, layout=_layout(), num_tokens=None)),
     _batch_entry(
         "positions",
@@ -377,7 +426,8 @@ SPECIAL_NAMES = (
 
 
 def _names(entry: Entry) -> tuple[str, ...]:
-    return (*entry.params, *SPECIAL_NAMES)
+    # (the call's own keywords too: SGLang's functions take some of theirs through **kwargs)
+    return (*entry.params, *entry.args, *SPECIAL_NAMES)
 
 
 def _check_bad_call(entry: Entry, data) -> None:

@@ -36,6 +36,7 @@ from mrope_tracker.sglang import (
     get_rope_index,
     get_rope_index_ernie45,
     get_rope_index_glm4v,
+    get_rope_index_qwen3_omni,
     read_layout,
     text_layout,
 )
@@ -701,3 +702,35 @@ def test_batch_positions_names_its_own_token_budget():
     for bad, error in ((-1, ValueError), (None, TypeError), (2**40, ValueError)):
         with pytest.raises(error, match="max_num_tokens: expected an int"):
             BatchPositions(QWEN25, max_num_reqs=2, max_num_tokens=bad)
+
+
+def test_a_huge_qwen3_omni_video_grid_is_named_not_allocated():
+    """Found by a fuzz: under SGLang's float32 rule a video grid of 2**40 frames made its frame times
+    (an array of t values, 4 TiB) before the builder could refuse the grid: a MemoryError. (The builder names the
+    times, whose temporal positions pass 2**31 first.)"""
+    config = MRopeConfig(family="qwen3_omni", model_type="qwen3_omni_moe", semantics=SEMANTICS)
+    ids = [1, config.vision_start_token_id, *[config.video_token_id] * 8, config.vision_end_token_id, 2]
+    huge = np.full((1, 3), 2**40, np.int64)
+    with pytest.raises(ValueError, match="video_grid_thw|second_per_grid_ts"):
+        prompt_positions(config, ids, video_grid_thw=huge, second_per_grid_ts=[2 / 3])
+    with pytest.raises(ValueError, match="video_grid_thw|second_per_grid_ts"):
+        get_rope_index_qwen3_omni(
+            2, config.image_token_id, config.video_token_id, config.vision_start_token_id, None,
+            torch.tensor([ids]), None, torch.from_numpy(huge), torch.tensor([2 / 3]), semantics=SEMANTICS,
+            audio_token_id=config.audio_token_id, audio_start_token_id=config.audio_start_token_id,
+            position_id_per_seconds=13,
+        )  # fmt: skip
+
+
+def test_qwen3_omni_use_audio_in_video_must_be_a_bool():
+    """Found by a fuzz: any value was taken by its truth (an array raised numpy's unnamed ValueError)."""
+    config = MRopeConfig(family="qwen3_omni", model_type="qwen3_omni_moe", semantics=SEMANTICS)
+    ids = [1, config.vision_start_token_id, *[config.video_token_id] * 8, config.vision_end_token_id, 2]
+    for bad in (-1, np.zeros((2, 2)), "yes"):
+        with pytest.raises(TypeError, match="use_audio_in_video: expected a bool"):
+            get_rope_index_qwen3_omni(
+                2, config.image_token_id, config.video_token_id, config.vision_start_token_id, None,
+                torch.tensor([ids]), None, torch.tensor([[2, 4, 4]]), torch.tensor([2 / 3]), semantics=SEMANTICS,
+                audio_token_id=config.audio_token_id, audio_start_token_id=config.audio_start_token_id,
+                position_id_per_seconds=13, use_audio_in_video=bad,
+            )  # fmt: skip

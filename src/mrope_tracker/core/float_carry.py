@@ -33,6 +33,8 @@ in the rare frames that need splitting.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..kernels import layout_codes as C
@@ -65,17 +67,23 @@ class _Item:
         return 2 if self.kind == AUDIO_IN_VIDEO else 1
 
 
-def needs_rows(items: Items, rate: float) -> bool:
+def needs_rows(items: Items, rate: float, num_tokens: int | None = None) -> bool:
     """Whether the float32 rule can differ from the integer one on these items:
     some video frame time (f * sp) * r is fractional in float32, or a video
     carries its audio (the rule merges the block by value, whatever its
     layout). Otherwise every value is a whole number, and below INTEGER_LIMIT
-    the kernels' integer positions are the rule's."""
+    the kernels' integer positions are the rule's. Given the prompt's
+    `num_tokens` (items not yet checked against it), at most that many frames
+    of a video are read: a video of more frames cannot fit, and the builder
+    then names it."""
     if items.use_audio_in_video and items.video_grid.shape[0]:
         return True
     r = _F32(rate)
     for (t, _, _), sp in zip(items.video_grid.tolist(), items.video_sp.tolist()):
-        times = (np.arange(t, dtype=_F32) * _F32(sp)) * r
+        if not math.isfinite(sp):  # (unchecked here: the builder's item check names it)
+            return False
+        frames = t if num_tokens is None else min(t, num_tokens)
+        times = (np.arange(frames, dtype=_F32) * _F32(sp)) * r
         if (times != np.floor(times)).any():
             return True
     return False

@@ -182,7 +182,7 @@ def _float_carry_positions(config, token_ids, images, videos, times, audio_lengt
     ids = as_token_ids(token_ids)
     items = Items.normalize(config, images, videos, times, audio_lengths, use_audio_in_video)
     out = _empty((config.num_dims, len(ids)), _INT64)
-    if not float_carry.needs_rows(items, config.tokens_per_second):
+    if not float_carry.needs_rows(items, config.tokens_per_second, len(ids)):
         delta = build_from_tokens(NO_ROWS, NO_SCALES, _SCRATCH, out, ids, config.kernel_params, *items.kernel_args)
         if delta == FAILED:  # the long way raises the error
             checked_prompt_positions(config, ids, images, videos, times, audio_lengths, use_audio_in_video)

@@ -30,7 +30,7 @@ from ..families import FAMILIES
 from . import rope_index
 from .batch import BatchPositions
 from .request_state import concat_layouts, extend_session, read_layout
-from .rope_args import as_result, counts_arg, floats_arg, grid_arg, input_ids_arg
+from .rope_args import as_result, counts_arg, flag_arg, floats_arg, grid_arg, input_ids_arg
 
 __all__ = [
     "layout_tensor", "is_layout_tensor", "layout_of_tensor", "RunnerState", "layout_for_positions", "merged",
@@ -105,7 +105,8 @@ def _qwen_layout(*args, semantics=None, **kwargs):
             rope_index.check_semantics(semantics),
         ),
         bound.get("input_ids"), bound.get("image_grid_thw"), bound.get("video_grid_thw"),
-        bound.get("second_per_grid_ts"), kwargs.get("audio_seqlens"), bool(kwargs.get("use_audio_in_video", False)),
+        bound.get("second_per_grid_ts"), kwargs.get("audio_seqlens"),
+        flag_arg(kwargs.get("use_audio_in_video", False)),
     )  # fmt: skip
 
 

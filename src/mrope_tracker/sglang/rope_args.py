@@ -25,13 +25,15 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.inputs import NO_ROWS, NO_SCALES, check_fits_int64, normalize_items, tensor_values
+from ..core.inputs import NO_ROWS, NO_SCALES, as_flag, check_fits_int64, normalize_items, tensor_values
 from ..core.positions import prompt_positions
 from ..kernels.layout_build import FAILED, build_from_tokens
 from ..kernels.layout_emit import NUM_STATE
 from ..kernels.sglang_omni import omni_checked_positions, omni_truncated_positions
 
-__all__ = ["input_ids_arg", "grid_arg", "floats_arg", "check_time_dtype", "counts_arg", "one_prompt", "as_result"]
+__all__ = [
+    "input_ids_arg", "grid_arg", "floats_arg", "check_time_dtype", "counts_arg", "flag_arg", "one_prompt", "as_result",
+]  # fmt: skip
 
 _TENSOR = torch.Tensor
 _LONG = torch.int64
@@ -134,6 +136,14 @@ def counts_arg(value):
     if isinstance(value, torch.Tensor):
         return tensor_values(value, "audio_seqlens")  # (a meta tensor, a conjugate bit, bfloat16: named)
     return value
+
+
+def flag_arg(value) -> bool:
+    """``use_audio_in_video``: a bool, or a one-value bool tensor (a processor's output); anything else, whose truth
+    SGLang would take, is a TypeError naming it."""
+    if isinstance(value, torch.Tensor) and value.dtype is torch.bool and value.numel() == 1:
+        return bool(tensor_values(value, "use_audio_in_video").reshape(-1)[0])
+    return as_flag(value, "use_audio_in_video")
 
 
 def one_prompt(

@@ -38,7 +38,16 @@ from ..core.errors import check_all_used
 from ..core.inputs import normalize_items, tensor_values
 from ..families import SEMANTICS
 from ..kernels.hf_batch import KEEP_ALL, KEEP_NONZERO, WRITE_INT, batch_kernel
-from .rope_args import as_result, check_time_dtype, counts_arg, floats_arg, grid_arg, input_ids_arg, one_prompt
+from .rope_args import (
+    as_result,
+    check_time_dtype,
+    counts_arg,
+    flag_arg,
+    floats_arg,
+    grid_arg,
+    input_ids_arg,
+    one_prompt,
+)
 from .rope_fast import RopePlan
 
 __all__ = [
@@ -364,7 +373,8 @@ def get_rope_index_qwen3_omni(
     _plan_of(key, config, omni_function=True)
     if (images is not None or videos is not None) and ids.shape[0] != 1:
         raise ValueError(f"input_ids: expected one row for qwen3_omni_moe, got {ids.shape[0]}")
-    audio, use_av = counts_arg(kwargs.get("audio_seqlens")), bool(kwargs.get("use_audio_in_video", False))
+    audio = counts_arg(kwargs.get("audio_seqlens"))
+    use_av = flag_arg(kwargs.get("use_audio_in_video", False))
     return _result(config, input_ids, ids, images, videos, second_per_grid_ts, audio, use_av, floats=True)
 
 
