@@ -231,6 +231,10 @@ SGLANG_ARGS = dict(
     video_grid_thw=torch.tensor([[1, 2, 4]]),
     second_per_grid_ts=torch.tensor([1.0]),
 )
+# one audio clip of AUDIO_FRAMES mel frames (Qwen2.5-Omni: its token count from the frames)
+AUDIO_FRAMES = 40
+AUDIO_IDS = [1, OMNI.audio_start_token_id, *[OMNI.audio_token_id] * OMNI.spec.audio_tokens(AUDIO_FRAMES, OMNI)]
+AUDIO_IDS += [OMNI.audio_end_token_id, 2]
 QWEN3_OMNI = MRopeConfig(family="qwen3_omni", model_type="qwen3_omni_moe", semantics="sglang-0.5")
 # a video of 2 frames of 2 x 2 merged patches at 2/3 s a grid (SGLang's float32 rule carries the fraction)
 OMNI_IDS = [1, QWEN3_OMNI.vision_start_token_id, *[QWEN3_OMNI.video_token_id] * 8, QWEN3_OMNI.vision_end_token_id, 2]
@@ -324,6 +328,19 @@ ENTRIES = [
             second_per_grid_ts=torch.tensor([1.0]),
         ),
     ),
+    Entry(
+        "hf.get_rope_index (Qwen2.5-Omni, audio)",
+        hf.get_rope_index,
+        dict(
+            config=OMNI,
+            input_ids=torch.tensor([AUDIO_IDS]),
+            image_grid_thw=None,
+            video_grid_thw=None,
+            attention_mask=None,
+            audio_feature_lengths=torch.tensor([AUDIO_FRAMES]),
+            use_audio_in_video=False,
+        ),
+    ),
     Entry("sglang.get_rope_index", sglang_get_rope_index, SGLANG_ARGS),
     Entry(
         "sglang.get_rope_index_glm4v",
@@ -408,6 +425,10 @@ ENTRIES = [
         dict(req_id="new", prompt_token_ids=IDS, mm_features=_features(), num_computed_tokens=0),
     ),
     _tracker_entry("add_request_layout", dict(req_id="new", layout=_layout(), num_computed_tokens=0)),
+    _tracker_entry(
+        "add_request_pruned",
+        dict(req_id="new", prompt=_pruned_prompt(), num_computed_tokens=0, retention_masks=[[True, True, True, False]]),
+    ),
     _tracker_entry("prepare", dict(req_ids=["live"], num_scheduled_tokens=[3], num_computed_tokens=None)),
     _tracker_entry("prepare_slots", dict(slots=[0], num_scheduled_tokens=[3], num_computed_tokens=None)),
     _tracker_entry("remove_request", dict(req_id="live")),
