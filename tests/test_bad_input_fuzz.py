@@ -467,9 +467,15 @@ def _check_bad_call(entry: Entry, data) -> None:
         assert any(arg in message for arg in _names(entry)), f"{entry}: {name}={value!r}: {message}"
         if target is not None:
             after = entry.state[1](target)
-            for was, now in zip(before, after, strict=True):
-                same = np.array_equal(was, now) if isinstance(was, np.ndarray) else was == now
-                assert same, f"{entry}: {name}={value!r} was refused ({message}) but changed the state"
+            assert unchanged(before, after), f"{entry}: {name}={value!r} was refused ({message}) but changed the state"
+
+
+def unchanged(before: tuple, after: tuple) -> bool:
+    """Whether two snapshots of an entry's state are equal, field by field (arrays by value)."""
+    return all(
+        np.array_equal(was, now) if isinstance(was, np.ndarray) else was == now
+        for was, now in zip(before, after, strict=True)
+    )
 
 
 def check_valid_call(entry: Entry) -> None:

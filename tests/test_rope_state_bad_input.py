@@ -36,6 +36,7 @@ from test_bad_input_fuzz import (  # noqa: E402
     _method_entry,
     _pruned_prompt,
     fuzz_tests,
+    unchanged,
 )
 
 from mrope_tracker.device.evs_rows import PrunedRopeState  # noqa: E402
@@ -64,12 +65,6 @@ def _snapshot(state: RopeState):
         tuple(sorted(state._overrides._dense)),
         state._overrides.dirty,
         state.positions.cpu().numpy().copy(),
-    )
-
-
-def _unchanged(before: tuple, after: tuple) -> bool:
-    return all(
-        (was == now).all() if hasattr(was, "all") else was == now for was, now in zip(before, after, strict=True)
     )
 
 
@@ -148,7 +143,7 @@ def test_no_model_is_refused_by_name_when_none_was_seen():
     before = _snapshot(state)
     with pytest.raises(TypeError, match="model: expected a vLLM model"):
         state.init_prefill_positions(2, None, IDS, _features())
-    assert _unchanged(before, _snapshot(state))
+    assert unchanged(before, _snapshot(state))
 
 
 @pytest.mark.parametrize(
@@ -181,4 +176,4 @@ def test_a_mask_numpy_cannot_read_is_refused_by_name(mask, error, match):
     before = _snapshot(state)
     with pytest.raises(error, match=match):
         state.set_retention_mask(1, 0, mask)
-    assert _unchanged(before, _snapshot(state))
+    assert unchanged(before, _snapshot(state))
