@@ -18,6 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
+from test_bad_input_fuzz import Entry, _method_entry, fuzz_tests
 from test_evs import IMAGE, RECORDS, VIDEO, VS, _config, _prompt, _reference, pruned_prompts
 
 from mrope_tracker import reference
@@ -230,3 +231,33 @@ def test_identities_past_bfloat16_integers_survive():
         config, ids, video_grid_thw=[[t, h, w]], retention_masks=[mask], second_per_grid_ts=[1.0]
     )
     np.testing.assert_array_equal(final, expected.numpy())
+
+
+# ------------------------------------------------------------------ bad arguments (test_bad_input_fuzz.py's checks)
+_PROMPT, _IDS, _PLACEHOLDERS, _ITEMS = _one_video_case()
+
+
+def _recompute_state(recompute: EvsRecompute):
+    return tuple(recompute.placeholders), tuple(recompute.video_of_item), str(recompute.text_before_frame)
+
+
+FUZZED = [
+    Entry("EvsRecompute", EvsRecompute, dict(prompt=_PROMPT, placeholders=_PLACEHOLDERS)),
+    _method_entry(
+        EvsRecompute,
+        lambda: EvsRecompute(_PROMPT, _PLACEHOLDERS),
+        _recompute_state,
+        "recompute_mrope_positions",
+        dict(
+            input_ids=_IDS,
+            multimodal_embeddings=_ITEMS,
+            mrope_positions=torch.zeros(3, len(_IDS), dtype=torch.int64),
+            num_computed_tokens=0,
+        ),
+    ),
+]
+(
+    test_the_valid_call_is_accepted,
+    test_bad_arguments_are_refused_cleanly,
+    test_bad_arguments_are_refused_cleanly_at_length,
+) = fuzz_tests(FUZZED, 25, 400)
