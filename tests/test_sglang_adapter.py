@@ -391,15 +391,47 @@ def test_one_call_per_batch_is_sglangs_per_request_rule(batch, bytes_form):
         prefix, extend = lens
         out = engine.positions(np.array(rows), prefix_lens=prefix, extend_lens=extend)
         parts = [_full(r, p + e)[:, p:] for r, p, e in zip(reqs, prefix, extend)]
+        # tuples: the checked route (the usual forms above take the one-pass reading of the fields)
+        checked = engine.positions(tuple(rows), prefix_lens=tuple(prefix), extend_lens=tuple(extend)).clone()
     elif mode == "decode":
         out = engine.positions(np.array(rows), seq_lens=torch.tensor(lens))
         parts = [_full(r, s)[:, s - 1 :] for r, s in zip(reqs, lens)]
+        checked = engine.positions(tuple(rows), seq_lens=tuple(lens)).clone()
     else:
         spec = torch.tensor(lens)
         out = engine.positions(torch.tensor(rows), spec_positions=spec)
         k = len(lens) // len(rows)
         parts = [(spec.view(len(rows), k)[b] + r.delta).expand(3, -1).numpy() for b, r in enumerate(reqs)]
-    assert (out.numpy() == np.concatenate(parts, axis=1)).all()
+        checked = out.clone()
+    expected = np.concatenate(parts, axis=1)
+    assert (checked.numpy() == expected).all()
+    if mode != "spec":  # (host modes return a view of one buffer: the last call's)
+        out = engine.positions(np.array(rows), **_mode_kwargs(mode, lens))
+    assert (out.numpy() == expected).all()
+
+
+def _mode_kwargs(mode, lens) -> dict:
+    if mode == "extend":
+        return dict(prefix_lens=lens[0], extend_lens=lens[1])
+    return dict(seq_lens=torch.tensor(lens))
+
+
+def test_usual_batch_fields_take_one_pass(monkeypatch):
+    """SGLang's usual forms (lists, int64 arrays and CPU tensors) never reach the checked route's readers."""
+    engine = _engine()
+
+    def checked(*args):
+        raise AssertionError("the checked route was taken")
+
+    monkeypatch.setattr(engine, "_slots", checked)
+    for rows in ([1], np.array([1]), torch.tensor([1])):
+        np.testing.assert_array_equal(engine.positions(rows, seq_lens=torch.tensor([5])).numpy(), [[4]] * 3)
+        np.testing.assert_array_equal(engine.positions(rows, seq_lens=[3]).numpy(), [[2]] * 3)
+        step = engine.positions(rows, prefix_lens=np.array([1]), extend_lens=torch.tensor([3]))
+        np.testing.assert_array_equal(step.numpy(), [[1, 2, 3]] * 3)
+    for bad in (dict(seq_lens=[0]), dict(prefix_lens=[0], extend_lens=[99]), dict(seq_lens=[1], rows=[2])):  # refusals: the checked route names them
+        with pytest.raises(AssertionError, match="checked route"):
+            engine.positions(bad.pop("rows", [1]), **bad)
 
 
 def test_bad_batches_name_the_argument_and_change_nothing():

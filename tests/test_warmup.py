@@ -213,6 +213,7 @@ def test_warm_process_neither_forks_nor_compiles():
     assert list(stages) == [
         "prompt_positions",
         "sglang_omni",
+        "sglang_batch",
         "layout",
         "next_positions",
         "tracker[int64]",

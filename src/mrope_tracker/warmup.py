@@ -64,7 +64,8 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     `float_carry` config (Qwen3-Omni under "sglang-0.5"). `runner`:
     which of this package's runners will serve: "tracker"
     (`PositionTracker` and SGLang's drop-ins: both layout builders, the one
-    from tokens being `prompt_positions`' kernel, and the step kernel),
+    from tokens being `prompt_positions`' kernel, the step kernel, and
+    `sglang.BatchPositions`' reader of batch fields),
     "vllm_v1" (`PositionTracker` as vLLM's V1 runner drives it:
     admission from vLLM's features, so the builder from ranges, the step
     kernel and `next_positions`, never the builder from tokens),
@@ -117,6 +118,8 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
             stage("prompt_positions", lambda: _prompt_entries(omni, ids, kwargs))
         if plan.sglang_omni:
             stage("sglang_omni", sglang_omni_pass)
+        if plan.tokens:
+            stage("sglang_batch", sglang_batch_fields)
         stage("layout", lambda: _layouts(plan, omni, ids, kwargs, ranges))
         if plan.tracker:
             stage("next_positions", _next_positions)
@@ -179,6 +182,7 @@ class _Plan:
             (True, _layout_check),
             (True, _list_decoders),
             (self.sglang_omni, sglang_omni_pass),
+            (self.tokens, sglang_batch_fields),
             (True, _fill),  # before the step kernel, which links it
             *((self.tracker, task) for task in step_tasks),
             (self.canvas, canvas_prompt),
@@ -213,6 +217,15 @@ def sglang_omni_pass() -> None:
     omni_checked_positions(
         out[:, 0], ids[0], config.kernel_params, *grids, np.array([2 / 3], np.float32), np.zeros(0, np.int64), False
     )
+
+
+def sglang_batch_fields() -> None:
+    """`sglang.BatchPositions`' reading of a batch's fields (kernels/batch_rows.py), with its argument types."""
+    from .kernels.batch_rows import batch_slots, first_outside
+
+    ints = np.zeros(1, np.int64)
+    batch_slots(ints, ints, ints, ints.copy(), ints.copy(), ints.copy())
+    first_outside(ints, 1)
 
 
 def _tiny_prompt(config: MRopeConfig):

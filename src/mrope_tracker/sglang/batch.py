@@ -33,14 +33,18 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.inputs import as_config, as_index, check_fits_int64, tensor_values
+from ..core.inputs import READY_FLAGS, as_config, as_index, check_fits_int64, tensor_values
 from ..core.layout import PromptLayout
+from ..kernels.batch_rows import FREE, batch_slots, first_outside
 from ..tracker.position_tracker import MAX_BATCHED_TOKENS, MAX_TRACKED_REQUESTS, PositionTracker
 from .request_state import read_layout, text_layout
 
 __all__ = ["BatchPositions"]
 
-_FREE = -1
+_INT64 = np.dtype(np.int64)
+_NO_INTS = np.empty(0, np.int64)
+_TENSOR = torch.Tensor
+_TORCH_INT64 = torch.int64
 _ROW_NAMED = re.compile(r"req_pool_indices\[(\d+)\] = -?\d+")
 _INDEX_DTYPES = (torch.int32, torch.int64)
 # the tracker's argument names -> the SGLang field each came from
@@ -74,6 +78,27 @@ def _host_array(value, name: str, length: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
+def _usual_ints(value) -> np.ndarray | None:
+    """`value` as SGLang passes a batch field (a list of ints, an int64 array or an int64 CPU tensor), as a 1-D
+    C-contiguous writable int64 array (a view where it is one); None for anything else, which `_host_array`
+    then reads or names."""
+    kind = type(value)
+    try:
+        if kind is list:
+            array = np.asarray(value)
+        elif kind is _TENSOR:
+            array = value.numpy()  # (raises for other devices, a grad, a dtype numpy lacks)
+        elif kind is np.ndarray:
+            array = value
+        else:
+            return None
+    except (TypeError, ValueError, OverflowError, RuntimeError, NotImplementedError):
+        return None
+    if array.dtype is not _INT64 or array.ndim != 1 or array.flags.num & READY_FLAGS != READY_FLAGS:
+        return None
+    return array
+
+
 class BatchPositions:
     """M-RoPE positions of SGLang forward batches, from O(items) request state.
 
@@ -103,7 +128,7 @@ class BatchPositions:
         )
         self.device = self.tracker.device
         # req_pool_idx -> tracker slot (-1: none), and each request's delta on the device for speculative batches
-        self._slot_of = np.full(self.max_num_reqs + 1, _FREE, np.int64)
+        self._slot_of = np.full(self.max_num_reqs + 1, FREE, np.int64)
         self._deltas = torch.zeros(self.max_num_reqs + 1, dtype=torch.int64, device=self.device)
         self._key_of: dict[int, tuple] = {}  # req_pool_idx -> the tracker's request id
         self._admissions = 0
@@ -141,19 +166,19 @@ class BatchPositions:
     def release(self, req_pool_idx) -> None:
         """Forget the request in row `req_pool_idx` (SGLang frees the row)."""
         idx = self._pool_index(req_pool_idx)
-        if self._slot_of[idx] == _FREE:
+        if self._slot_of[idx] == FREE:
             raise KeyError(f"req_pool_idx: row {idx} holds no admitted request")
         self.tracker.remove_request(self._key_of.pop(idx))
-        self._slot_of[idx] = _FREE
+        self._slot_of[idx] = FREE
 
     def __contains__(self, req_pool_idx) -> bool:
         """Whether row `req_pool_idx` holds a request (False for a row outside the table; an int is expected)."""
         idx = as_index(req_pool_idx, "req_pool_idx", minimum=-(2**63))  # (TypeError for floats, strings, bools)
-        return 0 <= idx <= self.max_num_reqs and self._slot_of[idx] != _FREE
+        return 0 <= idx <= self.max_num_reqs and self._slot_of[idx] != FREE
 
     def delta(self, req_pool_idx) -> int:
         idx = self._pool_index(req_pool_idx)
-        if self._slot_of[idx] == _FREE:
+        if self._slot_of[idx] == FREE:
             raise KeyError(f"req_pool_idx: row {idx} holds no admitted request")
         return self.tracker.mrope_position_delta(self._key_of[idx])
 
@@ -172,7 +197,7 @@ class BatchPositions:
             k = int(bad[0])
             raise ValueError(f"req_pool_indices[{k}]: expected a row in [0, {self.max_num_reqs}], got {int(idx[k])}")
         slots = self._slot_of[idx]
-        free = np.flatnonzero(slots == _FREE)
+        free = np.flatnonzero(slots == FREE)
         if free.size:
             k = int(free[0])
             raise ValueError(f"req_pool_indices[{k}]: row {int(idx[k])} holds no admitted request (call admit first)")
@@ -197,6 +222,9 @@ class BatchPositions:
             )
         if spec_positions is not None:
             return self._speculative(req_pool_indices, spec_positions)
+        positions = self._usual_batch(req_pool_indices, prefix_lens, extend_lens, seq_lens)
+        if positions is not None:
+            return positions
         slots = self._slots(req_pool_indices)
         n = slots.shape[0]
         if extend:
@@ -223,6 +251,32 @@ class BatchPositions:
             message = _ROW_NAMED.sub(lambda m: f"req_pool_indices[{m[1]}] = {int(rows[int(m[1])])}", message)
             raise type(exc)(message) from None
 
+    def _usual_batch(self, req_pool_indices, prefix_lens, extend_lens, seq_lens) -> torch.Tensor | None:
+        """A host batch in SGLang's usual forms (`_usual_ints`), its fields read in one kernel pass
+        (kernels/batch_rows.py) instead of `positions`' checked route; None for anything else and for any
+        refusal, which that route then names under SGLang's field names (a refused call has changed nothing)."""
+        rows = _usual_ints(req_pool_indices)
+        if rows is None:
+            return None
+        n = rows.shape[0]
+        if seq_lens is None:  # extend (positions has checked that exactly one mode is given)
+            seq, computed, counts = _NO_INTS, _usual_ints(prefix_lens), _usual_ints(extend_lens)
+            if computed is None or counts is None or computed.shape[0] != n or counts.shape[0] != n:
+                return None
+        else:
+            seq = _usual_ints(seq_lens)
+            if seq is None or seq.shape[0] != n:
+                return None
+            computed, counts = np.empty(n, np.int64), np.empty(n, np.int64)
+        slots = np.empty(n, np.int64)
+        # (an extend batch's counts are not written: seq is empty)
+        if batch_slots(self._slot_of, rows, seq, slots, computed, counts) >= 0:
+            return None
+        try:
+            return self.tracker.prepare_slots(slots, counts, computed)
+        except (ValueError, TypeError):
+            return None
+
     def _speculative(self, req_pool_indices, spec_positions) -> torch.Tensor:
         if not isinstance(req_pool_indices, torch.Tensor) or req_pool_indices.device != self.device:
             raise TypeError(
@@ -243,23 +297,25 @@ class BatchPositions:
                 f"spec_positions: expected a 1-D tensor of a whole number of positions per request ({bs} requests), "
                 f"got shape {tuple(spec_positions.shape)}"
             )
-        rows = req_pool_indices.to(torch.int64)
+        rows = req_pool_indices if req_pool_indices.dtype is _TORCH_INT64 else req_pool_indices.to(_TORCH_INT64)
         if rows.is_cpu:  # host rows are checked here; device rows are not (that would read the device) ...
-            bad = torch.nonzero((rows < 0) | (rows > self.max_num_reqs)).flatten()
-            if bad.numel():
-                k = int(bad[0])
+            k = first_outside(np.ascontiguousarray(tensor_values(rows, "req_pool_indices")), self.max_num_reqs)
+            if k >= 0:
                 expected = f"expected a row in [0, {self.max_num_reqs}]"
                 raise ValueError(f"req_pool_indices[{k}]: {expected}, got {int(rows[k])}")
         else:  # ... a row outside the table reads row 0's, SGLang's padding row (an unknown row reads its stale or
             # zero delta, as SGLang's padding rows do), never memory past the table
             rows = torch.where((rows < 0) | (rows > self.max_num_reqs), torch.zeros_like(rows), rows)
         deltas = self._deltas.index_select(0, rows)
-        flat = (spec_positions.view(bs, -1).to(torch.int64) + deltas[:, None]).flatten()
+        drafts = spec_positions.view(bs, -1)
+        if drafts.dtype is not _TORCH_INT64:
+            drafts = drafts.to(_TORCH_INT64)
+        flat = (drafts + deltas[:, None]).flatten()
         return flat.unsqueeze(0).expand(self.config.num_dims, -1)
 
     def admitted(self) -> np.ndarray:
         """The rows that hold a request."""
-        return np.flatnonzero(self._slot_of != _FREE)
+        return np.flatnonzero(self._slot_of != FREE)
 
     @staticmethod
     def read_layout(value, config: MRopeConfig | None = None) -> PromptLayout:
