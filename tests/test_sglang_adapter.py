@@ -429,7 +429,8 @@ def test_usual_batch_fields_take_one_pass(monkeypatch):
         np.testing.assert_array_equal(engine.positions(rows, seq_lens=[3]).numpy(), [[2]] * 3)
         step = engine.positions(rows, prefix_lens=np.array([1]), extend_lens=torch.tensor([3]))
         np.testing.assert_array_equal(step.numpy(), [[1, 2, 3]] * 3)
-    for bad in (dict(seq_lens=[0]), dict(prefix_lens=[0], extend_lens=[99]), dict(seq_lens=[1], rows=[2])):  # refusals: the checked route names them
+    # refusals: the checked route names them
+    for bad in (dict(seq_lens=[0]), dict(prefix_lens=[0], extend_lens=[99]), dict(seq_lens=[1], rows=[2])):
         with pytest.raises(AssertionError, match="checked route"):
             engine.positions(bad.pop("rows", [1]), **bad)
 
