@@ -54,7 +54,7 @@ import torch
 from mrope_tracker import PositionTracker, reference
 from mrope_tracker.vllm import get_mrope_input_positions
 
-from .workloads import RequestSpec, Scenario
+from .scenarios import RequestSpec, Scenario
 
 
 class SeedMainDesign:

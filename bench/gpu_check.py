@@ -160,11 +160,11 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     if args.registers:
-        from . import rope_check
+        from . import triton_compile
 
         keys = ("block", "prompt_block", "warps", "registers", "stack_bytes", "programs_per_sm")
         print("\n| " + " | ".join(keys) + " |\n" + "|---" * len(keys) + "|")
-        for r in rope_check.registers():
+        for r in triton_compile.registers():
             print("| " + " | ".join(str(r[k]) for k in keys) + " |")
         return 0
     if args.sweep:

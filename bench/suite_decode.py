@@ -27,8 +27,9 @@ from mrope_tracker import PositionTracker, next_positions
 from mrope_tracker.kernels.tracker_step import F_NUM_COMPUTED
 
 from .baselines import V1Design, torch_lru_next_positions, torch_next_positions, v1_next_positions
+from .scenarios import RequestSpec, Scenario
 from .timing import compare, measure, medians_us, ratio
-from .workloads import PromptBuilder, RequestSpec, Scenario, qwen2_5_vl
+from .workloads import PromptBuilder, qwen2_5_vl
 
 NUM_RUNNING = 256
 

@@ -45,14 +45,13 @@ import numpy as np
 from mrope_tracker import canvas_positions, prompt_positions, reference
 
 from . import seed_design, transformers_rope
+from .canvas_workloads import canvas_cases, minicpmv4_7
 from .prompt_forms import FORMS, TIME_ARGS, as_form, in_form, input_form_rows, seed_form_rows  # noqa: F401 (re-exported)
 from .prompt_forms import same_result as _same
 from .timing import measure, medians_us, ratio, torch_threads
 from .workloads import (
-    canvas_cases,
     family_prompt_cases,
     glm4v,
-    minicpmv4_7,
     qwen2_5_omni,
     qwen2_5_vl,
     qwen3_vl,

@@ -30,8 +30,8 @@ import attrs
 import torch
 
 from .baselines import DESIGNS
+from .scenarios import RequestSpec, Scenario, scenarios
 from .timing import Stopwatch, median, torch_threads
-from .workloads import RequestSpec, Scenario, scenarios
 
 
 @attrs.frozen

@@ -13,16 +13,9 @@ from family_prompts import family_prompts
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from mrope_tracker.bench import report, seed_design, suite_prompt, suite_scheduler, transformers_rope, workloads
+from mrope_tracker.bench.scenarios import Scenario, scenarios
 from mrope_tracker.bench.timing import torch_threads
-from mrope_tracker.bench.workloads import (
-    Scenario,
-    family_prompt_cases,
-    glm4v,
-    qwen2_5_vl,
-    qwen3_vl,
-    scenarios,
-    seed_prompt_cases,
-)
+from mrope_tracker.bench.workloads import family_prompt_cases, glm4v, qwen2_5_vl, qwen3_vl, seed_prompt_cases
 
 from mrope_tracker import MRopeConfig, prompt_positions, reference
 
@@ -107,7 +100,7 @@ def test_vllm_family_rows_cover_the_four_vllm_only_families():
 def test_canvas_rows_check_minicpm_against_the_reference():
     """canvas_rows checks MiniCPM-V 4.7's canvas against the torch reference on
     each case (sliced pictures, a sliced video), with spreads."""
-    from mrope_tracker.bench.workloads import canvas_cases
+    from mrope_tracker.bench.canvas_workloads import canvas_cases
 
     cases = canvas_cases()[:1]
     rows = suite_prompt.canvas_rows(cases=cases, **TINY)

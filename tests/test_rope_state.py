@@ -532,7 +532,7 @@ def test_kernels_compile_for_an_h200():
 
     code = (
         "import json\n"
-        "from mrope_tracker.bench.rope_check import compile_for_gpu, registers\n"
+        "from mrope_tracker.bench.triton_compile import compile_for_gpu, registers\n"
         "print(json.dumps([compile_for_gpu(90), registers(90, blocks=(128,), warps=(4,))]))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
