@@ -27,6 +27,7 @@ from . import float_carry
 from .config import MRopeConfig
 from .errors import layout_error
 from .inputs import (
+    BUILDER_SCRATCH,
     EMPTY_FLOAT,
     EMPTY_GRID,
     EMPTY_INT,
@@ -49,10 +50,6 @@ __all__ = ["prompt_positions", "next_positions"]
 _INT64 = np.dtype(np.int64)
 _NDARRAY = np.ndarray
 _empty = np.empty
-# The builder's state, shared by every call: the kernel keeps the GIL for
-# its whole run and calls no Python. (A free-threaded CPython build, without
-# a GIL, would need one buffer per thread; we support none yet.)
-_SCRATCH = np.empty(NUM_STATE, np.int64)
 # What the one route reads of the last config it ran: (config, its kernel
 # params, num_dims, its route), swapped whole (one tuple: safe between
 # threads). An engine passes one config on every call, and one identity test
@@ -148,14 +145,14 @@ def prompt_positions(
             video_grid, video_sp = _videos(config, video_grid_thw, second_per_grid_ts)
         out = _empty((num_dims, length), _INT64)
         delta = build_from_tokens(
-            NO_ROWS, NO_SCALES, _SCRATCH, out, ids, params, image_grid, video_grid, video_sp, EMPTY_INT, False
+            NO_ROWS, NO_SCALES, BUILDER_SCRATCH, out, ids, params, image_grid, video_grid, video_sp, EMPTY_INT, False
         )
     else:
         items, _ = normalize_items(
             config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
         out = _empty((num_dims, length), _INT64)
-        delta = build_from_tokens(NO_ROWS, NO_SCALES, _SCRATCH, out, ids, params, *items)
+        delta = build_from_tokens(NO_ROWS, NO_SCALES, BUILDER_SCRATCH, out, ids, params, *items)
     if delta == FAILED or not length:  # the builder found an error (or no token came): the checked path explains
         return checked_prompt_positions(
             config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
@@ -183,7 +180,9 @@ def _float_carry_positions(config, token_ids, images, videos, times, audio_lengt
     items = Items.normalize(config, images, videos, times, audio_lengths, use_audio_in_video)
     out = _empty((config.num_dims, len(ids)), _INT64)
     if not float_carry.needs_rows(items, config.tokens_per_second, len(ids)):
-        delta = build_from_tokens(NO_ROWS, NO_SCALES, _SCRATCH, out, ids, config.kernel_params, *items.kernel_args)
+        delta = build_from_tokens(
+            NO_ROWS, NO_SCALES, BUILDER_SCRATCH, out, ids, config.kernel_params, *items.kernel_args
+        )
         if delta == FAILED:  # the long way raises the error
             checked_prompt_positions(config, ids, images, videos, times, audio_lengths, use_audio_in_video)
         if delta + len(ids) <= float_carry.INTEGER_LIMIT:

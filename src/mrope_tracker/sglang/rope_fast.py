@@ -22,9 +22,17 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.inputs import EMPTY_FLOAT, EMPTY_GRID, EMPTY_INT, NO_ROWS, NO_SCALES, READY_FLAGS, normalize_items
+from ..core.inputs import (
+    BUILDER_SCRATCH,
+    EMPTY_FLOAT,
+    EMPTY_GRID,
+    EMPTY_INT,
+    NO_ROWS,
+    NO_SCALES,
+    READY_FLAGS,
+    normalize_items,
+)
 from ..kernels.layout_build import FAILED, build_from_tokens
-from ..kernels.layout_emit import NUM_STATE
 from ..kernels.sglang_omni import omni_checked_positions
 
 __all__ = ["RopePlan"]
@@ -35,8 +43,6 @@ _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
 _empty = np.empty
 _from_numpy = torch.from_numpy
-# the token builder's state (it keeps the GIL for its whole run, as prompt_positions' own scratch)
-_SCRATCH = np.empty(NUM_STATE, np.int64)
 # a delta's (1, 1) array, copied per call (a copy costs less than building one)
 _DELTA = np.zeros((1, 1), np.int64)
 _FLOAT_DELTA = np.zeros((1, 1), np.float32)
@@ -154,7 +160,7 @@ class RopePlan:
         ids, images, videos, times = arrays
         out = _empty((3, 1, ids.shape[1]), _INT64)
         delta = self.kernel(
-            NO_ROWS, NO_SCALES, _SCRATCH, out[:, 0], ids[0], self.params, images, videos, times, EMPTY_INT, False
+            NO_ROWS, NO_SCALES, BUILDER_SCRATCH, out[:, 0], ids[0], self.params, images, videos, times, EMPTY_INT, False
         )
         if delta == FAILED:
             return None
