@@ -767,3 +767,14 @@ def test_qwen3_omni_use_audio_in_video_must_be_a_bool():
                 audio_token_id=config.audio_token_id, audio_start_token_id=config.audio_start_token_id,
                 position_id_per_seconds=13, use_audio_in_video=bad,
             )  # fmt: skip
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_speculative_batch_on_the_device_reads_no_row_past_the_table():
+    """Device rows are not read back to be checked: a row outside the table is clamped into it."""
+    engine = BatchPositions(QWEN25, max_num_reqs=3, max_num_tokens=32, device="cuda")
+    layout = PromptLayout.from_ranges(QWEN25, 20, image_ranges=[(3, 4)], image_grid_thw=[[1, 4, 4]])
+    engine.admit(3, layout)
+    rows = torch.tensor([3, -5, 99], device="cuda")
+    out = engine.positions(rows, spec_positions=torch.tensor([30, 31, 32], device="cuda"))
+    assert out.cpu().tolist() == [[30 + layout.delta, 31, 32 + layout.delta]] * 3

@@ -303,9 +303,10 @@ class BatchPositions:
             if k >= 0:
                 expected = f"expected a row in [0, {self.max_num_reqs}]"
                 raise ValueError(f"req_pool_indices[{k}]: {expected}, got {int(rows[k])}")
-        else:  # ... a row outside the table reads row 0's, SGLang's padding row (an unknown row reads its stale or
-            # zero delta, as SGLang's padding rows do), never memory past the table
-            rows = torch.where((rows < 0) | (rows > self.max_num_reqs), torch.zeros_like(rows), rows)
+        else:  # ... a row outside the table is clamped into it (one launch: on the device each op is one), so it
+            # reads some row's delta, never memory past the table; an unknown row reads its stale or zero delta, as
+            # SGLang's padding rows (row 0) do
+            rows = rows.clamp(0, self.max_num_reqs)
         deltas = self._deltas.index_select(0, rows)
         drafts = spec_positions.view(bs, -1)
         if drafts.dtype is not _TORCH_INT64:
