@@ -311,8 +311,8 @@ class BatchPositions:
         drafts = spec_positions.view(bs, -1)
         if drafts.dtype is not _TORCH_INT64:
             drafts = drafts.to(_TORCH_INT64)
-        flat = (drafts + deltas[:, None]).flatten()
-        return flat.unsqueeze(0).expand(self.config.num_dims, -1)
+        flat = (drafts + deltas.unsqueeze(1)).view(-1)  # (a new contiguous tensor: view, never a copy)
+        return flat.expand(self.config.num_dims, -1)
 
     def admitted(self) -> np.ndarray:
         """The rows that hold a request."""
