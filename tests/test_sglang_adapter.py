@@ -417,7 +417,7 @@ def _mode_kwargs(mode, lens) -> dict:
 
 
 def test_usual_batch_fields_take_one_pass(monkeypatch):
-    """SGLang's usual forms (lists, int64 arrays and CPU tensors) never reach the checked route's readers."""
+    """SGLang's usual forms (lists, int64 or int32 arrays and CPU tensors) never reach the checked route's readers."""
     engine = _engine()
 
     def checked(*args):
@@ -427,6 +427,8 @@ def test_usual_batch_fields_take_one_pass(monkeypatch):
     for rows in ([1], np.array([1]), torch.tensor([1])):
         np.testing.assert_array_equal(engine.positions(rows, seq_lens=torch.tensor([5])).numpy(), [[4]] * 3)
         np.testing.assert_array_equal(engine.positions(rows, seq_lens=[3]).numpy(), [[2]] * 3)
+        seq32 = torch.tensor([4], dtype=torch.int32)
+        np.testing.assert_array_equal(engine.positions(rows, seq_lens=seq32).numpy(), [[3]] * 3)
         step = engine.positions(rows, prefix_lens=np.array([1]), extend_lens=torch.tensor([3]))
         np.testing.assert_array_equal(step.numpy(), [[1, 2, 3]] * 3)
     # refusals: the checked route names them

@@ -42,6 +42,7 @@ from .request_state import read_layout, text_layout
 __all__ = ["BatchPositions"]
 
 _INT64 = np.dtype(np.int64)
+_INT32 = np.dtype(np.int32)
 _NO_INTS = np.empty(0, np.int64)
 _TENSOR = torch.Tensor
 _TORCH_INT64 = torch.int64
@@ -79,7 +80,7 @@ def _host_array(value, name: str, length: int | None = None) -> np.ndarray:
 
 
 def _usual_ints(value) -> np.ndarray | None:
-    """`value` as SGLang passes a batch field (a list of ints, an int64 array or an int64 CPU tensor), as a 1-D
+    """`value` as SGLang passes a batch field (a list of ints, an int64 or int32 array or CPU tensor), as a 1-D
     C-contiguous writable int64 array (a view where it is one); None for anything else, which `_host_array`
     then reads or names."""
     kind = type(value)
@@ -94,7 +95,11 @@ def _usual_ints(value) -> np.ndarray | None:
             return None
     except (TypeError, ValueError, OverflowError, RuntimeError, NotImplementedError):
         return None
-    if array.dtype is not _INT64 or array.ndim != 1 or array.flags.num & READY_FLAGS != READY_FLAGS:
+    if array.ndim != 1:
+        return None
+    if array.dtype is _INT32:  # (SGLang versions that keep seq_lens in int32)
+        return array.astype(np.int64)
+    if array.dtype is not _INT64 or array.flags.num & READY_FLAGS != READY_FLAGS:
         return None
     return array
 
