@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from ..kernels import layout_codes as C
-from ..kernels.layout_emit import NUM_STATE
 from ..kernels.records import MARSHAL_INTS, read_int_records, read_int_rows
 from .config import MRopeConfig
 
@@ -40,11 +39,6 @@ EMPTY_OUT = np.zeros((3, 0), np.int64)  # "write no positions" for the builders
 # A zero-row layout table: "emit no rows", so the token builder writes positions only (prompt_positions)
 NO_ROWS = np.zeros((0, C.NUM_COLS), np.int64)
 NO_SCALES = np.zeros((0, C.NUM_SCALE_COLS), np.float32)
-# The token builder's state for the callers that only want positions (prompt_positions, SGLang's drop-ins),
-# shared by all of them: the builder keeps the GIL for its whole run and calls no Python. (A free-threaded
-# CPython build, without a GIL, would need one buffer per thread; we support none yet.) A failed build's
-# error stays here for `error_of` until the next call.
-BUILDER_SCRATCH = np.empty(NUM_STATE, np.int64)
 
 MODALITY_NAMES = {C.MOD_IMAGE: "image", C.MOD_VIDEO: "video", C.MOD_AUDIO: "audio"}
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..kernels.layout_build import FAILED, build_from_tokens, error_of
+from ..kernels.layout_build import FAILED, SCRATCH, build_from_tokens, error_of
 from ..kernels.layout_emit import NUM_STATE
 from ..kernels.layout_fill import fill_positions
 from ..kernels.next_positions import next_positions_kernel
@@ -27,7 +27,6 @@ from . import float_carry
 from .config import MRopeConfig
 from .errors import layout_error
 from .inputs import (
-    BUILDER_SCRATCH,
     EMPTY_FLOAT,
     EMPTY_GRID,
     EMPTY_INT,
@@ -145,14 +144,14 @@ def prompt_positions(
             video_grid, video_sp = _videos(config, video_grid_thw, second_per_grid_ts)
         out = _empty((num_dims, length), _INT64)
         delta = build_from_tokens(
-            NO_ROWS, NO_SCALES, BUILDER_SCRATCH, out, ids, params, image_grid, video_grid, video_sp, EMPTY_INT, False
+            NO_ROWS, NO_SCALES, SCRATCH, out, ids, params, image_grid, video_grid, video_sp, EMPTY_INT, False
         )
     else:
         items, _ = normalize_items(
             config, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
         )
         out = _empty((num_dims, length), _INT64)
-        delta = build_from_tokens(NO_ROWS, NO_SCALES, BUILDER_SCRATCH, out, ids, params, *items)
+        delta = build_from_tokens(NO_ROWS, NO_SCALES, SCRATCH, out, ids, params, *items)
     if delta == FAILED or not length:  # the builder found an error (or no token came): the checked path explains
         return checked_prompt_positions(
             config, ids, image_grid_thw, video_grid_thw, second_per_grid_ts, audio_feature_lengths, use_audio_in_video
@@ -180,9 +179,7 @@ def _float_carry_positions(config, token_ids, images, videos, times, audio_lengt
     items = Items.normalize(config, images, videos, times, audio_lengths, use_audio_in_video)
     out = _empty((config.num_dims, len(ids)), _INT64)
     if not float_carry.needs_rows(items, config.tokens_per_second, len(ids)):
-        delta = build_from_tokens(
-            NO_ROWS, NO_SCALES, BUILDER_SCRATCH, out, ids, config.kernel_params, *items.kernel_args
-        )
+        delta = build_from_tokens(NO_ROWS, NO_SCALES, SCRATCH, out, ids, config.kernel_params, *items.kernel_args)
         if delta == FAILED:  # the long way raises the error
             checked_prompt_positions(config, ids, images, videos, times, audio_lengths, use_audio_in_video)
         if delta + len(ids) <= float_carry.INTEGER_LIMIT:

@@ -34,6 +34,7 @@ import numpy as np
 from . import layout_codes as C
 from .jit_options import helper_with_gil, tiny
 from .layout_emit import (
+    NUM_STATE,
     S_BASE,
     S_COUNT,
     S_ERROR,
@@ -64,6 +65,10 @@ from .position_rules import video_sp_of
 
 # build_from_tokens' return on an error (deltas are at least -len(ids), so never this).
 FAILED = -(2**62)
+# The builder's state for the callers that want positions only (prompt_positions, SGLang's drop-ins), shared by
+# all: the builder keeps the GIL for its whole run and calls no Python (a free-threaded build would need one per
+# thread; none is supported yet).
+SCRATCH = np.empty(NUM_STATE, np.int64)
 
 
 @tiny

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from ..core.config import MRopeConfig
-from ..core.inputs import BUILDER_SCRATCH, NO_ROWS, NO_SCALES, as_flag, check_fits_int64, normalize_items, tensor_values
+from ..core.inputs import NO_ROWS, NO_SCALES, as_flag, check_fits_int64, normalize_items, tensor_values
 from ..core.positions import prompt_positions
-from ..kernels.layout_build import FAILED, build_from_tokens
+from ..kernels.layout_build import FAILED, SCRATCH, build_from_tokens
 from ..kernels.sglang_omni import omni_checked_positions, omni_truncated_positions
 
 __all__ = [
@@ -171,7 +171,7 @@ def _float_carry_prompt(config, ids, images, videos, times, audio, use_av) -> tu
     # what the one pass refuses: the integer scan's check, then the float rule on its own
     checked = (
         length
-        and build_from_tokens(NO_ROWS, NO_SCALES, BUILDER_SCRATCH, _scan_out(length), ids, config.kernel_params, *items)
+        and build_from_tokens(NO_ROWS, NO_SCALES, SCRATCH, _scan_out(length), ids, config.kernel_params, *items)
         != FAILED
     )
     if checked:

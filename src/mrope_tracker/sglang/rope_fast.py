@@ -23,7 +23,6 @@ import torch
 
 from ..core.config import MRopeConfig
 from ..core.inputs import (
-    BUILDER_SCRATCH,
     EMPTY_FLOAT,
     EMPTY_GRID,
     EMPTY_INT,
@@ -32,7 +31,7 @@ from ..core.inputs import (
     READY_FLAGS,
     normalize_items,
 )
-from ..kernels.layout_build import FAILED, build_from_tokens
+from ..kernels.layout_build import FAILED, SCRATCH, build_from_tokens
 from ..kernels.sglang_omni import omni_checked_positions
 
 __all__ = ["RopePlan"]
@@ -160,7 +159,7 @@ class RopePlan:
         ids, images, videos, times = arrays
         out = _empty((3, 1, ids.shape[1]), _INT64)
         delta = self.kernel(
-            NO_ROWS, NO_SCALES, BUILDER_SCRATCH, out[:, 0], ids[0], self.params, images, videos, times, EMPTY_INT, False
+            NO_ROWS, NO_SCALES, SCRATCH, out[:, 0], ids[0], self.params, images, videos, times, EMPTY_INT, False
         )
         if delta == FAILED:
             return None
