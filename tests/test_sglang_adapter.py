@@ -387,26 +387,25 @@ def test_one_call_per_batch_is_sglangs_per_request_rule(batch, bytes_form):
     engine = BatchPositions(QWEN25, max_num_reqs=15, max_num_tokens=512)
     for row, layout in zip(rows, reqs):
         engine.admit(row, layout.to_bytes() if bytes_form else layout)
-    if mode == "extend":
-        prefix, extend = lens
-        out = engine.positions(np.array(rows), prefix_lens=prefix, extend_lens=extend)
-        parts = [_full(r, p + e)[:, p:] for r, p, e in zip(reqs, prefix, extend)]
-        # tuples: the checked route (the usual forms above take the one-pass reading of the fields)
-        checked = engine.positions(tuple(rows), prefix_lens=tuple(prefix), extend_lens=tuple(extend)).clone()
-    elif mode == "decode":
-        out = engine.positions(np.array(rows), seq_lens=torch.tensor(lens))
-        parts = [_full(r, s)[:, s - 1 :] for r, s in zip(reqs, lens)]
-        checked = engine.positions(tuple(rows), seq_lens=tuple(lens)).clone()
-    else:
+    if mode == "spec":
         spec = torch.tensor(lens)
         out = engine.positions(torch.tensor(rows), spec_positions=spec)
         k = len(lens) // len(rows)
         parts = [(spec.view(len(rows), k)[b] + r.delta).expand(3, -1).numpy() for b, r in enumerate(reqs)]
-        checked = out.clone()
+        assert (out.numpy() == np.concatenate(parts, axis=1)).all()
+        return
+    if mode == "extend":
+        prefix, extend = lens
+        parts = [_full(r, p + e)[:, p:] for r, p, e in zip(reqs, prefix, extend)]
+        # tuples: the checked route (the usual forms below take the one-pass reading of the fields)
+        checked = engine.positions(tuple(rows), prefix_lens=tuple(prefix), extend_lens=tuple(extend)).clone()
+    else:
+        parts = [_full(r, s)[:, s - 1 :] for r, s in zip(reqs, lens)]
+        checked = engine.positions(tuple(rows), seq_lens=tuple(lens)).clone()
     expected = np.concatenate(parts, axis=1)
     assert (checked.numpy() == expected).all()
-    if mode != "spec":  # (host modes return a view of one buffer: the last call's)
-        out = engine.positions(np.array(rows), **_mode_kwargs(mode, lens))
+    # (host modes return a view of one buffer, so each route's result is read before the next call)
+    out = engine.positions(np.array(rows), **_mode_kwargs(mode, lens))
     assert (out.numpy() == expected).all()
 
 
