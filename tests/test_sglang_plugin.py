@@ -470,3 +470,74 @@ def test_a_session_turn_with_sglangs_table_after_a_saved_layout(fake_sglang):
     turn = types.SimpleNamespace(mrope_positions=torch.zeros((3, 3), dtype=torch.int64))
     req._extend_session_image_inputs(turn)
     assert (seen[0].numpy() == expected).all() and saved.mrope_positions is layout
+
+
+# ---------------------------------------------------------------------------------------------- a batch's new requests
+def _kind_req(kind: str, layout_bytes: torch.Tensor):
+    """A scheduled request as the runner state reads it: a layout, text, or positions SGLang made itself."""
+    if kind == "text":
+        return types.SimpleNamespace(multimodal_inputs=None, origin_input_ids=[1, 2, 3])
+    positions = layout_bytes if kind == "layout" else torch.zeros((3, 5), dtype=torch.int64)
+    return types.SimpleNamespace(multimodal_inputs=types.SimpleNamespace(mrope_positions=positions),
+                                 origin_input_ids=[1, 2, 3])  # fmt: skip
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 5), max_size=3),  # rows SGLang allocates (its generation bump) before the batch
+            st.lists(st.tuples(st.integers(0, 5), st.sampled_from(("layout", "text", "foreign"))), max_size=5),
+            st.sampled_from(("tensor", "int32", "list")),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_the_test_for_new_requests_agrees_with_the_admission_pass(steps):
+    """`RunnerState.serves` on the batch forms SGLang passes (one kernel pass when no request is new) gives
+    what the whole admission pass gives, batch by batch, on the same SGLang tables (a tuple of rows takes
+    that pass): the same rows or None, and the same admitted generations and unserved rows afterwards."""
+    ids = [1, VS] + [IMG] * 4 + [VE]
+    layout = hooks.layout_tensor(prompt_layout(ids))
+    live = torch.zeros(6, dtype=torch.int64)
+    fast, full = (hooks.RunnerState(5, 64, torch.device("cpu")) for _ in range(2))
+    kinds: dict = {}  # each row's request since its last allocation
+    for allocated, batch, form in steps:
+        for row in allocated:
+            live[row] += 1
+            kinds.pop(row, None)
+        for row, kind in batch:
+            kinds.setdefault(row, kind)
+        rows = list(dict.fromkeys(row for row, _ in batch))  # (a batch holds a row once)
+        reqs = [_kind_req(kinds[row], layout) for row in rows]
+        usual = {"tensor": torch.tensor(rows, dtype=torch.int64), "list": rows,
+                 "int32": np.array(rows, dtype=np.int32)}[form]  # fmt: skip
+        got, expected = fast.serves(usual, live, reqs), full.serves(tuple(rows), live, reqs)
+        assert (got is None) == (expected is None)
+        if got is not None:
+            assert got.dtype == np.int64 and got.tolist() == expected.tolist() == rows
+        assert (fast.generation == full.generation).all() and (fast.foreign == full.foreign).all()
+        assert (fast.engine is None) == (full.engine is None)
+
+
+def prompt_layout(ids):
+    from mrope_tracker import PromptLayout
+
+    config = MRopeConfig(family="qwen2_5_vl", semantics="sglang-0.5")
+    return PromptLayout.from_tokens(config, np.array(ids), image_grid_thw=np.array([[1, 4, 4]]))
+
+
+def test_the_view_of_sglangs_generations_follows_its_storage():
+    """The state keeps its numpy view of ``req_generation`` between batches, and views it again when the
+    tensor's storage moved: a request admitted since is seen as new, not missed through a stale view."""
+    state = hooks.RunnerState(4, 64, torch.device("cpu"))
+    layout = hooks.layout_tensor(prompt_layout([1, VS] + [IMG] * 4 + [VE]))
+    live = torch.tensor([0, 1, 0, 0, 0])
+    reqs = [_kind_req("layout", layout)]
+    assert state.serves(torch.tensor([1]), live, reqs).tolist() == [1] and state.generation[1] == 1
+    live.set_(torch.tensor([0, 2, 0, 0, 0]))  # moved storage: row 1 holds a new request
+    assert state.serves(torch.tensor([1]), live, [_kind_req("foreign", layout)]) is None
+    assert state.generation[1] == 2 and state.foreign[1]
+    live[1] += 1  # in place (as SGLang bumps it): seen through the kept view
+    assert state.serves(torch.tensor([1]), live, reqs).tolist() == [1] and state.generation[1] == 3

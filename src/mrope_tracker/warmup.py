@@ -220,12 +220,14 @@ def sglang_omni_pass() -> None:
 
 
 def sglang_batch_fields() -> None:
-    """`sglang.BatchPositions`' reading of a batch's fields (kernels/batch_rows.py), with its argument types."""
-    from .kernels.batch_rows import batch_slots, first_outside
+    """`sglang.BatchPositions`' reading of a batch's fields and the plugin's test for new requests
+    (kernels/batch_rows.py), with their argument types."""
+    from .kernels.batch_rows import batch_slots, first_outside, unseen_row
 
     ints = np.zeros(1, np.int64)
     batch_slots(ints, ints, ints, ints.copy(), ints.copy(), ints.copy())
     first_outside(ints, 1)
+    unseen_row(ints, ints, ints, np.zeros(1, bool))
 
 
 def _tiny_prompt(config: MRopeConfig):

@@ -8,11 +8,19 @@ subtraction, a fill): several microseconds on a batch of one, more than the
 positions themselves. Here it is one loop; the caller's checked route says
 what is wrong when this returns an entry. A speculative batch's host rows
 are only range-checked (`first_outside`): its rows read a delta table.
+
+Before either, the plugin asks whether the batch brings a request it has not
+admitted yet (`unseen_row`): the same kind of whole-array passes (a gather
+of SGLang's row generations, a compare, a ``flatnonzero``, a test of the
+rows it cannot serve) cost more than the positions, on every batch.
 """
 
 from .jit_options import helper
 
 FREE = -1  # a row that holds no request
+# unseen_row's answers when no row is new
+SERVED = -1  # every row admitted, none foreign
+FOREIGN = -2  # every row admitted, some the adapter does not serve
 
 
 @helper
@@ -50,3 +58,20 @@ def first_outside(values, high):
         if values[k] < 0 or values[k] > high:
             return k
     return -1
+
+
+@helper
+def unseen_row(rows, live, seen, foreign):
+    """The first k whose row is new, its ``live`` generation (SGLang's) not
+    the one ``seen`` holds, or outside a table; SERVED when there is none
+    and no row is ``foreign``, else FOREIGN."""
+    num_live = live.shape[0]
+    num_seen = min(seen.shape[0], foreign.shape[0])
+    some_foreign = False
+    for k in range(rows.shape[0]):
+        row = rows[k]
+        if row < 0 or row >= num_live or row >= num_seen or live[row] != seen[row]:
+            return k
+        if foreign[row]:
+            some_foreign = True
+    return FOREIGN if some_foreign else SERVED

@@ -79,10 +79,10 @@ def _host_array(value, name: str, length: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
-def _usual_ints(value) -> np.ndarray | None:
+def usual_ints(value) -> np.ndarray | None:
     """`value` as SGLang passes a batch field (a list of ints, an int64 or int32 array or CPU tensor), as a 1-D
     C-contiguous writable int64 array (a view where it is one); None for anything else, which `_host_array`
-    then reads or names."""
+    then reads or names (the plugin reads its batch rows with it too)."""
     kind = type(value)
     try:
         if kind is list:
@@ -257,19 +257,19 @@ class BatchPositions:
             raise type(exc)(message) from None
 
     def _usual_batch(self, req_pool_indices, prefix_lens, extend_lens, seq_lens) -> torch.Tensor | None:
-        """A host batch in SGLang's usual forms (`_usual_ints`), its fields read in one kernel pass
+        """A host batch in SGLang's usual forms (`usual_ints`), its fields read in one kernel pass
         (kernels/batch_rows.py) instead of `positions`' checked route; None for anything else and for any
         refusal, which that route then names under SGLang's field names (a refused call has changed nothing)."""
-        rows = _usual_ints(req_pool_indices)
+        rows = usual_ints(req_pool_indices)
         if rows is None:
             return None
         n = rows.shape[0]
         if seq_lens is None:  # extend (positions has checked that exactly one mode is given)
-            seq, computed, counts = _NO_INTS, _usual_ints(prefix_lens), _usual_ints(extend_lens)
+            seq, computed, counts = _NO_INTS, usual_ints(prefix_lens), usual_ints(extend_lens)
             if computed is None or counts is None or computed.shape[0] != n or counts.shape[0] != n:
                 return None
         else:
-            seq = _usual_ints(seq_lens)
+            seq = usual_ints(seq_lens)
             if seq is None or seq.shape[0] != n:
                 return None
             computed, counts = np.empty(n, np.int64), np.empty(n, np.int64)

@@ -25,10 +25,12 @@ import threading
 import numpy as np
 import torch
 
+from ..core.inputs import READY_FLAGS
 from ..core.layout import PromptLayout
 from ..families import FAMILIES
+from ..kernels.batch_rows import FOREIGN, SERVED, unseen_row
 from . import rope_index
-from .batch import BatchPositions
+from .batch import BatchPositions, usual_ints
 from .request_state import concat_layouts, extend_session, read_layout
 from .rope_args import as_result, counts_arg, flag_arg, floats_arg, grid_arg, input_ids_arg
 
@@ -171,8 +173,39 @@ class RunnerState:
         self.engine: BatchPositions | None = None
         self.generation = np.full(max_num_reqs + 1, -1, np.int64)
         self.foreign = np.zeros(max_num_reqs + 1, bool)
+        # SGLang's req_generation, its numpy view and its storage when viewed (a view costs more than the test)
+        self._live: tuple = (None, None, (0, 0))
 
-    def admit_new(self, rows: np.ndarray, generations: np.ndarray, reqs) -> bool:
+    def serves(self, rows, live, reqs) -> np.ndarray | None:
+        """Admit the batch's new requests; the batch's rows as an int64 array
+        when the adapter serves every request of the batch, else None.
+        `rows` are the batch's ``req_to_token`` rows (``req_pool_indices_cpu``),
+        `live` SGLang's generation of every row (``req_generation``, a CPU
+        tensor). A batch with no new request (most of them) takes one kernel
+        pass (`unseen_row`); any other goes through `_admit_new`."""
+        array = usual_ints(rows)
+        table = self._live_view(live)
+        if array is not None and table is not None:
+            code = unseen_row(array, table, self.generation, self.foreign)
+            if code == SERVED:
+                return array if self.engine is not None else None
+            if code == FOREIGN:
+                return None
+        rows = np.asarray(rows, dtype=np.int64)
+        return rows if self._admit_new(rows, live[torch.from_numpy(rows)].numpy(), reqs) else None
+
+    def _live_view(self, live) -> np.ndarray | None:
+        """`_live_generations(live)`, kept while `live` is the same tensor on the same storage (SGLang bumps
+        its entries in place; a tensor whose storage moved is viewed again)."""
+        seen, table, storage = self._live
+        if seen is live and (live.data_ptr(), live.numel()) == storage:
+            return table
+        table = _live_generations(live)
+        if table is not None:
+            self._live = (live, table, (live.data_ptr(), table.shape[0]))
+        return table
+
+    def _admit_new(self, rows: np.ndarray, generations: np.ndarray, reqs) -> bool:
         """Admit the batch's new requests (rows whose generation changed);
         True when the adapter serves every request of the batch. Layouts go
         first: the first one makes the engine that text requests need."""
@@ -210,6 +243,17 @@ class RunnerState:
             return True  # (3, L) positions SGLang made itself
         self.foreign[row] = False
         return True
+
+
+def _live_generations(live) -> np.ndarray | None:
+    """SGLang's row generations (an int64 CPU tensor) as the numpy view `unseen_row` takes; None otherwise."""
+    try:
+        table = live.numpy()  # (raises for another device, or what is not a tensor)
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+    if table.dtype != np.int64 or table.ndim != 1 or table.flags.num & READY_FLAGS != READY_FLAGS:
+        return None
+    return table
 
 
 def session_layout(req, turn_positions) -> PromptLayout | None:

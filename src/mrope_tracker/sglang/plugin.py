@@ -220,11 +220,11 @@ def _runner_state(model_runner) -> hooks.RunnerState:
     return state
 
 
-def _served(model_runner, batch) -> hooks.RunnerState | None:
+def _served(model_runner, batch) -> tuple[hooks.RunnerState, np.ndarray] | None:
+    """The runner's state and the batch's rows (int64) when the adapter serves the whole batch, else None."""
     state = _runner_state(model_runner)
-    rows = np.asarray(batch.req_pool_indices_cpu, dtype=np.int64)
-    generations = model_runner.req_to_token_pool.req_generation[torch.from_numpy(rows)].numpy()
-    return state if state.admit_new(rows, generations, batch.reqs) else None
+    rows = state.serves(batch.req_pool_indices_cpu, model_runner.req_to_token_pool.req_generation, batch.reqs)
+    return None if rows is None else (state, rows)
 
 
 def _mm_inputs(batch) -> list:
@@ -234,12 +234,12 @@ def _mm_inputs(batch) -> list:
 
 def _compute_mrope_positions(original):
     def compute(self, model_runner, batch):
-        state = _served(model_runner, batch)
+        served = _served(model_runner, batch)
         mode = self.forward_mode
-        if state is None or not (mode.is_decode() or mode.is_extend()):
+        if served is None or not (mode.is_decode() or mode.is_extend()):
             with hooks.sglang_positions(_mm_inputs(batch)):  # SGLang's code reads (3, L) tables
                 return original(self, model_runner, batch)
-        rows = batch.req_pool_indices_cpu
+        state, rows = served
         if mode.is_decode():
             self.mrope_positions = state.engine.positions(rows, seq_lens=self.seq_lens_cpu)
         else:
@@ -252,9 +252,10 @@ def _compute_mrope_positions(original):
 
 def _compute_spec_mrope_positions(original):
     def compute(self, model_runner, batch, seq_positions=None):
-        state = _served(model_runner, batch)
-        if state is None:
+        served = _served(model_runner, batch)
+        if served is None:
             return original(self, model_runner, batch, seq_positions)
+        state = served[0]
         positions = batch.spec_info.positions if seq_positions is None else seq_positions
         self.mrope_positions = state.engine.positions(self.req_pool_indices, spec_positions=positions)
 
