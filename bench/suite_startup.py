@@ -3,8 +3,9 @@
 `warmup()` is timed in fresh processes:
 - on an empty numba cache (`NUMBA_CACHE_DIR` set to a new folder: every
   kernel compiles), as it runs by default (the compile forked into two
-  processes where the machine has two cores or more) and with `jobs=1` (all
-  in one process);
+  processes where the machine has two cores or more), as it runs by default
+  while another Python thread runs (fresh interpreters instead of forks),
+  and with `jobs=1` (all in one process);
 - on the cache the default run filled (every kernel loads).
 
 Each of the default and the filled-cache runs is repeated three times
@@ -24,12 +25,16 @@ import sys
 import tempfile
 
 _CHILD = """
-import json, sys, time
+import json, sys, threading, time
+stop = threading.Event()
+if sys.argv[1] == "threaded":  # another Python thread runs, as in an engine
+    threading.Thread(target=stop.wait).start()
 start = time.perf_counter()
 import mrope_tracker
 imported = time.perf_counter()
-stages = mrope_tracker.warmup(jobs=None if sys.argv[1] == "auto" else int(sys.argv[1]))
+stages = mrope_tracker.warmup(jobs=None if sys.argv[1] in ("auto", "threaded") else int(sys.argv[1]))
 done = time.perf_counter()
+stop.set()
 print(json.dumps({"import_s": imported - start, "warmup_s": done - imported, "stages": stages}))
 """
 
@@ -63,6 +68,9 @@ def run(quick: bool, progress) -> dict:
     result = {"cold": _median_run(cold), "warm": _median_run(warm), "runs": repeats, "cores": cores}
     if not quick:
         with tempfile.TemporaryDirectory(prefix="mrope-numba-cache-") as cache_dir:
+            progress("startup: warmup() on an empty numba cache, another thread running (fresh processes)")
+            result["cold_threaded"] = _child(cache_dir, "threaded")
+        with tempfile.TemporaryDirectory(prefix="mrope-numba-cache-") as cache_dir:
             progress("startup: warmup(jobs=1) on an empty numba cache (one process)")
             result["cold_one_process"] = _child(cache_dir, "1")
     return result
@@ -75,14 +83,16 @@ def tables(result: dict) -> str:
     of = f", median of {runs}" if runs > 1 else ""
     labels = {
         "cold": "cold",
+        "cold_threaded": "cold, threads",
         "cold_one_process": "cold, jobs=1",
         "warm": "warm",
     }
     done = [name for name in labels if name in result]
     head = paragraph(
         f"On {result.get('cores', '?')} usable cores. cold: an empty numba cache, `warmup()` as it runs by default "
-        f"(the compile forked where there are 2+ cores){of}; cold, jobs=1: the same in one process; warm: the cache "
-        f"the cold run filled{of}. Times in seconds."
+        f"(the compile forked where there are 2+ cores){of}; cold, threads: the same while another Python thread "
+        f"runs, as in an engine (fresh interpreters compile instead of forks); cold, jobs=1: the same in one "
+        f"process; warm: the cache the cold run filled{of}. Times in seconds."
     )
     rows = []
     for name in done:

@@ -5,11 +5,13 @@ cache the children filled)."""
 import importlib
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
 import time
 
+import numba
 import pytest
 import torch
 from numba.core import event
@@ -172,10 +174,16 @@ def test_warm_start_loads_everything_and_compiles_nothing(cold_cache):
 _PLAN_CHILD = (
     _RECORD_COMPILES
     + """
+import threading
 from mrope_tracker import warmup
 
+threaded = sys.argv[3] == "threaded"  # another Python thread runs, as in an engine: the default call
+stop = threading.Event()
+if threaded:
+    threading.Thread(target=stop.wait).start()
 with event.install_listener("numba:compile", Listener()):
-    stages = warmup(sys.argv[1], runner=sys.argv[2], jobs=2)
+    stages = warmup(sys.argv[1], runner=sys.argv[2], jobs=None if threaded else 2)
+stop.set()
 print(json.dumps({"stages": list(stages), "compiled": compiled}))
 """
 )
@@ -187,9 +195,21 @@ print(json.dumps({"stages": list(stages), "compiled": compiled}))
 def test_a_cold_worker_plan_compiles_in_two_processes(tmp_path, runner):
     """warmup(config, runner=...) on a cold cache: the two children compile everything the plan's stages
     reach, so the parent compiles nothing itself."""
-    result = _run(_PLAN_CHILD, tmp_path, "tests/data/configs/qwen2_5_vl.json", runner)
+    result = _run(_PLAN_CHILD, tmp_path, "tests/data/configs/qwen2_5_vl.json", runner, "forked")
     assert result["stages"][0] == "compile (2 processes)"
     assert result["compiled"] == [], f"compiled in the parent after the fork: {result['compiled']}"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the children's compile is Linux only")
+@pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2, reason="needs 2 usable cores")
+@pytest.mark.slow
+def test_a_cold_plan_in_a_threaded_process_compiles_in_fresh_processes(tmp_path):
+    """warmup() in a process that runs other Python threads starts fresh interpreters instead of forking;
+    they compile everything the plan's stages reach (their tasks made again from the pickled plan, from the
+    parent's own sources), so the parent compiles nothing itself."""
+    result = _run(_PLAN_CHILD, tmp_path, "tests/data/configs/qwen2_5_vl.json", "rope_state", "threaded")
+    assert result["stages"][0].startswith("compile (") and result["stages"][0].endswith(" fresh processes)")
+    assert result["compiled"] == [], f"compiled in the parent after the children: {result['compiled']}"
 
 
 class _Compiles(event.Listener):
@@ -364,17 +384,62 @@ def test_children_reaped_elsewhere():
     assert done.returncode == 0 and "returned" in done.stdout, done.stderr
 
 
-def test_other_threads_keep_the_default_in_process():
-    """jobs=None forks only while this is the process's one Python thread."""
+def test_other_threads_turn_the_default_to_fresh_processes():
+    """jobs=None forks only while this is the process's one Python thread, and starts fresh interpreters
+    while others run; jobs=2 forks whatever runs."""
+    linux = sys.platform.startswith("linux")
+    cores = min(len(os.sched_getaffinity(0)), warmup_module.MAX_JOBS) if linux else 1
+    assert not warmup_module._in_fresh_processes(None)
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
     try:
-        assert warmup_module._num_jobs(None) == 1
-        assert warmup_module._num_jobs(2) == (2 if sys.platform.startswith("linux") else 1)
+        assert warmup_module._num_jobs(None) == cores and warmup_module._in_fresh_processes(None)
+        assert warmup_module._num_jobs(2) == (2 if linux else 1) and not warmup_module._in_fresh_processes(2)
     finally:
         stop.set()
         thread.join()
+
+
+def test_fresh_children_that_fail_cost_only_time():
+    """Children that cannot read their plan exit at once, having run nothing: the call returns (the parent
+    then compiles in place), long before the deadline."""
+    start = time.monotonic()
+    forked.compile_in_fresh_processes(b"not a pickled plan", 2, 2)
+    assert time.monotonic() - start < 60
+
+
+def test_a_fresh_child_refuses_another_packages_sources(tmp_path):
+    """numba keys its cache on the source files: a child that imported the package from elsewhere than the
+    parent's folder runs no task (exit status 2)."""
+    compile_child = importlib.import_module("mrope_tracker.compile_child")
+    plan = pickle.dumps((warmup_module._Plan.of(None, "all"), (torch.int64,)))
+    assert compile_child.main([str(tmp_path / "lock"), str(tmp_path), plan.hex()]) == 2
+
+
+def test_fresh_children_import_the_parents_package_and_cache(monkeypatch, tmp_path):
+    """The children's path starts with the folder holding this very package, and they cache where numba
+    caches here, even when that was set in this process rather than in its environment."""
+    package = os.path.dirname(forked.__file__)
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    env = forked._child_environment(package)
+    assert env["PYTHONPATH"].split(os.pathsep) == [os.path.dirname(package), "elsewhere"]
+    assert env["NUMBA_CACHE_DIR"] == str(tmp_path)
+
+
+def test_an_embedding_programs_executable_starts_nothing(monkeypatch):
+    """Where sys.executable does not look like a Python interpreter (a program embedding Python may name
+    itself there), no child is started: the parent compiles in place."""
+
+    def no_spawn(*args, **kwargs):
+        raise AssertionError("a child was started")
+
+    monkeypatch.setattr(forked.sys, "executable", "/usr/bin/uwsgi")
+    monkeypatch.setattr(forked.os, "posix_spawn", no_spawn, raising=False)
+    forked.compile_in_fresh_processes(b"", 1, 2)
+    with pytest.raises(ValueError, match="num_tasks"):
+        forked.compile_in_fresh_processes(b"", forked.MAX_TASKS + 1, 2)
 
 
 def test_without_numbas_compiler_lock_only_a_lone_thread_forks(monkeypatch):

@@ -1,7 +1,9 @@
-"""Compile in forked children: `warmup()`'s way to use several cores on a
+"""Compile in child processes: `warmup()`'s way to use several cores on a
 cold cache (numba's compiler holds one lock per process, so threads would
-not help). A child only compiles and writes numba's cache; whatever happens to
-it costs the parent only time, never correctness.
+not help). Forked children where this process runs one Python thread (or
+the caller asks), fresh interpreters where it runs more. A child only
+compiles and writes numba's cache; whatever happens to it costs the parent
+only time, never correctness.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -17,13 +20,15 @@ import warnings
 
 from .kernels.jit_options import lighter_optimisation, numba_compiler_lock
 
-__all__ = ["CHILD_DEADLINE_S", "MAX_TASKS", "compile_in_children", "fork_guard"]
+__all__ = ["CHILD_DEADLINE_S", "MAX_TASKS", "compile_in_children", "compile_in_fresh_processes", "fork_guard"]
 
 # A task compiles in seconds; a child still running after this long is
 # stuck (a lock it inherited held), and is ended.
 CHILD_DEADLINE_S = 300.0
 # The queue holds one byte per task.
 MAX_TASKS = 256
+# Where a fresh child (compile_in_fresh_processes) finds the queue's read end.
+CHILD_QUEUE_FD = 3
 
 
 def compile_in_children(tasks, num_children: int = 2) -> None:
@@ -38,7 +43,7 @@ def compile_in_children(tasks, num_children: int = 2) -> None:
     other loads from numba's cache rather than compiling it again. A task
     that fails costs only itself: its child goes on with the next.
 
-    The children save to numba's cache one at a time (`_serialize_saves`):
+    The children save to numba's cache one at a time (`serialize_saves`):
     numba's cache index has no lock, and two processes that save different
     signatures of one function at the same moment can each pick the same
     data file, leaving one signature's key on the other's machine code. A
@@ -58,47 +63,118 @@ def compile_in_children(tasks, num_children: int = 2) -> None:
     if len(tasks) > MAX_TASKS:
         raise ValueError(f"tasks: expected at most {MAX_TASKS}, got {len(tasks)}")
     guard = fork_guard()
-    if guard is None or _cache_save() is None or not tasks:  # (the parent compiles everything itself)
-        return
-    try:
-        queue, feed = os.pipe()
-    except OSError:  # no file descriptors to be had: the parent compiles everything itself
+    if guard is None:  # (the parent compiles everything itself)
         return
     children = []
+    with _task_queue(len(tasks)) as queue:
+        if queue is None:
+            return  # (the parent compiles everything itself)
+        read_end, lock_path = queue
+        try:
+            for _ in range(min(num_children, len(tasks))):
+                try:
+                    with guard, warnings.catch_warnings():
+                        warnings.simplefilter("ignore", DeprecationWarning)
+                        pid = os.fork()
+                except OSError:  # no process to be had: the others (or the parent) compile the rest
+                    break
+                if pid == 0:  # pragma: no cover (the child; its work is what the parent then loads)
+                    status = 1
+                    try:
+                        serialize_saves(lock_path)
+                        with lighter_optimisation():  # (the child owns numba's compiler lock: it holds it already)
+                            status = work(tasks, read_end)
+                    finally:
+                        os._exit(status)
+                children.append(pid)
+            _wait(children, time.monotonic() + CHILD_DEADLINE_S)
+        finally:
+            for pid in children:  # only those left: stuck past the deadline, or the parent interrupted
+                _end(pid)
+
+
+def compile_in_fresh_processes(plan: bytes, num_tasks: int, num_children: int = 2) -> None:
+    """`compile_in_children` for a process that runs other threads: the
+    children are fresh interpreters (``python -m
+    mrope_tracker.compile_child``, started by ``os.posix_spawn``), so no lock
+    another thread held can be inherited half taken, as it can by a fork.
+    Each child imports the package from the parent's own folder, makes the
+    tasks again from `plan` (warmup's pickled plan; the child checks it is
+    the same package) and takes their indices from the same kind of queue;
+    its output goes to the null device. The children pay an interpreter's
+    start and the package's import (about a second) before compiling.
+    Nothing is started where the platform has no ``posix_spawn``, where
+    ``sys.executable`` does not look like a Python interpreter (an embedding
+    program may name itself there), or where the queue cannot be made: the
+    parent then compiles everything itself, as after any failure."""
+    if num_tasks > MAX_TASKS:
+        raise ValueError(f"num_tasks: expected at most {MAX_TASKS}, got {num_tasks}")
+    executable = sys.executable
+    if not (hasattr(os, "posix_spawn") and executable and os.path.basename(executable).startswith("python")):
+        return
+    children = []
+    with _task_queue(num_tasks) as queue:
+        if queue is None:
+            return
+        read_end, lock_path = queue
+        package = os.path.dirname(os.path.abspath(__file__))
+        args = [executable, "-m", f"{__package__}.compile_child", lock_path, package, plan.hex()]
+        actions = [
+            (os.POSIX_SPAWN_DUP2, read_end, CHILD_QUEUE_FD),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+        ]
+        try:
+            for _ in range(min(num_children, num_tasks)):
+                try:
+                    children.append(os.posix_spawn(executable, args, _child_environment(package), file_actions=actions))
+                except OSError:  # no process to be had: the others (or the parent) compile the rest
+                    break
+            _wait(children, time.monotonic() + CHILD_DEADLINE_S)
+        finally:
+            for pid in children:
+                _end(pid)
+
+
+def _child_environment(package: str) -> dict:
+    """This process's environment, with the folder that holds the package first on the child's path (so it
+    compiles the very sources this process loads) and numba's cache folder as this process sees it."""
+    import numba
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(package), env.get("PYTHONPATH")]))
+    if numba.config.CACHE_DIR:
+        env["NUMBA_CACHE_DIR"] = str(numba.config.CACHE_DIR)
+    return env
+
+
+@contextlib.contextmanager
+def _task_queue(num_tasks: int):
+    """The children's queue: (the read end of a pipe holding the task indices, non-blocking; the path of the
+    file whose lock serialises their cache saves), closed and removed on leaving; None where it cannot be
+    made (no file descriptor, no temporary file, a numba without the cache save to lock)."""
+    if _cache_save() is None or not num_tasks:
+        yield None
+        return
+    try:
+        read_end, feed = os.pipe()
+    except OSError:
+        yield None
+        return
     lock_path = None
     try:
         try:
             handle, lock_path = tempfile.mkstemp(prefix="mrope-tracker-compile-", suffix=".lock")
             os.close(handle)
+            os.write(feed, bytes(range(num_tasks)))  # (one write under PIPE_BUF: whole, at once)
+            os.set_blocking(read_end, False)  # an empty queue reads as "no work left", never as a wait
         except OSError:
-            return  # (the parent compiles everything itself)
-        try:
-            os.write(feed, bytes(range(len(tasks))))  # (one write under PIPE_BUF: whole, at once)
-            os.set_blocking(queue, False)  # an empty queue reads as "no work left", never as a wait
-        except OSError:
-            return  # (the parent compiles everything itself)
-        for _ in range(min(num_children, len(tasks))):
-            try:
-                with guard, warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    pid = os.fork()
-            except OSError:  # no process to be had: the others (or the parent) compile the rest
-                break
-            if pid == 0:  # pragma: no cover (the child; its work is what the parent then loads)
-                status = 1
-                try:
-                    _serialize_saves(lock_path)
-                    with lighter_optimisation():  # (the child owns numba's compiler lock: it holds it already)
-                        status = _work(tasks, queue)
-                finally:
-                    os._exit(status)
-            children.append(pid)
-        _wait(children, time.monotonic() + CHILD_DEADLINE_S)
+            yield None
+            return
+        yield read_end, lock_path
     finally:
-        os.close(queue)
+        os.close(read_end)
         os.close(feed)
-        for pid in children:  # only those left: stuck past the deadline, or the parent interrupted
-            _end(pid)
         if lock_path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(lock_path)
@@ -115,7 +191,7 @@ def _cache_save():
     return IndexDataCacheFile if callable(getattr(IndexDataCacheFile, "save", None)) else None
 
 
-def _serialize_saves(lock_path: str) -> None:
+def serialize_saves(lock_path: str) -> None:
     """In a child: numba's cache saves under an exclusive lock on `lock_path`,
     which every child opens for itself (flock excludes other open files, so
     the children exclude each other; the parent saves nothing meanwhile).
@@ -135,7 +211,7 @@ def _serialize_saves(lock_path: str) -> None:
     cache_file.save = locked_save
 
 
-def _work(tasks, queue: int) -> int:
+def work(tasks, queue: int) -> int:
     """A child's loop: run the next task from the queue until none is left; 0 if every one it ran succeeded."""
     status = 0
     while True:

@@ -7,19 +7,22 @@ serving; the seed PR compiled lazily, during the engine's profiling run.
 `mrope-tracker warmup` runs this from the command line (e.g. at image build
 time, so that containers start with a filled cache).
 
-On a cold cache the compile runs in forked child processes, one per usable
-core (at most MAX_JOBS), which take tasks (a kernel, or an entry with its
+On a cold cache the compile runs in child processes, one per usable core
+(at most MAX_JOBS), which take tasks (a kernel, or an entry with its
 callees) from one shared queue, longest first, so that the cores share it
 whatever each task costs; numba's compiler holds one lock per process, so
-threads would not help. The children only compile and write numba's cache
-(no torch, no device); the parent then runs every stage, which loads what
-they wrote. Anything that goes wrong in a child costs only time: the parent
-compiles whatever is still missing itself.
+threads would not help. The children are forks of this process while it
+runs one Python thread, and fresh interpreters while it runs more
+(forked_compile.py). They only compile and write numba's cache (no device);
+the parent then runs every stage, which loads what they wrote. Anything
+that goes wrong in a child costs only time: the parent compiles whatever is
+still missing itself.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import threading
 import time
@@ -34,7 +37,7 @@ from .core.layout import PromptLayout
 from .core.positions import next_positions, prompt_positions
 from .device.warm import canvas_prompt, cast_device_rows, device_rows, per_frame_video, pruned_prompt, pruned_rows
 from .evs.pruned import PRUNABLE
-from .forked_compile import compile_in_children
+from .forked_compile import compile_in_children, compile_in_fresh_processes
 from .kernels import layout_codes as C
 from .kernels.jit_options import full_optimisation, lighter_optimisation
 from .tracker.position_tracker import PositionTracker
@@ -80,12 +83,14 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     `dtypes`.
 
     `jobs` is how many processes may compile at once when numba's cache is
-    cold (Linux only): None for one per usable core, at most MAX_JOBS (3),
-    and only while this process runs a single Python thread; 2 or more to
+    cold (Linux only): None for one per usable core, at most MAX_JOBS (3):
+    forked while this process runs a single Python thread, fresh
+    interpreters while it runs more (an engine usually does); 2 or more to
     fork whatever threads run (at most MAX_JOBS); 1 to compile in this
-    process only. With a filled cache nothing is forked. The stage ``"compile (N processes)"`` in the result,
-    when present, is the time the forked compile took; the other stages then
-    mostly load."""
+    process only. With a filled cache nothing is started. The stage
+    ``"compile (N processes)"`` (``"compile (N fresh processes)"``) in the
+    result, when present, is the time the children's compile took; the
+    other stages then mostly load."""
     if isinstance(config, (tuple, list)) and all(isinstance(d, torch.dtype) for d in config):
         config, dtypes = None, config  # the older warmup(dtypes) form
     try:
@@ -100,7 +105,7 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
     if runner not in RUNNERS:
         raise ValueError(f"runner: expected one of {', '.join(RUNNERS)}, got {runner!r}")
     plan = _Plan.of(None if config is None else MRopeConfig.from_hf_config(config), runner)
-    omni = MRopeConfig(family="qwen2_5_omni", tokens_per_second=2, seconds_per_chunk=2)
+    omni = _omni()
     ids, kwargs, ranges = _tiny_prompt(omni)  # the kernels take no family: one small Omni prompt reaches them
     timings: dict[str, float] = {}
 
@@ -109,10 +114,7 @@ def warmup(config=None, dtypes=(torch.int64,), *, jobs: int | None = None, runne
         fn()
         timings[name] = time.perf_counter() - start
 
-    num_jobs = _num_jobs(jobs)
-    if num_jobs > 1 and _cache_is_cold(plan.key):
-        tasks = plan.tasks(omni, dtypes, ids, kwargs, ranges)
-        stage(f"compile ({num_jobs} processes)", lambda: compile_in_children(tasks, num_jobs))
+    _compile_in_children(plan, dtypes, jobs, stage)
     with lighter_optimisation():  # (what the children left, or all of it: compiled here at their level)
         if plan.tokens:
             stage("prompt_positions", lambda: _prompt_entries(omni, ids, kwargs))
@@ -228,6 +230,17 @@ def sglang_batch_fields() -> None:
     batch_slots(ints, ints, ints, ints.copy(), ints.copy(), ints.copy())
     first_outside(ints, 1)
     unseen_row(ints, ints, ints, np.zeros(1, bool))
+
+
+def plan_tasks(plan: _Plan, dtypes) -> list:
+    """The compile tasks of `plan` for the trackers' `dtypes` (the children's queue holds their indices: a
+    fresh child makes them again from the same arguments)."""
+    omni = _omni()
+    return plan.tasks(omni, dtypes, *_tiny_prompt(omni))
+
+
+def _omni() -> MRopeConfig:
+    return MRopeConfig(family="qwen2_5_omni", tokens_per_second=2, seconds_per_chunk=2)
 
 
 def _tiny_prompt(config: MRopeConfig):
@@ -381,17 +394,35 @@ def _step_kernel(signature) -> None:
     compile_step_signature(signature)
 
 
+def _compile_in_children(plan: _Plan, dtypes, jobs: int | None, stage) -> None:
+    """On a cold cache, where more than one process may compile: the plan's tasks compiled in child
+    processes (forked, or fresh interpreters while other threads run), timed as a stage."""
+    num_jobs = _num_jobs(jobs)
+    if num_jobs < 2 or not _cache_is_cold(plan.key):
+        return
+    tasks = plan_tasks(plan, dtypes)
+    if _in_fresh_processes(jobs):
+        spec = pickle.dumps((plan, dtypes))
+        stage(f"compile ({num_jobs} fresh processes)", lambda: compile_in_fresh_processes(spec, len(tasks), num_jobs))
+    else:
+        stage(f"compile ({num_jobs} processes)", lambda: compile_in_children(tasks, num_jobs))
+
+
 def _num_jobs(jobs: int | None) -> int:
     if not (sys.platform.startswith("linux") and hasattr(os, "fork")):
         return 1
     if jobs is None:
-        # Other Python threads might hold a lock at the fork that a child
-        # then waits on forever (the deadline below would end it, but only
-        # after minutes): by default such a process compiles in place.
-        if threading.active_count() > 1:
-            return 1
         jobs = len(os.sched_getaffinity(0))
     return min(jobs, MAX_JOBS)
+
+
+def _in_fresh_processes(jobs: int | None) -> bool:
+    """Whether the compile children are fresh interpreters rather than forks:
+    by default while other Python threads run, since one of them might hold
+    a lock at the fork that a forked child then waits on forever (the
+    deadline would end it, but only after minutes); `jobs` of 2 or more
+    forks whatever runs."""
+    return jobs is None and threading.active_count() > 1
 
 
 def _warm_marker(key: str = "all"):
