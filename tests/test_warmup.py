@@ -405,8 +405,50 @@ def test_fresh_children_that_fail_cost_only_time():
     """Children that cannot read their plan exit at once, having run nothing: the call returns (the parent
     then compiles in place), long before the deadline."""
     start = time.monotonic()
-    forked.compile_in_fresh_processes(b"not a pickled plan", 2, 2)
+    statuses = forked.compile_in_fresh_processes(b"not a pickled plan", 2, 2)
     assert time.monotonic() - start < 60
+    assert len(statuses) == 2 and all(status not in (0, None) for status in statuses)
+
+
+# A cold cache, and the queue's read end on the descriptor the fresh children read it from: the children still
+# take and compile every task of a worker's plan. (A posix_spawn dup2 onto the same descriptor clears its
+# close-on-exec flag in glibc 2.29 and later, as here, but not in older C libraries: compile_in_fresh_processes
+# hands such a queue over through a copy, which this test exercises but, on this C library, would pass without.)
+_QUEUE_ON_3 = (
+    _RECORD_COMPILES
+    + """
+import os
+os.closerange(3, 1024)  # (before the imports: nothing of the interpreter's is open there yet)
+import pickle
+import torch
+from mrope_tracker import MRopeConfig, forked_compile, warmup
+from mrope_tracker.warmup import _Plan, plan_tasks
+
+pipes = []
+real_pipe = forked_compile.os.pipe
+def pipe():
+    ends = real_pipe()
+    pipes.append(ends[0])
+    return ends
+forked_compile.os.pipe = pipe
+plan = _Plan.of(MRopeConfig(family="qwen2_5_vl"), "rope_state")
+statuses = forked_compile.compile_in_fresh_processes(
+    pickle.dumps((plan, (torch.int64,))), len(plan_tasks(plan, (torch.int64,))), 2
+)
+with event.install_listener("numba:compile", Listener()):
+    warmup(MRopeConfig(family="qwen2_5_vl"), runner="rope_state", jobs=1)
+print(json.dumps({"queue": pipes, "statuses": statuses, "compiled": compiled}))
+"""
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the children's compile is Linux only")
+@pytest.mark.slow
+def test_fresh_children_read_a_queue_already_on_their_descriptor(tmp_path):
+    result = _run(_QUEUE_ON_3, tmp_path)
+    assert result["queue"] == [forked.CHILD_QUEUE_FD]
+    assert result["statuses"] == [0, 0]
+    assert result["compiled"] == [], f"compiled in the parent after the children: {result['compiled']}"
 
 
 def test_a_fresh_child_refuses_another_packages_sources(tmp_path):

@@ -93,7 +93,7 @@ def compile_in_children(tasks, num_children: int = 2) -> None:
                 _end(pid)
 
 
-def compile_in_fresh_processes(plan: bytes, num_tasks: int, num_children: int = 2) -> None:
+def compile_in_fresh_processes(plan: bytes, num_tasks: int, num_children: int = 2) -> list:
     """`compile_in_children` for a process that runs other threads: the
     children are fresh interpreters (``python -m
     mrope_tracker.compile_child``, started by ``os.posix_spawn``), so no lock
@@ -106,21 +106,26 @@ def compile_in_fresh_processes(plan: bytes, num_tasks: int, num_children: int = 
     Nothing is started where the platform has no ``posix_spawn``, where
     ``sys.executable`` does not look like a Python interpreter (an embedding
     program may name itself there), or where the queue cannot be made: the
-    parent then compiles everything itself, as after any failure."""
+    parent then compiles everything itself, as after any failure. Returns
+    the exit status of each child it reaped (0 when every task it ran
+    succeeded)."""
     if num_tasks > MAX_TASKS:
         raise ValueError(f"num_tasks: expected at most {MAX_TASKS}, got {num_tasks}")
     executable = sys.executable
     if not (hasattr(os, "posix_spawn") and executable and os.path.basename(executable).startswith("python")):
-        return
+        return []
     children = []
     with _task_queue(num_tasks) as queue:
         if queue is None:
-            return
+            return []
         read_end, lock_path = queue
+        # a dup2 onto itself would leave the descriptor closed on exec: a queue that is already CHILD_QUEUE_FD
+        # is handed over through a copy
+        source = os.dup(read_end) if read_end == CHILD_QUEUE_FD else read_end
         package = os.path.dirname(os.path.abspath(__file__))
         args = [executable, "-m", f"{__package__}.compile_child", lock_path, package, plan.hex()]
         actions = [
-            (os.POSIX_SPAWN_DUP2, read_end, CHILD_QUEUE_FD),
+            (os.POSIX_SPAWN_DUP2, source, CHILD_QUEUE_FD),
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
             (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
         ]
@@ -130,10 +135,12 @@ def compile_in_fresh_processes(plan: bytes, num_tasks: int, num_children: int = 
                     children.append(os.posix_spawn(executable, args, _child_environment(package), file_actions=actions))
                 except OSError:  # no process to be had: the others (or the parent) compile the rest
                     break
-            _wait(children, time.monotonic() + CHILD_DEADLINE_S)
+            return list(_wait(children, time.monotonic() + CHILD_DEADLINE_S).values())
         finally:
-            for pid in children:
+            for pid in children:  # only those left: stuck past the deadline, or the parent interrupted
                 _end(pid)
+            if source != read_end:
+                os.close(source)
 
 
 def _child_environment(package: str) -> dict:
@@ -240,18 +247,23 @@ def fork_guard():
     return lock
 
 
-def _wait(children: list, deadline: float) -> None:
-    """Reap the children as they finish, until none is left or the deadline."""
+def _wait(children: list, deadline: float) -> dict:
+    """Reap the children as they finish, until none is left or the deadline,
+    taking each reaped one out of `children`; {pid: exit status} of those
+    reaped (None: reaped by someone else)."""
+    statuses = {}
     while children and time.monotonic() < deadline:
         for pid in list(children):
             try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
+                done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:  # reaped by someone else (e.g. SIGCHLD ignored)
-                done = pid
+                done, status = pid, None
             if done:
                 children.remove(pid)
+                statuses[pid] = None if status is None else os.waitstatus_to_exitcode(status)
         if children:
             time.sleep(0.02)
+    return statuses
 
 
 def _end(pid: int) -> None:
