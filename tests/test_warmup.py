@@ -411,9 +411,10 @@ def test_fresh_children_that_fail_cost_only_time():
 
 
 # A cold cache, and the queue's read end on the descriptor the fresh children read it from: the children still
-# take and compile every task of a worker's plan. (A posix_spawn dup2 onto the same descriptor clears its
-# close-on-exec flag in glibc 2.29 and later, as here, but not in older C libraries: compile_in_fresh_processes
-# hands such a queue over through a copy, which this test exercises but, on this C library, would pass without.)
+# take and compile every task of a worker's plan. (Since Austin Group issue 411, a posix_spawn dup2 onto the same
+# descriptor clears its close-on-exec flag, as this machine's glibc 2.36 does; C libraries from before it may
+# leave the flag set. compile_in_fresh_processes hands such a queue over through a copy, which this test
+# exercises but, on a C library of the newer kind, would pass without.)
 _QUEUE_ON_3 = (
     _RECORD_COMPILES
     + """

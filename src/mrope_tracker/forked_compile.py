@@ -119,8 +119,8 @@ def compile_in_fresh_processes(plan: bytes, num_tasks: int, num_children: int = 
         if queue is None:
             return []
         read_end, lock_path = queue
-        # a dup2 onto itself would leave the descriptor closed on exec: a queue that is already CHILD_QUEUE_FD
-        # is handed over through a copy
+        # a posix_spawn dup2 onto the same descriptor may leave it close-on-exec (C libraries from before Austin
+        # Group issue 411): a queue that is already CHILD_QUEUE_FD is handed over through a copy
         source = os.dup(read_end) if read_end == CHILD_QUEUE_FD else read_end
         package = os.path.dirname(os.path.abspath(__file__))
         args = [executable, "-m", f"{__package__}.compile_child", lock_path, package, plan.hex()]
