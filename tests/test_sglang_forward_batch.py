@@ -1,0 +1,156 @@
+"""The installed SGLang adapter against SGLang 0.5.23's own forward-batch code.
+
+SGLang's ``ForwardBatch._compute_mrope_positions`` (its extend and decode
+paths) and ``compute_spec_mrope_positions`` come from
+``sglang/srt/model_executor/forward_batch_info.py`` of the released wheel,
+loaded by path (tests/sglang_forward.py; MROPE_SGLANG_FORWARD_BATCH names the
+file, which .ci/run's SGLang stage unpacks), and run on batches of requests
+whose (3, L) positions SGLang's own ``get_rope_index*`` made
+(MROPE_SGLANG_ROPE_INDEX). The plugin's replacements of those two methods run
+on the same batches, every request holding its layout instead, and must give
+the same positions, column for column: random prompts of the model types both
+serve (Qwen3-Omni aside: its decode delta differs by design, defect 1 in
+docs/semantics.md), text requests beside them, any rows, any chunking.
+Without either file this module skips.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+
+import numpy as np
+import pytest
+import torch
+from family_prompts import family_prompts
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sglang_calls import SERVED, config_for, load, sglang_positions
+from strategies import examples
+
+from mrope_tracker import MRopeConfig, PromptLayout
+from mrope_tracker.sglang import hooks, plugin
+
+ROPE_INDEX = os.environ.get("MROPE_SGLANG_ROPE_INDEX")
+FORWARD_BATCH = os.environ.get("MROPE_SGLANG_FORWARD_BATCH")
+if not (ROPE_INDEX and FORWARD_BATCH):
+    pytest.skip(
+        "MROPE_SGLANG_ROPE_INDEX and MROPE_SGLANG_FORWARD_BATCH name SGLang 0.5.23's mrope_rope_index.py and "
+        "forward_batch_info.py",
+        allow_module_level=True,
+    )
+
+import sglang_forward  # noqa: E402 (after the skip: it needs the file)
+
+SGLANG = load(ROPE_INDEX)
+FORWARD = sglang_forward.load(FORWARD_BATCH)
+MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "paddleocr_vl", "qwen3_vl", "glm4v", "glm_ocr", "ernie4_5_moe_vl")
+POOL_SIZE = 8
+DRAFTS = 3
+
+
+def _not_sglang(*args, **kwargs):
+    raise AssertionError("the adapter handed a batch it serves to SGLang's own code")
+
+
+# the plugin's replacements, with SGLang's methods as the originals they would fall back to (they must not)
+OUR_EXTEND_DECODE = plugin._compute_mrope_positions(_not_sglang)
+OUR_SPECULATIVE = plugin._compute_spec_mrope_positions(_not_sglang)
+
+
+@st.composite
+def batches(draw):
+    """(model type, requests, rows, mode, per-request lengths): each request a (prompt or None for text, length)."""
+    model_type = draw(st.sampled_from(MODEL_TYPES))
+    family, config_name = SERVED[model_type]
+    prompts = draw(st.lists(family_prompts(family, config_name=config_name, max_items=2), min_size=1, max_size=3))
+    requests = [(p, len(p.token_ids)) for p in prompts]
+    requests += [(None, n) for n in draw(st.lists(st.integers(1, 40), max_size=2))]
+    requests = draw(st.permutations(requests))
+    rows = draw(st.lists(st.integers(1, POOL_SIZE), min_size=len(requests), max_size=len(requests), unique=True))
+    mode = draw(st.sampled_from(("extend", "decode", "speculative")))
+    if mode == "extend":  # a chunk of each prompt: [prefix, prefix + extend)
+        prefix = [draw(st.integers(0, n - 1)) for _, n in requests]
+        lens = [(p, draw(st.integers(1, n - p))) for p, (_, n) in zip(prefix, requests)]
+    else:  # each request past its prompt
+        lens = [n + draw(st.integers(1, 30)) for _, n in requests]
+    return model_type, requests, rows, mode, lens
+
+
+def _their_input(model_type, prompt):
+    """A request's multimodal inputs as SGLang's processor leaves them: its (3, L) positions and delta."""
+    if prompt is None:
+        return None
+    positions, delta = sglang_positions(SGLANG, prompt, model_type)
+    return types.SimpleNamespace(
+        mrope_positions=torch.from_numpy(positions),
+        mrope_position_delta=torch.tensor([[int(delta)]], dtype=torch.int64),
+        mrope_position_delta_repeated_cache=None,
+    )
+
+
+def _our_req(model_type, prompt, length):
+    """A request as the scheduler holds it under the plugin: its layout in `mrope_positions`."""
+    ids = list(range(length)) if prompt is None else list(prompt.token_ids)
+    if prompt is None:
+        return types.SimpleNamespace(multimodal_inputs=None, origin_input_ids=ids, session=None)
+    config = MRopeConfig.from_hf_config(config_for(prompt, model_type), semantics="sglang-0.5")
+    layout = PromptLayout.from_tokens(config, ids, **prompt.kwargs())
+    inputs = types.SimpleNamespace(mrope_positions=hooks.layout_tensor(layout))
+    return types.SimpleNamespace(multimodal_inputs=inputs, origin_input_ids=ids, session=None)
+
+
+def _forward(mode, seq_lens, rows):
+    forward = object.__new__(FORWARD.ForwardBatch)  # (its dataclass fields the position methods do not read stay unset)
+    forward.forward_mode = FORWARD.ForwardMode.DECODE if mode == "decode" else FORWARD.ForwardMode.EXTEND
+    forward.seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int64)
+    forward.seq_lens = forward.seq_lens_cpu.clone()
+    forward.req_pool_indices = torch.tensor(rows, dtype=torch.int64)
+    return forward
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_the_plugins_batch_positions_are_sglangs_own(batch):
+    model_type, requests, rows, mode, lens = batch
+    if mode == "extend":
+        prefix, extend = [p for p, _ in lens], [e for _, e in lens]
+        seq_lens = [p + e for p, e in lens]
+    else:
+        prefix = extend = None
+        seq_lens = lens
+    spec = None
+    if mode == "speculative":  # each request's draft tokens, at its next DRAFTS positions
+        spec = types.SimpleNamespace(positions=torch.tensor([s - 1 + j for s in seq_lens for j in range(DRAFTS)]))
+
+    theirs = _forward(mode, seq_lens, rows)
+    their_batch = types.SimpleNamespace(
+        multimodal_inputs=[_their_input(model_type, prompt) for prompt, _ in requests],
+        reqs=[types.SimpleNamespace(session=None) for _ in requests],
+        prefix_lens=prefix,
+        extend_lens=extend,
+        spec_info=spec,
+    )
+    runner = types.SimpleNamespace(device=torch.device("cpu"))
+    if mode == "speculative":
+        FORWARD.ForwardBatch.compute_spec_mrope_positions(theirs, runner, their_batch)
+    else:
+        FORWARD.ForwardBatch._compute_mrope_positions(theirs, runner, their_batch)
+
+    ours = _forward(mode, seq_lens, rows)
+    reqs = [_our_req(model_type, prompt, n) for prompt, n in requests]
+    our_batch = types.SimpleNamespace(
+        reqs=reqs,
+        multimodal_inputs=[req.multimodal_inputs for req in reqs],
+        req_pool_indices_cpu=torch.tensor(rows, dtype=torch.int64),
+        prefix_lens=prefix,
+        extend_lens=extend,
+        spec_info=spec,
+    )
+    pool = types.SimpleNamespace(size=POOL_SIZE, req_generation=torch.ones(POOL_SIZE + 1, dtype=torch.int64))
+    our_runner = types.SimpleNamespace(req_to_token_pool=pool, device=torch.device("cpu"), server_args=None)
+    if mode == "speculative":
+        OUR_SPECULATIVE(ours, our_runner, our_batch)
+    else:
+        OUR_EXTEND_DECODE(ours, our_runner, our_batch)
+    np.testing.assert_array_equal(ours.mrope_positions.numpy(), theirs.mrope_positions.numpy())
