@@ -13,7 +13,9 @@ Three parts, run in the same process, torch on one thread:
   anything is timed (Qwen3-Omni: the positions as prefill casts them to int64;
   its delta is ours by design, docs/semantics.md defect 1).
 - `batches`: the per-batch position cost of SGLang's extend, decode and
-  speculative paths, re-stated from its code (``ForwardBatch.
+  speculative paths: its own ``ForwardBatch`` methods where
+  MROPE_SGLANG_FORWARD_BATCH names the wheel's ``forward_batch_info.py``
+  (bench/sglang_sources.py loads it by path), else re-stated from its code (``ForwardBatch.
   _compute_mrope_positions_extend``: slice each request's (3, L) tensor and
   concatenate; ``_compute_mrope_positions_decode``: its scan for stored
   positions that cover a request's sequence, a tensor index per request,
@@ -30,8 +32,6 @@ Three parts, run in the same process, torch on one thread:
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import types
 
 import attrs
@@ -42,10 +42,11 @@ from mrope_tracker import MRopeConfig, PromptLayout
 from mrope_tracker.sglang import BatchPositions, get_rope_index, mrope_positions_nbytes
 from mrope_tracker.sglang.hooks import RunnerState
 
+from .sglang_sources import ROPE_INDEX_ENV as ENV
+from .sglang_sources import load_forward_batch, load_rope_index
 from .timing import measure, medians_us, ratio, torch_threads
 from .workloads import PromptBuilder, family_prompt_cases, qwen2_5_vl, qwen3_vl, seed_prompt_cases
 
-ENV = "MROPE_SGLANG_ROPE_INDEX"
 SEMANTICS = "sglang-0.5"
 BATCH_SIZES = (1, 8, 64, 256)
 EXTEND_TOKENS = 64  # each request's chunk in an extend batch
@@ -129,17 +130,6 @@ def _same(config, theirs, ours) -> bool:
     return torch.equal(theirs[0], ours[0]) and torch.equal(theirs[1], ours[1])
 
 
-def load_sglang():
-    """SGLang's mrope_rope_index module, from the file MROPE_SGLANG_ROPE_INDEX names (None without it)."""
-    path = os.environ.get(ENV)
-    if not path:
-        return None
-    spec = importlib.util.spec_from_file_location("sglang_mrope_rope_index", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def rope_index_rows(quick: bool, progress, sglang) -> list[dict]:
     rows = []
     for family, config, name, prompt in workloads(quick):
@@ -208,7 +198,9 @@ def _sglang_spec(stored, spec_positions):
     return (spec_positions.view(bs, -1) + deltas).flatten().unsqueeze(0).repeat(3, 1)
 
 
-def batch_rows(quick: bool, progress) -> list[dict]:
+def batch_rows(quick: bool, progress, forward=None) -> list[dict]:
+    """The batch table; SGLang's side is its own ForwardBatch methods where `forward` (forward_batch_info.py)
+    is loaded, else the re-statements above."""
     config = _configs()[0][1]
     prompt = PromptBuilder(config).text(20).image(36, 36).text(20).build()
     layout = PromptLayout.from_ranges(config, prompt.num_tokens, **prompt.kwargs, **prompt.ranges)
@@ -227,16 +219,16 @@ def batch_rows(quick: bool, progress) -> list[dict]:
         extend = [EXTEND_TOKENS] * bs
         seq = torch.tensor([prompt.num_tokens + 1 + b % 50 for b in range(bs)])
         spec = (seq[:, None] - 1 + torch.arange(DRAFT_TOKENS)).flatten()
+        theirs_of = _their_calls(forward, stored, prefix, extend, seq, spec, reqs)
         cases = {
-            "extend": (lambda: _sglang_extend(stored, prefix, extend, reqs),
-                       lambda: engine.positions(pool_rows, prefix_lens=prefix, extend_lens=extend)),
-            "decode": (lambda: _sglang_decode(stored, seq), lambda: engine.positions(pool_rows, seq_lens=seq)),
-            "speculative": (lambda: _sglang_spec(stored, spec),
-                            lambda: engine.positions(torch.from_numpy(pool_rows), spec_positions=spec)),
-        }  # fmt: skip
-        for mode, (theirs, ours) in cases.items():
+            "extend": lambda: engine.positions(pool_rows, prefix_lens=prefix, extend_lens=extend),
+            "decode": lambda: engine.positions(pool_rows, seq_lens=seq),
+            "speculative": lambda: engine.positions(torch.from_numpy(pool_rows), spec_positions=spec),
+        }
+        for mode, ours in cases.items():
+            theirs = theirs_of[mode]
             if not torch.equal(theirs(), ours()):
-                raise AssertionError(f"sglang: the {mode} batch of {bs} differs from SGLang's re-stated path")
+                raise AssertionError(f"sglang: the {mode} batch of {bs} differs from SGLang's path")
             progress(f"sglang: {mode} batch of {bs}")
 
             def served(ours=ours):  # the plugin's way: its test for new requests, then the call
@@ -260,6 +252,44 @@ def batch_rows(quick: bool, progress) -> list[dict]:
                 }
             )
     return rows
+
+
+def _their_calls(forward, stored, prefix, extend, seq, spec, reqs) -> dict:
+    """SGLang's position call for each batch mode: its own `ForwardBatch` methods where `forward` is loaded,
+    run on a batch as its scheduler fills one (each request's (3, L) table and delta), else the
+    re-statements."""
+    if forward is None:
+        return {
+            "extend": lambda: _sglang_extend(stored, prefix, extend, reqs),
+            "decode": lambda: _sglang_decode(stored, seq),
+            "speculative": lambda: _sglang_spec(stored, spec),
+        }
+    inputs = [
+        types.SimpleNamespace(mrope_positions=p, mrope_position_delta=d, mrope_position_delta_repeated_cache=None)
+        for p, d in stored
+    ]
+    batch = types.SimpleNamespace(multimodal_inputs=inputs, reqs=reqs, prefix_lens=prefix, extend_lens=extend,
+                                  spec_info=types.SimpleNamespace(positions=spec))  # fmt: skip
+    runner = types.SimpleNamespace(device=torch.device("cpu"))
+
+    def method(name: str, mode: str, seq_lens: torch.Tensor):
+        state = object.__new__(forward.ForwardBatch)  # (the fields its position methods do not read stay unset)
+        state.forward_mode = getattr(forward.ForwardMode, mode)
+        state.seq_lens_cpu = state.seq_lens = seq_lens
+        unbound = getattr(forward.ForwardBatch, name)
+
+        def call():
+            unbound(state, runner, batch)
+            return state.mrope_positions
+
+        return call
+
+    extended = torch.tensor([p + e for p, e in zip(prefix, extend)])
+    return {
+        "extend": method("_compute_mrope_positions", "EXTEND", extended),
+        "decode": method("_compute_mrope_positions", "DECODE", seq),
+        "speculative": method("compute_spec_mrope_positions", "DECODE", seq),
+    }
 
 
 def _admitted(engine: BatchPositions, bs: int):
@@ -294,14 +324,16 @@ def memory_rows(quick: bool) -> list[dict]:
 
 def run(quick: bool, progress) -> dict:
     with torch_threads(1):
-        sglang = load_sglang()
+        sglang = load_rope_index()
         result: dict = {}
         if sglang is None:
             result["rope_index_note"] = f"skipped: set {ENV} to SGLang 0.5.23's mrope_rope_index.py to compare"
             result["rope_index"] = []
         else:
             result["rope_index"] = rope_index_rows(quick, progress, sglang)
-        result["batches"] = batch_rows(quick, progress)
+        forward = load_forward_batch()
+        result["batches_sglang"] = "re-stated" if forward is None else "its code"
+        result["batches"] = batch_rows(quick, progress, forward)
         result["memory"] = memory_rows(quick)
     return result
 
@@ -329,8 +361,8 @@ def tables(result: dict) -> str:
          us(r["served_us"]), x(r["served_speedup"])]
         for r in result["batches"]
     ]  # fmt: skip
-    header = ["batch", "requests", "tokens", "SGLang (re-stated)", "one call", "speedup", "as the plugin calls it",
-              "speedup"]  # fmt: skip
+    header = ["batch", "requests", "tokens", f"SGLang ({result.get('batches_sglang', 're-stated')})", "one call",
+              "speedup", "as the plugin calls it", "speedup"]  # fmt: skip
     parts.append(table(header, rows))
     rows = [
         [r["family"], r["case"], f"{r['sglang_bytes']:,} B", f"{r['ours_bytes']:,} B ({r['layout_rows']} rows)",

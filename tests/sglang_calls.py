@@ -11,11 +11,11 @@ tests/record_sglang_vectors.py; nothing of SGLang's is copied here.
 
 from __future__ import annotations
 
-import importlib.util
 import types
 
 import numpy as np
 import torch
+from mrope_tracker.bench.sglang_sources import load_rope_index
 
 # model_type -> (family, the config file in tests/data/configs its prompts are drawn with):
 # every model type SGLang 0.5.23 positions with mrope_rope_index.py that this repository knows
@@ -41,10 +41,7 @@ SERVED = {
 
 def load(path: str) -> types.ModuleType:
     """SGLang's mrope_rope_index.py as a module of its own (no sglang import)."""
-    spec = importlib.util.spec_from_file_location("sglang_mrope_rope_index", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_rope_index(path)
 
 
 def config_for(prompt, model_type: str) -> dict:

@@ -3,7 +3,7 @@
 SGLang's ``ForwardBatch._compute_mrope_positions`` (its extend and decode
 paths) and ``compute_spec_mrope_positions`` come from
 ``sglang/srt/model_executor/forward_batch_info.py`` of the released wheel,
-loaded by path (tests/sglang_forward.py; MROPE_SGLANG_FORWARD_BATCH names the
+loaded by path (bench/sglang_sources.py; MROPE_SGLANG_FORWARD_BATCH names the
 file, which .ci/run's SGLang stage unpacks), and run on batches of requests
 whose (3, L) positions SGLang's own ``get_rope_index*`` made
 (MROPE_SGLANG_ROPE_INDEX). The plugin's replacements of those two methods run
@@ -25,6 +25,7 @@ import torch
 from family_prompts import family_prompts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mrope_tracker.bench.sglang_sources import load_forward_batch
 from sglang_calls import SERVED, config_for, load, sglang_positions
 from strategies import examples
 
@@ -40,10 +41,8 @@ if not (ROPE_INDEX and FORWARD_BATCH):
         allow_module_level=True,
     )
 
-import sglang_forward  # noqa: E402 (after the skip: it needs the file)
-
 SGLANG = load(ROPE_INDEX)
-FORWARD = sglang_forward.load(FORWARD_BATCH)
+FORWARD = load_forward_batch(FORWARD_BATCH)
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "paddleocr_vl", "qwen3_vl", "glm4v", "glm_ocr", "ernie4_5_moe_vl")
 POOL_SIZE = 8
 DRAFTS = 3
@@ -154,3 +153,13 @@ def test_the_plugins_batch_positions_are_sglangs_own(batch):
     else:
         OUR_EXTEND_DECODE(ours, our_runner, our_batch)
     np.testing.assert_array_equal(ours.mrope_positions.numpy(), theirs.mrope_positions.numpy())
+
+
+def test_the_bench_times_sglangs_own_batch_methods():
+    """`mrope-tracker bench --suite sglang` with this file times SGLang's own methods, after checking that
+    they give the adapter's positions."""
+    from mrope_tracker.bench import suite_sglang
+
+    rows = suite_sglang.batch_rows(True, lambda message: None, FORWARD)
+    assert {row["mode"] for row in rows} == {"extend", "decode", "speculative"}
+    assert all(row["sglang_us"] > 0 and row["served_us"] > 0 for row in rows)
