@@ -10,7 +10,9 @@ whose (3, L) positions SGLang's own ``get_rope_index*`` made
 on the same batches, every request holding its layout instead, and must give
 the same positions, column for column: random prompts of the model types both
 serve (Qwen3-Omni aside: its decode delta differs by design, defect 1 in
-docs/semantics.md), text requests beside them, any rows, any chunking.
+docs/semantics.md), text requests beside them, any rows, any chunking, and
+mixed batches (chunks beside decode tokens, which SGLang's extend path
+positions from the delta).
 Without either file this module skips.
 """
 
@@ -67,10 +69,18 @@ def batches(draw):
     requests += [(None, n) for n in draw(st.lists(st.integers(1, 40), max_size=2))]
     requests = draw(st.permutations(requests))
     rows = draw(st.lists(st.integers(1, POOL_SIZE), min_size=len(requests), max_size=len(requests), unique=True))
-    mode = draw(st.sampled_from(("extend", "decode", "speculative")))
+    mode = draw(st.sampled_from(("extend", "mixed", "decode", "speculative")))
     if mode == "extend":  # a chunk of each prompt: [prefix, prefix + extend)
         prefix = [draw(st.integers(0, n - 1)) for _, n in requests]
         lens = [(p, draw(st.integers(1, n - p))) for p, (_, n) in zip(prefix, requests)]
+    elif mode == "mixed":  # SGLang's mixed chunked prefill: chunks beside decode tokens (one token past a prompt)
+        lens = []
+        for _, n in requests:
+            if draw(st.booleans()):
+                p = draw(st.integers(0, n - 1))
+                lens.append((p, draw(st.integers(1, n - p))))
+            else:
+                lens.append((n + draw(st.integers(0, 30)), 1))
     else:  # each request past its prompt
         lens = [n + draw(st.integers(1, 30)) for _, n in requests]
     return model_type, requests, rows, mode, lens
@@ -101,18 +111,20 @@ def _our_req(model_type, prompt, length):
 
 def _forward(mode, seq_lens, rows):
     forward = object.__new__(FORWARD.ForwardBatch)  # (its dataclass fields the position methods do not read stay unset)
-    forward.forward_mode = FORWARD.ForwardMode.DECODE if mode == "decode" else FORWARD.ForwardMode.EXTEND
+    forward.forward_mode = {"decode": FORWARD.ForwardMode.DECODE, "mixed": FORWARD.ForwardMode.MIXED}.get(
+        mode, FORWARD.ForwardMode.EXTEND
+    )
     forward.seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int64)
     forward.seq_lens = forward.seq_lens_cpu.clone()
     forward.req_pool_indices = torch.tensor(rows, dtype=torch.int64)
     return forward
 
 
-@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_the_plugins_batch_positions_are_sglangs_own(batch):
     model_type, requests, rows, mode, lens = batch
-    if mode == "extend":
+    if mode in ("extend", "mixed"):
         prefix, extend = [p for p, _ in lens], [e for _, e in lens]
         seq_lens = [p + e for p, e in lens]
     else:
