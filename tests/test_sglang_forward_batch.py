@@ -10,9 +10,11 @@ whose (3, L) positions SGLang's own ``get_rope_index*`` made
 on the same batches, every request holding its layout instead, and must give
 the same positions, column for column: random prompts of the model types both
 serve (Qwen3-Omni aside: its decode delta differs by design, defect 1 in
-docs/semantics.md), text requests beside them, any rows, any chunking, and
+docs/semantics.md), text requests beside them, any rows, any chunking,
 mixed batches (chunks beside decode tokens, which SGLang's extend path
-positions from the delta).
+positions from the delta), and batches with a request the adapter does not
+serve (positions SGLang made itself), which the plugin hands to SGLang's own
+methods with the other requests' layouts lent as positions.
 Without either file this module skips.
 """
 
@@ -54,9 +56,16 @@ def _not_sglang(*args, **kwargs):
     raise AssertionError("the adapter handed a batch it serves to SGLang's own code")
 
 
-# the plugin's replacements, with SGLang's methods as the originals they would fall back to (they must not)
-OUR_EXTEND_DECODE = plugin._compute_mrope_positions(_not_sglang)
-OUR_SPECULATIVE = plugin._compute_spec_mrope_positions(_not_sglang)
+# the plugin's replacements: with a stand-in for SGLang's methods where a batch must be served without them, and with
+# SGLang's own where a request the adapter does not serve sends the batch to them
+SERVED_ONLY = {
+    "extend": plugin._compute_mrope_positions(_not_sglang),
+    "speculative": plugin._compute_spec_mrope_positions(_not_sglang),
+}
+FALLING_BACK = {
+    "extend": plugin._compute_mrope_positions(FORWARD.ForwardBatch._compute_mrope_positions),
+    "speculative": plugin._compute_spec_mrope_positions(FORWARD.ForwardBatch.compute_spec_mrope_positions),
+}
 
 
 @st.composite
@@ -83,7 +92,10 @@ def batches(draw):
                 lens.append((n + draw(st.integers(0, 30)), 1))
     else:  # each request past its prompt
         lens = [n + draw(st.integers(1, 30)) for _, n in requests]
-    return model_type, requests, rows, mode, lens
+    # one request whose positions SGLang made itself (a processor path that never called get_rope_index*): the
+    # adapter does not serve it, so the batch goes to SGLang's own code, the layouts lent as positions
+    foreign = draw(st.sampled_from([None, *(k for k, (prompt, _) in enumerate(requests) if prompt is not None)]))
+    return model_type, requests, rows, mode, lens, foreign
 
 
 def _their_input(model_type, prompt):
@@ -98,14 +110,23 @@ def _their_input(model_type, prompt):
     )
 
 
-def _our_req(model_type, prompt, length):
-    """A request as the scheduler holds it under the plugin: its layout in `mrope_positions`."""
+def _our_req(model_type, prompt, length, foreign: bool):
+    """A request as the scheduler holds it under the plugin: its layout in `mrope_positions` (with the delta
+    the processor stored), or where `foreign` SGLang's own inputs."""
     ids = list(range(length)) if prompt is None else list(prompt.token_ids)
     if prompt is None:
         return types.SimpleNamespace(multimodal_inputs=None, origin_input_ids=ids, session=None)
+    if foreign:
+        return types.SimpleNamespace(
+            multimodal_inputs=_their_input(model_type, prompt), origin_input_ids=ids, session=None
+        )
     config = MRopeConfig.from_hf_config(config_for(prompt, model_type), semantics="sglang-0.5")
     layout = PromptLayout.from_tokens(config, ids, **prompt.kwargs())
-    inputs = types.SimpleNamespace(mrope_positions=hooks.layout_tensor(layout))
+    inputs = types.SimpleNamespace(
+        mrope_positions=hooks.layout_tensor(layout),
+        mrope_position_delta=torch.tensor([[layout.delta]], dtype=torch.int64),
+        mrope_position_delta_repeated_cache=None,
+    )
     return types.SimpleNamespace(multimodal_inputs=inputs, origin_input_ids=ids, session=None)
 
 
@@ -123,7 +144,7 @@ def _forward(mode, seq_lens, rows):
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_the_plugins_batch_positions_are_sglangs_own(batch):
-    model_type, requests, rows, mode, lens = batch
+    model_type, requests, rows, mode, lens, foreign = batch
     if mode in ("extend", "mixed"):
         prefix, extend = [p for p, _ in lens], [e for _, e in lens]
         seq_lens = [p + e for p, e in lens]
@@ -149,7 +170,7 @@ def test_the_plugins_batch_positions_are_sglangs_own(batch):
         FORWARD.ForwardBatch._compute_mrope_positions(theirs, runner, their_batch)
 
     ours = _forward(mode, seq_lens, rows)
-    reqs = [_our_req(model_type, prompt, n) for prompt, n in requests]
+    reqs = [_our_req(model_type, prompt, n, k == foreign) for k, (prompt, n) in enumerate(requests)]
     our_batch = types.SimpleNamespace(
         reqs=reqs,
         multimodal_inputs=[req.multimodal_inputs for req in reqs],
@@ -160,11 +181,12 @@ def test_the_plugins_batch_positions_are_sglangs_own(batch):
     )
     pool = types.SimpleNamespace(size=POOL_SIZE, req_generation=torch.ones(POOL_SIZE + 1, dtype=torch.int64))
     our_runner = types.SimpleNamespace(req_to_token_pool=pool, device=torch.device("cpu"), server_args=None)
-    if mode == "speculative":
-        OUR_SPECULATIVE(ours, our_runner, our_batch)
-    else:
-        OUR_EXTEND_DECODE(ours, our_runner, our_batch)
+    replacements = SERVED_ONLY if foreign is None else FALLING_BACK
+    replacements["speculative" if mode == "speculative" else "extend"](ours, our_runner, our_batch)
     np.testing.assert_array_equal(ours.mrope_positions.numpy(), theirs.mrope_positions.numpy())
+    if foreign is not None:  # the layouts lent for that call are back in place
+        assert all(hooks.is_layout_tensor(req.multimodal_inputs.mrope_positions)
+                   for k, req in enumerate(reqs) if req.multimodal_inputs is not None and k != foreign)  # fmt: skip
 
 
 def test_the_bench_times_sglangs_own_batch_methods():
