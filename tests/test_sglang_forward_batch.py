@@ -197,3 +197,16 @@ def test_the_bench_times_sglangs_own_batch_methods():
     rows = suite_sglang.batch_rows(True, lambda message: None, FORWARD)
     assert {row["mode"] for row in rows} == {"extend", "decode", "speculative"}
     assert all(row["sglang_us"] > 0 and row["served_us"] > 0 for row in rows)
+
+
+def test_the_plugins_targets_in_these_files_are_sglangs():
+    """What `install()` checks before patching, on SGLang's own files rather than the recorded API: each
+    function of mrope_rope_index.py and each ForwardBatch method it patches exists with SGLang's parameters."""
+    checked = []
+    for module_name, name, expected, _ in plugin.FUNCTIONS:
+        if module_name == plugin.ROPE_INDEX:
+            checked.append(plugin._check(name, getattr(SGLANG, name, None), expected))
+    for module_name, class_name, name, expected, _ in plugin.METHODS:
+        if module_name == plugin.FORWARD:
+            checked.append(plugin._check(name, vars(getattr(FORWARD, class_name)).get(name), expected))
+    assert len(checked) == 6  # four get_rope_index* functions, two ForwardBatch methods
