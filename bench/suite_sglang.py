@@ -13,9 +13,9 @@ Three parts, run in the same process, torch on one thread:
   anything is timed (Qwen3-Omni: the positions as prefill casts them to int64;
   its delta is ours by design, docs/semantics.md defect 1).
 - `batches`: the per-batch position cost of SGLang's extend, decode and
-  speculative paths: its own ``ForwardBatch`` methods where
-  MROPE_SGLANG_FORWARD_BATCH names the wheel's ``forward_batch_info.py``
-  (bench/sglang_sources.py loads it by path), else re-stated from its code (``ForwardBatch.
+  speculative paths: its own ``ForwardBatch`` methods where the wheel's
+  ``forward_batch_info.py`` lies beside the file MROPE_SGLANG_ROPE_INDEX
+  names (bench/sglang_sources.py loads it by path), else re-stated from its code (``ForwardBatch.
   _compute_mrope_positions_extend``: slice each request's (3, L) tensor and
   concatenate; ``_compute_mrope_positions_decode``: its scan for stored
   positions that cover a request's sequence, a tensor index per request,

@@ -1,26 +1,33 @@
-"""The installed SGLang adapter against SGLang 0.5.23's own forward-batch code.
+"""The installed SGLang adapter against SGLang 0.5.23's own scheduler-side code.
 
-SGLang's ``ForwardBatch._compute_mrope_positions`` (its extend and decode
-paths) and ``compute_spec_mrope_positions`` come from
-``sglang/srt/model_executor/forward_batch_info.py`` of the released wheel,
-loaded by path (bench/sglang_sources.py; MROPE_SGLANG_FORWARD_BATCH names the
-file, which .ci/run's SGLang stage unpacks), and run on batches of requests
-whose (3, L) positions SGLang's own ``get_rope_index*`` made
-(MROPE_SGLANG_ROPE_INDEX). The plugin's replacements of those two methods run
-on the same batches, every request holding its layout instead, and must give
-the same positions, column for column: random prompts of the model types both
-serve (Qwen3-Omni aside: its decode delta differs by design, defect 1 in
-docs/semantics.md), text requests beside them, any rows, any chunking,
-mixed batches (chunks beside decode tokens, which SGLang's extend path
-positions from the delta), and batches with a request the adapter does not
-serve (positions SGLang made itself), which the plugin hands to SGLang's own
-methods with the other requests' layouts lent as positions.
-Without either file this module skips.
+Three files of the released wheel, loaded by path (bench/sglang_sources.py;
+MROPE_SGLANG_ROPE_INDEX names ``mrope_rope_index.py`` in the folder where
+.ci/run's SGLang stage unpacks them, the sglang package never imported):
+
+- batches: SGLang's ``ForwardBatch._compute_mrope_positions`` (its extend and
+  decode paths) and ``compute_spec_mrope_positions``
+  (``forward_batch_info.py``) run on batches of requests whose (3, L)
+  positions SGLang's own ``get_rope_index*`` made; the plugin's replacements
+  of those two methods run on the same batches, every request holding its
+  layout instead, and must give the same positions, column for column:
+  random prompts of the model types both serve (Qwen3-Omni aside: its decode
+  delta differs by design, defect 1 in docs/semantics.md), text requests
+  beside them, any rows, any chunking, mixed batches (chunks beside decode
+  tokens, which SGLang's extend path positions from the delta), and batches
+  with a request the adapter does not serve (positions SGLang made itself),
+  which the plugin hands to SGLang's own methods with the other requests'
+  layouts lent as positions.
+- sessions: SGLang's ``Req._extend_session_image_inputs`` and
+  ``MultimodalInputs.merge`` (``schedule_batch.py``) compose a session's
+  (3, L) table turn by turn, generated and appended text between the turns;
+  the plugin's replacements compose its layout from the same turns, and the
+  positions, the delta and the next decode batch's positions must be SGLang's.
+
+Where a file is missing, its tests skip.
 """
 
 from __future__ import annotations
 
-import os
 import types
 
 import numpy as np
@@ -29,24 +36,22 @@ import torch
 from family_prompts import family_prompts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mrope_tracker.bench.sglang_sources import load_forward_batch
-from sglang_calls import SERVED, config_for, load, sglang_positions
+from mrope_tracker.bench.sglang_sources import load_forward_batch, load_rope_index, load_schedule_batch
+from sglang_calls import SERVED, config_for, sglang_positions
 from strategies import examples
 
 from mrope_tracker import MRopeConfig, PromptLayout
 from mrope_tracker.sglang import hooks, plugin
 
-ROPE_INDEX = os.environ.get("MROPE_SGLANG_ROPE_INDEX")
-FORWARD_BATCH = os.environ.get("MROPE_SGLANG_FORWARD_BATCH")
-if not (ROPE_INDEX and FORWARD_BATCH):
+SGLANG = load_rope_index()
+FORWARD = load_forward_batch()
+SCHEDULE = load_schedule_batch()
+if SGLANG is None or FORWARD is None:
     pytest.skip(
-        "MROPE_SGLANG_ROPE_INDEX and MROPE_SGLANG_FORWARD_BATCH name SGLang 0.5.23's mrope_rope_index.py and "
-        "forward_batch_info.py",
+        "MROPE_SGLANG_ROPE_INDEX names no SGLang 0.5.23 mrope_rope_index.py with forward_batch_info.py beside it",
         allow_module_level=True,
     )
 
-SGLANG = load(ROPE_INDEX)
-FORWARD = load_forward_batch(FORWARD_BATCH)
 MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "paddleocr_vl", "qwen3_vl", "glm4v", "glm_ocr", "ernie4_5_moe_vl")
 POOL_SIZE = 8
 DRAFTS = 3
@@ -210,3 +215,80 @@ def test_the_plugins_targets_in_these_files_are_sglangs():
         if module_name == plugin.FORWARD:
             checked.append(plugin._check(name, vars(getattr(FORWARD, class_name)).get(name), expected))
     assert len(checked) == 6  # four get_rope_index* functions, two ForwardBatch methods
+
+
+# ---------------------------------------------------------------------------------------------- sessions
+SESSION_TYPES = ("qwen2_5_vl", "qwen3_vl", "glm4v")
+REPLY_TOKEN = 1  # the text a request generated between two turns (its ids do not matter: text)
+
+
+@st.composite
+def sessions(draw):
+    """(model type, turns, generated): each turn a prompt with an item, and before each later turn the number of
+    tokens the request generated."""
+    model_type = draw(st.sampled_from(SESSION_TYPES))
+    family, config_name = SERVED[model_type]
+    turn = family_prompts(family, config_name=config_name, max_items=2).filter(
+        lambda p: bool(p.image_grid_thw or p.video_grid_thw)
+    )
+    turns = draw(st.lists(turn, min_size=2, max_size=3))
+    return model_type, turns, [draw(st.integers(0, 12)) for _ in turns[1:]]
+
+
+def _turn_inputs(positions, delta):
+    return SCHEDULE.MultimodalInputs(mm_items=[], mrope_positions=positions, mrope_position_delta=delta)
+
+
+def _session_req():
+    req = object.__new__(SCHEDULE.Req)  # (the fields session composing does not read stay unset)
+    req._session_mm_items = []
+    req.multimodal_inputs = None
+    req.session = types.SimpleNamespace()
+    return req
+
+
+@pytest.mark.skipif(SCHEDULE is None, reason="no schedule_batch.py beside MROPE_SGLANG_ROPE_INDEX's file")
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions())
+def test_a_sessions_positions_are_sglangs_own(session):
+    """Turn by turn, SGLang's own `_extend_session_image_inputs` composes its (3, L) table and the plugin's
+    composes the layout; the whole session's positions, its delta and the next decode step agree."""
+    model_type, turns, generated = session
+    theirs, ours = _session_req(), _session_req()
+    extend = plugin._extend_session_image_inputs(SCHEDULE.Req._extend_session_image_inputs)
+    real_merge = SCHEDULE.MultimodalInputs.merge
+    ids: list = []
+    for k, prompt in enumerate(turns):
+        ids = ids + [REPLY_TOKEN] * (generated[k - 1] if k else 0) + list(prompt.token_ids)
+        theirs.origin_input_ids = ours.origin_input_ids = ids
+        their_turn = _their_input(model_type, prompt)
+        SCHEDULE.Req._extend_session_image_inputs(
+            theirs, _turn_inputs(their_turn.mrope_positions, their_turn.mrope_position_delta)
+        )
+        our_turn = _our_req(model_type, prompt, len(prompt.token_ids), False).multimodal_inputs
+        SCHEDULE.MultimodalInputs.merge = plugin._merge(real_merge)  # (as install() patches it)
+        try:
+            extend(ours, _turn_inputs(our_turn.mrope_positions, our_turn.mrope_position_delta))
+        finally:
+            SCHEDULE.MultimodalInputs.merge = real_merge
+    layout = hooks.layout_of_tensor(ours.multimodal_inputs.mrope_positions)
+    np.testing.assert_array_equal(layout.positions(), theirs.multimodal_inputs.mrope_positions.numpy())
+    assert (
+        layout.delta
+        == int(theirs.multimodal_inputs.mrope_position_delta)
+        == int(ours.multimodal_inputs.mrope_position_delta)
+    )
+    # the next decode step, through each side's batch code
+    seq_lens, runner = [len(ids) + 1], types.SimpleNamespace(device=torch.device("cpu"))
+    their_step = _forward("decode", seq_lens, [1])
+    FORWARD.ForwardBatch._compute_mrope_positions(
+        their_step, runner, types.SimpleNamespace(multimodal_inputs=[theirs.multimodal_inputs], reqs=[theirs])
+    )
+    our_step = _forward("decode", seq_lens, [1])
+    pool = types.SimpleNamespace(size=POOL_SIZE, req_generation=torch.ones(POOL_SIZE + 1, dtype=torch.int64))
+    our_runner = types.SimpleNamespace(req_to_token_pool=pool, device=torch.device("cpu"), server_args=None)
+    our_batch = types.SimpleNamespace(
+        reqs=[ours], multimodal_inputs=[ours.multimodal_inputs], req_pool_indices_cpu=torch.tensor([1])
+    )
+    SERVED_ONLY["extend"](our_step, our_runner, our_batch)
+    np.testing.assert_array_equal(our_step.mrope_positions.numpy(), their_step.mrope_positions.numpy())
