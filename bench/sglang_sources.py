@@ -2,7 +2,7 @@
 
 MROPE_SGLANG_ROPE_INDEX names ``sglang/srt/layers/rotary_embedding/
 mrope_rope_index.py`` inside a folder where the released wheel (or those
-files of it) was unpacked; CI's SGLang stage unpacks three (.ci/run):
+files of it) was unpacked; CI's SGLang stage unpacks four (.ci/run):
 
 - ``mrope_rope_index.py``: the ``get_rope_index*`` position functions. It
   imports only the standard library and torch.
@@ -13,8 +13,10 @@ files of it) was unpacked; CI's SGLang stage unpacks three (.ci/run):
 - ``sglang/srt/managers/schedule_batch.py``: ``Req`` and ``MultimodalInputs``,
   whose ``_extend_session_image_inputs`` and ``merge`` compose a session's
   positions turn by turn.
+- ``sglang/srt/managers/mm_utils.py``: ``extend_mrope_positions_for_retracted_request``,
+  which extends a retracted request's table over the tokens it generated.
 
-The last two are read from the same folder as the first, when there. What
+The others are read from the same folder as the first, when there. What
 they import from sglang, and any package of their imports this environment
 lacks (msgspec), is a stand-in while the file runs: a module whose every
 name is a new class, itself answering any attribute, subscript or union
@@ -39,6 +41,7 @@ ROPE_INDEX_ENV = "MROPE_SGLANG_ROPE_INDEX"
 ROPE_INDEX_FILE = "sglang/srt/layers/rotary_embedding/mrope_rope_index.py"
 FORWARD_BATCH_FILE = "sglang/srt/model_executor/forward_batch_info.py"
 SCHEDULE_BATCH_FILE = "sglang/srt/managers/schedule_batch.py"
+MM_UTILS_FILE = "sglang/srt/managers/mm_utils.py"
 
 
 class _AnyName(type):
@@ -160,3 +163,10 @@ def load_schedule_batch(path: str | None = None) -> types.ModuleType | None:
     its Req and MultimodalInputs; None where there is none."""
     path = path or wheel_file(SCHEDULE_BATCH_FILE)
     return None if path is None else _load(path, "sglang_schedule_batch")
+
+
+def load_mm_utils(path: str | None = None) -> types.ModuleType | None:
+    """mm_utils.py (`path`, else beside MROPE_SGLANG_ROPE_INDEX's file) as ``sglang_mm_utils``; None where
+    there is none."""
+    path = path or wheel_file(MM_UTILS_FILE)
+    return None if path is None else _load(path, "sglang_mm_utils")

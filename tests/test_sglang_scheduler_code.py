@@ -17,6 +17,10 @@ MROPE_SGLANG_ROPE_INDEX names ``mrope_rope_index.py`` in the folder where
   with a request the adapter does not serve (positions SGLang made itself),
   which the plugin hands to SGLang's own methods with the other requests'
   layouts lent as positions.
+- retraction: SGLang's ``extend_mrope_positions_for_retracted_request``
+  (``mm_utils.py``) extends a retracted request's table over the tokens it
+  generated, and its extend path positions the request's second prefill from
+  that table; the plugin keeps the layout, and the positions must agree.
 - sessions: SGLang's ``Req._extend_session_image_inputs`` and
   ``MultimodalInputs.merge`` (``schedule_batch.py``) compose a session's
   (3, L) table turn by turn, generated and appended text between the turns;
@@ -36,7 +40,7 @@ import torch
 from family_prompts import family_prompts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mrope_tracker.bench.sglang_sources import load_forward_batch, load_rope_index, load_schedule_batch
+from mrope_tracker.bench.sglang_sources import load_forward_batch, load_mm_utils, load_rope_index, load_schedule_batch
 from sglang_calls import SERVED, config_for, sglang_positions
 from strategies import examples
 
@@ -46,6 +50,7 @@ from mrope_tracker.sglang import hooks, plugin
 SGLANG = load_rope_index()
 FORWARD = load_forward_batch()
 SCHEDULE = load_schedule_batch()
+MM_UTILS = load_mm_utils()
 if SGLANG is None or FORWARD is None:
     pytest.skip(
         "MROPE_SGLANG_ROPE_INDEX names no SGLang 0.5.23 mrope_rope_index.py with forward_batch_info.py beside it",
@@ -292,3 +297,40 @@ def test_a_sessions_positions_are_sglangs_own(session):
     )
     SERVED_ONLY["extend"](our_step, our_runner, our_batch)
     np.testing.assert_array_equal(our_step.mrope_positions.numpy(), their_step.mrope_positions.numpy())
+
+
+# ---------------------------------------------------------------------------------------------- retraction
+@pytest.mark.skipif(MM_UTILS is None, reason="no mm_utils.py beside MROPE_SGLANG_ROPE_INDEX's file")
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(MODEL_TYPES).flatmap(lambda t: st.tuples(st.just(t), family_prompts(SERVED[t][0],
+       config_name=SERVED[t][1], max_items=2))), st.integers(1, 20), st.data())  # fmt: skip
+def test_a_retracted_requests_second_prefill_is_positioned_as_sglang_does(typed_prompt, output_len, data):
+    """A request retracted after `output_len` tokens is prefilled again over its prompt and those tokens:
+    SGLang extends its table (its mm_utils function), the plugin leaves the layout as it is, and every chunk of
+    the second prefill gets the same positions through each side's extend path."""
+    model_type, prompt = typed_prompt
+    total = len(prompt.token_ids) + output_len
+    prefix = data.draw(st.integers(0, total - 1))
+    extend = data.draw(st.integers(1, total - prefix))
+    their = _their_input(model_type, prompt)
+    their.mrope_positions = MM_UTILS.extend_mrope_positions_for_retracted_request(their.mrope_positions, output_len)
+    theirs = _forward("extend", [prefix + extend], [1])
+    FORWARD.ForwardBatch._compute_mrope_positions(
+        theirs,
+        types.SimpleNamespace(device=torch.device("cpu")),
+        types.SimpleNamespace(multimodal_inputs=[their], reqs=[types.SimpleNamespace(session=None)],
+                              prefix_lens=[prefix], extend_lens=[extend]),
+    )  # fmt: skip
+    req = _our_req(model_type, prompt, len(prompt.token_ids), False)
+    retracted = plugin._retracted(MM_UTILS.extend_mrope_positions_for_retracted_request)
+    req.multimodal_inputs.mrope_positions = retracted(req.multimodal_inputs.mrope_positions, output_len)
+    assert hooks.is_layout_tensor(req.multimodal_inputs.mrope_positions)  # (kept: nothing stored per token)
+    ours = _forward("extend", [prefix + extend], [1])
+    pool = types.SimpleNamespace(size=POOL_SIZE, req_generation=torch.ones(POOL_SIZE + 1, dtype=torch.int64))
+    SERVED_ONLY["extend"](
+        ours,
+        types.SimpleNamespace(req_to_token_pool=pool, device=torch.device("cpu"), server_args=None),
+        types.SimpleNamespace(reqs=[req], multimodal_inputs=[req.multimodal_inputs],
+                              req_pool_indices_cpu=torch.tensor([1]), prefix_lens=[prefix], extend_lens=[extend]),
+    )  # fmt: skip
+    np.testing.assert_array_equal(ours.mrope_positions.numpy(), theirs.mrope_positions.numpy())
