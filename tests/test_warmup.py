@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 import pickle
+import site
 import subprocess
 import sys
 import threading
@@ -461,14 +462,18 @@ def test_a_fresh_child_refuses_another_packages_sources(tmp_path):
 
 
 def test_fresh_children_import_the_parents_package_and_cache(monkeypatch, tmp_path):
-    """The children's path starts with the folder holding this very package, and they cache where numba
-    caches here, even when that was set in this process rather than in its environment."""
+    """The children's path starts with the folder holding this very package (unless that is a site-packages
+    folder, which they search anyway), and they cache where numba caches here, even when that was set in this
+    process rather than in its environment."""
     package = os.path.dirname(forked.__file__)
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", "elsewhere")
     env = forked._child_environment(package)
     assert env["PYTHONPATH"].split(os.pathsep) == [os.path.dirname(package), "elsewhere"]
     assert env["NUMBA_CACHE_DIR"] == str(tmp_path)
+    # an installed package: its site-packages folder stays where the interpreter puts it, after the stdlib
+    installed = os.path.join(site.getsitepackages()[0], "mrope_tracker")
+    assert forked._child_environment(installed)["PYTHONPATH"] == "elsewhere"
 
 
 def test_an_embedding_programs_executable_starts_nothing(monkeypatch):

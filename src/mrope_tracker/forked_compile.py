@@ -145,11 +145,18 @@ def compile_in_fresh_processes(plan: bytes, num_tasks: int, num_children: int = 
 
 def _child_environment(package: str) -> dict:
     """This process's environment, with the folder that holds the package first on the child's path (so it
-    compiles the very sources this process loads) and numba's cache folder as this process sees it."""
+    compiles the very sources this process loads; not a site-packages folder, which the child searches
+    anyway and which, put first, would come before the standard library) and numba's cache folder as this
+    process sees it."""
+    import site
+
     import numba
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(package), env.get("PYTHONPATH")]))
+    folder = os.path.dirname(package)
+    site_folders = {os.path.abspath(path) for path in [*site.getsitepackages(), site.getusersitepackages()]}
+    if folder not in site_folders:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
     if numba.config.CACHE_DIR:
         env["NUMBA_CACHE_DIR"] = str(numba.config.CACHE_DIR)
     return env
