@@ -541,3 +541,51 @@ def test_the_view_of_sglangs_generations_follows_its_storage():
     assert state.generation[1] == 2 and state.foreign[1]
     live[1] += 1  # in place (as SGLang bumps it): seen through the kept view
     assert state.serves(torch.tensor([1]), live, reqs).tolist() == [1] and state.generation[1] == 3
+
+
+# ---------------------------------------------------------------------------------------------- the launcher
+def _fake_sglang_package(folder) -> None:
+    """An importable `sglang` package with the recorded API (functions and classes with SGLang 0.5.23's
+    parameters) and a `sglang.launch_server` that reports it ran."""
+    modules: dict = {}
+    for key, params in RECORD["functions"].items():
+        module, name = key.split(":")
+        modules.setdefault(module, []).append(f"def {name}({', '.join(params)}):\n    return 'sglang'\n")
+    classes: dict = {}
+    for key, entry in RECORD["methods"].items():
+        module, qualified = key.split(":")
+        cls, name = qualified.split(".")
+        params = entry["params"] if entry["staticmethod"] else ["self", *entry["params"]]
+        decorator = "    @staticmethod\n" if entry["staticmethod"] else ""
+        classes.setdefault((module, cls), []).append(f"{decorator}    def {name}({', '.join(params)}):\n        pass\n")
+    for (module, cls), methods in classes.items():
+        modules.setdefault(module, []).append(f"class {cls}:\n" + "".join(methods))
+    modules["sglang.launch_server"] = ["import sys\nprint('launched', sys.argv[1:])\n"]
+    for module, parts in modules.items():
+        path = folder.joinpath(*module.split("."))
+        for k in range(1, len(module.split("."))):
+            package = folder.joinpath(*module.split(".")[:k])
+            package.mkdir(parents=True, exist_ok=True)
+            (package / "__init__.py").touch()
+        path.with_suffix(".py").write_text("\n\n".join(parts))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_the_launcher_installs_warms_the_cache_and_starts_sglang(tmp_path, switch):
+    """`python -m mrope_tracker.sglang.launch_server ARGS` installs the plugin, fills numba's cache with the
+    tracker runner's kernels (warmup's marker is there afterwards) and runs SGLang's launch_server with ARGS;
+    with MROPE_TRACKER_SGLANG=0 it only runs SGLang's."""
+    import subprocess
+
+    fake, cache = tmp_path / "fake", tmp_path / "cache"
+    fake.mkdir()
+    _fake_sglang_package(fake)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]),
+               NUMBA_CACHE_DIR=str(cache), MROPE_TRACKER_SGLANG=switch)  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "mrope_tracker.sglang.launch_server", "--port", "30000"],
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("launched ['--port', '30000']")
+    markers = list(cache.rglob("*warmup-complete*any-tracker*")) if cache.exists() else []
+    assert bool(markers) == (switch == "1")
