@@ -44,15 +44,19 @@ SCHEDULE_BATCH_FILE = "sglang/srt/managers/schedule_batch.py"
 MM_UTILS_FILE = "sglang/srt/managers/mm_utils.py"
 
 
+def _stand_in(owner, name: str):
+    """A new stand-in class for `owner`'s attribute `name` (kept on `owner`); dunder names stay missing."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    value = _AnyName(name, (_StandInBase,), {})
+    setattr(owner, name, value)
+    return value
+
+
 class _AnyName(type):
     """A stand-in class: any attribute is another stand-in class, and so is a subscript or a union."""
 
-    def __getattr__(cls, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = _AnyName(name, (_StandInBase,), {})
-        setattr(cls, name, value)
-        return value
+    __getattr__ = _stand_in
 
     def __getitem__(cls, item):
         return cls
@@ -73,12 +77,7 @@ class _StandInBase(metaclass=_AnyName):
 
 
 class _StandInModule(types.ModuleType):
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = _AnyName(name, (_StandInBase,), {})
-        setattr(self, name, value)
-        return value
+    __getattr__ = _stand_in
 
 
 def _get_exec():
