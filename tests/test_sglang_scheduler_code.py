@@ -151,9 +151,17 @@ def _forward(mode, seq_lens, rows):
     return forward
 
 
+def _our_runner():
+    """A model runner as the plugin reads it: a req_to_token pool whose rows were all allocated once."""
+    pool = types.SimpleNamespace(size=POOL_SIZE, req_generation=torch.ones(POOL_SIZE + 1, dtype=torch.int64))
+    return types.SimpleNamespace(req_to_token_pool=pool, device=torch.device("cpu"), server_args=None)
+
+
 @settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_the_plugins_batch_positions_are_sglangs_own(batch):
+    """One batch through SGLang's own method on its tables and through the plugin's on the layouts: the same
+    positions (and, where a request is not the adapter's, SGLang's method ran with the layouts lent back)."""
     model_type, requests, rows, mode, lens, foreign = batch
     if mode in ("extend", "mixed"):
         prefix, extend = [p for p, _ in lens], [e for _, e in lens]
@@ -189,8 +197,7 @@ def test_the_plugins_batch_positions_are_sglangs_own(batch):
         extend_lens=extend,
         spec_info=spec,
     )
-    pool = types.SimpleNamespace(size=POOL_SIZE, req_generation=torch.ones(POOL_SIZE + 1, dtype=torch.int64))
-    our_runner = types.SimpleNamespace(req_to_token_pool=pool, device=torch.device("cpu"), server_args=None)
+    our_runner = _our_runner()
     replacements = SERVED_ONLY if foreign is None else FALLING_BACK
     replacements["speculative" if mode == "speculative" else "extend"](ours, our_runner, our_batch)
     np.testing.assert_array_equal(ours.mrope_positions.numpy(), theirs.mrope_positions.numpy())
@@ -290,8 +297,7 @@ def test_a_sessions_positions_are_sglangs_own(session):
         their_step, runner, types.SimpleNamespace(multimodal_inputs=[theirs.multimodal_inputs], reqs=[theirs])
     )
     our_step = _forward("decode", seq_lens, [1])
-    pool = types.SimpleNamespace(size=POOL_SIZE, req_generation=torch.ones(POOL_SIZE + 1, dtype=torch.int64))
-    our_runner = types.SimpleNamespace(req_to_token_pool=pool, device=torch.device("cpu"), server_args=None)
+    our_runner = _our_runner()
     our_batch = types.SimpleNamespace(
         reqs=[ours], multimodal_inputs=[ours.multimodal_inputs], req_pool_indices_cpu=torch.tensor([1])
     )
@@ -326,10 +332,9 @@ def test_a_retracted_requests_second_prefill_is_positioned_as_sglang_does(typed_
     req.multimodal_inputs.mrope_positions = retracted(req.multimodal_inputs.mrope_positions, output_len)
     assert hooks.is_layout_tensor(req.multimodal_inputs.mrope_positions)  # (kept: nothing stored per token)
     ours = _forward("extend", [prefix + extend], [1])
-    pool = types.SimpleNamespace(size=POOL_SIZE, req_generation=torch.ones(POOL_SIZE + 1, dtype=torch.int64))
     SERVED_ONLY["extend"](
         ours,
-        types.SimpleNamespace(req_to_token_pool=pool, device=torch.device("cpu"), server_args=None),
+        _our_runner(),
         types.SimpleNamespace(reqs=[req], multimodal_inputs=[req.multimodal_inputs],
                               req_pool_indices_cpu=torch.tensor([1]), prefix_lens=[prefix], extend_lens=[extend]),
     )  # fmt: skip
