@@ -161,7 +161,8 @@ def _our_runner():
 @given(batches())
 def test_the_plugins_batch_positions_are_sglangs_own(batch):
     """One batch through SGLang's own method on its tables and through the plugin's on the layouts: the same
-    positions (and, where a request is not the adapter's, SGLang's method ran with the layouts lent back)."""
+    positions; where a request is not the adapter's, SGLang's method ran on the layouts lent as positions, which
+    are layouts again afterwards."""
     model_type, requests, rows, mode, lens, foreign = batch
     if mode in ("extend", "mixed"):
         prefix, extend = [p for p, _ in lens], [e for _, e in lens]
