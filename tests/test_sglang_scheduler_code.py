@@ -20,7 +20,9 @@ MROPE_SGLANG_ROPE_INDEX names ``mrope_rope_index.py`` in the folder where
 - retraction: SGLang's ``extend_mrope_positions_for_retracted_request``
   (``mm_utils.py``) extends a retracted request's table over the tokens it
   generated, and its extend path positions the request's second prefill from
-  that table; the plugin keeps the layout, and the positions must agree.
+  that table; the plugin keeps the layout, and the positions must agree (on
+  prompts that end in text, as processors make them: SGLang defect 7 in
+  docs/semantics.md is reproduced below).
 - sessions: SGLang's ``Req._extend_session_image_inputs`` and
   ``MultimodalInputs.merge`` (``schedule_batch.py``) compose a session's
   (3, L) table turn by turn, generated and appended text between the turns;
@@ -340,3 +342,19 @@ def test_a_retracted_requests_second_prefill_is_positioned_as_sglang_does(typed_
                               req_pool_indices_cpu=torch.tensor([1]), prefix_lens=[prefix], extend_lens=[extend]),
     )  # fmt: skip
     np.testing.assert_array_equal(ours.mrope_positions.numpy(), theirs.mrope_positions.numpy())
+
+
+@pytest.mark.skipif(MM_UTILS is None, reason="no mm_utils.py beside MROPE_SGLANG_ROPE_INDEX's file")
+def test_sglang_retraction_defect_reproduced():
+    """docs/semantics.md, SGLang defect 7: a prompt ending inside an item continues at its last token's T + 1
+    after a retraction, one before where SGLang's decode (L + delta) and the plugin put the same tokens."""
+    vs, image = 151652, 151655
+    ids = [1, vs, *[image] * 4]
+    positions, delta = SGLANG.get_rope_index(2, image, 151656, vs, "qwen2_5_vl", 2, torch.tensor([ids]),
+                                             torch.tensor([[1, 4, 4]]), None, None)  # fmt: skip
+    assert positions[0, 0].tolist() == [0, 1, 2, 2, 2, 2] and int(delta) == -2
+    extended = MM_UTILS.extend_mrope_positions_for_retracted_request(positions[:, 0], 3)
+    assert extended[:, len(ids) :].tolist() == [[3, 4, 5]] * 3
+    layout = PromptLayout.from_tokens(MRopeConfig(family="qwen2_5_vl", semantics="sglang-0.5"), ids,
+                                      image_grid_thw=[[1, 4, 4]])  # fmt: skip
+    assert [len(ids) + k + layout.delta for k in range(3)] == [4, 5, 6] == [len(ids) + k + int(delta) for k in range(3)]
