@@ -124,6 +124,7 @@ def compile_in_fresh_processes(plan: bytes, num_tasks: int, num_children: int = 
         source = os.dup(read_end) if read_end == CHILD_QUEUE_FD else read_end
         package = os.path.dirname(os.path.abspath(__file__))
         args = [executable, "-m", f"{__package__}.compile_child", lock_path, package, plan.hex()]
+        env = _child_environment(package)
         actions = [
             (os.POSIX_SPAWN_DUP2, source, CHILD_QUEUE_FD),
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
@@ -132,7 +133,7 @@ def compile_in_fresh_processes(plan: bytes, num_tasks: int, num_children: int = 
         try:
             for _ in range(min(num_children, num_tasks)):
                 try:
-                    children.append(os.posix_spawn(executable, args, _child_environment(package), file_actions=actions))
+                    children.append(os.posix_spawn(executable, args, env, file_actions=actions))
                 except OSError:  # no process to be had: the others (or the parent) compile the rest
                     break
             return list(_wait(children, time.monotonic() + CHILD_DEADLINE_S).values())
