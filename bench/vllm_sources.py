@@ -3,7 +3,7 @@
 A GPU machine may hold torch, triton and numpy but not vLLM's long list of
 dependencies (pydantic, zmq, openai, xgrammar, ...), and nothing can be
 installed there. Model Runner V2's position state needs none of them: it is
-two files of vLLM 0.33, `v1/worker/gpu/mm/rope.py` (the state and its kernel)
+two files of vLLM 0.33 or 0.34, `v1/worker/gpu/mm/rope.py` (the state and its kernel)
 and `v1/worker/gpu/buffer_utils.py` (the staged writes and the pinned table).
 
 `VllmRopeSources(folder)` runs those two files, unchanged, from `folder` (the `vllm`
@@ -18,9 +18,14 @@ stood in for:
 - `is_uva_available`: False, so the table takes vLLM's own no-UVA fallback
   (plain device memory). Its UVA view needs vLLM's compiled `_C` extension,
   which is built for one torch version;
-- `vllm.platforms.current_platform`: only its `device_type`;
+- `vllm.platforms.current_platform`: only its `device_type` (and, for
+  vLLM 0.34, `is_confidential_compute()`: False);
 - `async_tensor_h2d`: a non-blocking host-to-device copy through a pinned
-  tensor where CUDA is present, what vLLM's helper of that name does.
+  tensor where CUDA is present, what vLLM's helper of that name does;
+- for vLLM 0.34's `buffer_utils.py` also: `is_pin_memory_available` (whether
+  CUDA is present), the torch-dtype-to-`array` typecode table (int32 "i",
+  int64 "q", float32 "f", as vLLM's) and `register_inplace_h2d_target` (a
+  Confidential Computing hook: nothing to do outside it).
 
 The stand-ins are in `sys.modules` only while the two files run and while a
 state is built, so nothing else in the process sees a `vllm` package. Set
@@ -102,16 +107,23 @@ def _stand_ins() -> dict[str, types.ModuleType]:
         "vllm.triton_utils": module("vllm.triton_utils", triton=triton, tl=tl),
         "vllm.logger": module("vllm.logger", init_logger=_logger),
         "vllm.platforms": module(
-            "vllm.platforms", current_platform=types.SimpleNamespace(device_type="cuda" if cuda else "cpu")
+            "vllm.platforms",
+            current_platform=types.SimpleNamespace(
+                device_type="cuda" if cuda else "cpu", is_confidential_compute=lambda: False
+            ),
         ),
         "vllm.utils": module("vllm.utils"),
-        "vllm.utils.platform_utils": module("vllm.utils.platform_utils", is_uva_available=lambda: False),
+        "vllm.utils.platform_utils": module(
+            "vllm.utils.platform_utils", is_uva_available=lambda: False, is_pin_memory_available=lambda: cuda
+        ),
         "vllm.utils.torch_utils": module(
             "vllm.utils.torch_utils",
             async_tensor_h2d=_h2d,
             get_accelerator_view_from_cpu_tensor=None,  # never called: UVA is reported unavailable
+            TORCH_DTYPE_TO_ARRAY_TYPECODE={torch.int32: "i", torch.int64: "q", torch.float32: "f"},
         ),
         "vllm.v1": module("vllm.v1"),
+        "vllm.v1.conf_compute_utils": module("vllm.v1.conf_compute_utils", register_inplace_h2d_target=lambda t: None),
         "vllm.v1.worker": module("vllm.v1.worker"),
         "vllm.v1.worker.gpu": module("vllm.v1.worker.gpu"),
         "vllm.v1.worker.gpu.mm": module("vllm.v1.worker.gpu.mm"),

@@ -26,7 +26,7 @@ from test_canvas_reference import (
     prompts,
 )
 from triton_support import require_triton
-from vllm_features import feature
+from vllm_features import TokenBuffer, feature
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, reference
 from mrope_tracker.core.canvas import canvas_layout, canvas_positions
@@ -369,18 +369,22 @@ def _features(record, with_mask: bool):
     return features[::-1]  # in any order: read by offset
 
 
+@pytest.mark.parametrize("ids_form", [list, TokenBuffer])
 @pytest.mark.parametrize("record", RECORDS, ids=[f"vllm-{i}" for i in range(len(RECORDS))])
-def test_vllm_adapter_on_the_vectors(record):
+def test_vllm_adapter_on_the_vectors(record, ids_form):
     """get_mrope_input_positions and the tracker's feature admission give vLLM
-    0.33.0's recorded positions from the ids and the features alone."""
+    0.33.0's recorded positions from the ids and the features alone, the ids
+    as vLLM 0.33 passes them (a list) or as 0.34 does (a TokenBuffer: the
+    canvas reads its markers from it)."""
     from mrope_tracker.vllm import get_mrope_input_positions
 
     config = _config(record["downsample_mode"], "vllm-0.33", uses_mrope_canvas=record["uses_mrope_canvas"])
-    positions, delta = get_mrope_input_positions(config, record["token_ids"], _features(record, True))
+    ids = ids_form(record["token_ids"])
+    positions, delta = get_mrope_input_positions(config, ids, _features(record, True))
     assert positions.tolist() == record["positions"] and delta == record["delta"]
     tracker = PositionTracker(config, max_num_reqs=1, max_num_batched_tokens=512)
     done = min(3, len(record["token_ids"]) - 1)
-    tracker.add_request_from_features("r", record["token_ids"], _features(record, False), num_computed_tokens=done)
+    tracker.add_request_from_features("r", ids, _features(record, False), num_computed_tokens=done)
     assert tracker.prepare(["r"], [len(record["token_ids"]) - done]).numpy().tolist() == [
         row[done:] for row in record["positions"]
     ]

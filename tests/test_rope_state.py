@@ -30,7 +30,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from rope_sim import SENTINEL, Harness  # noqa: E402
 from strategies import configs, examples, prompts  # noqa: E402
-from vllm_features import VECTORS, vector_features, vllm_config  # noqa: E402
+from vllm_features import VECTORS, TokenBuffer, vector_features, vllm_config  # noqa: E402
 
 from mrope_tracker import MRopeConfig, PromptLayout  # noqa: E402
 from mrope_tracker.device.evs_rows import PrunedRopeState  # noqa: E402
@@ -66,15 +66,23 @@ SAMPLE = [
 ]
 
 
-@pytest.mark.parametrize("index", SAMPLE, ids=[f"{i:03d}-{VECTORS[i]['family']}" for i in SAMPLE])
-def test_recorded_vectors(index):
+# the prompt ids as vLLM 0.33's scheduler hands them (a list) and as 0.34's does (an int32 TokenBuffer), by turns
+IDS_FORMS = [list if k % 2 else TokenBuffer for k in range(len(SAMPLE))]
+
+
+@pytest.mark.parametrize(
+    ("index", "ids_form"),
+    list(zip(SAMPLE, IDS_FORMS)),
+    ids=[f"{i:03d}-{VECTORS[i]['family']}-{form.__name__}" for i, form in zip(SAMPLE, IDS_FORMS)],
+)
+def test_recorded_vectors(index, ids_form):
     """init_prefill_positions from vLLM's features, then one prefill step and one
     read: vLLM 0.33.0's own positions, bit for bit; a decode token after them."""
     vector = VECTORS[index]
     config = vllm_config(vector)
     n = len(vector["token_ids"])
     state = RopeState(3, 4, n + 8, n + 64, DEVICE, block_size=1024)
-    state.init_prefill_positions(2, config, vector["token_ids"], vector_features(vector))
+    state.init_prefill_positions(2, config, ids_form(vector["token_ids"]), vector_features(vector))
     state.apply_staged_writes()
     idx, qsl, prefill, computed = index_tensors([2], [0, n], [0, 0, n, 0], [0, 0, 0, 0])
     state.prepare_positions(idx, qsl, prefill, computed)

@@ -1,4 +1,4 @@
-"""Inside vLLM 0.33's own code (CI stage "vllm" of .ci/run; skipped where vLLM 0.33 is not installed).
+"""Inside vLLM's own code, 0.33 or 0.34 (CI stage "vllm" of .ci/run runs both; skipped without either).
 
 - `install()` patches the real modules, and vLLM's own `DefaultModelState`
   then builds our `RopeState` through its own call to `get_rope_state`.
@@ -9,7 +9,10 @@
   the state and their slots admitted again, `num_computed_tokens` moved
   ahead by the device as async scheduling leaves it. The `positions`
   columns of every step must be equal. The prompts are vLLM 0.33.0's own
-  (tests/data/vllm-0.33.0*.jsonl), every family both support.
+  (tests/data/vllm-0.33.0*.jsonl), every family both support (vLLM 0.34
+  has no Keye models: those skip there). The prompt ids are what the
+  installed release's scheduler hands the runner: a list on 0.33, a
+  `TokenBuffer` (an int32 array.array) on 0.34.
 tests/vllm_real.py says what makes vLLM's modules run on a CPU.
 """
 
@@ -22,17 +25,17 @@ import warnings
 import numpy as np
 import pytest
 import torch
+import vllm_features
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
 from triton_support import require_triton
 
-vllm = pytest.importorskip("vllm", reason="needs vLLM 0.33 installed (the CI stage 'vllm' of .ci/run)")
-if not vllm.__version__.startswith("0.33."):
-    pytest.skip(f"these tests run vLLM 0.33's modules, found vLLM {vllm.__version__}", allow_module_level=True)
+vllm = pytest.importorskip("vllm", reason="needs vLLM 0.33 or 0.34 installed (the CI stage 'vllm' of .ci/run)")
+if not vllm.__version__.startswith(vllm_features.VLLM_RELEASES):
+    pytest.skip(f"these tests run vLLM 0.33's or 0.34's code, found vLLM {vllm.__version__}", allow_module_level=True)
 
 import vllm_families  # noqa: E402
-import vllm_features  # noqa: E402
 import vllm_real  # noqa: E402
 
 from mrope_tracker import MRopeConfig  # noqa: E402
@@ -145,8 +148,9 @@ class TwoStates:
         self.live = [False] * max_num_reqs
 
     def admit(self, slot: int, token_ids: list[int], features, num_cached: int) -> None:
-        self.theirs.init_prefill_positions(slot, self.model, token_ids, vllm_real.real_features(features))
-        self.ours.init_prefill_positions(slot, self.model, token_ids, vllm_real.real_features(features))
+        ids = vllm_real.prefill_ids(token_ids)
+        self.theirs.init_prefill_positions(slot, self.model, ids, vllm_real.real_features(features))
+        self.ours.init_prefill_positions(slot, self.model, ids, vllm_real.real_features(features))
         self.prefill_len[slot], self.num_computed[slot] = len(token_ids), num_cached
         self.live[slot] = True
 
@@ -230,6 +234,7 @@ def _run_schedule(data, family: str) -> None:
 @given(data=st.data())
 @settings(max_examples=examples(20, minimum=5))
 def test_same_positions_as_vllms_rope_state(family, data):
+    vllm_real.require_served(family)
     _run_schedule(data, family)
 
 

@@ -1,4 +1,4 @@
-"""The plugin's EVS hook inside vLLM 0.33's own code (CI stage "vllm"; skipped without vLLM 0.33).
+"""The plugin's EVS hook inside vLLM's own code, 0.33 or 0.34 (CI stage "vllm" runs both; skipped without either).
 
 vLLM's real `MultiModalPruner` (patched by `install()`), vLLM's real
 Qwen2.5-VL class (its ``_postprocess_video_embeds_evs`` with vLLM's own
@@ -32,14 +32,15 @@ import warnings
 import numpy as np
 import pytest
 import torch
+import vllm_features
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import examples
 from triton_support import require_triton
 
-vllm = pytest.importorskip("vllm", reason="needs vLLM 0.33 installed (the CI stage 'vllm' of .ci/run)")
-if not vllm.__version__.startswith("0.33."):
-    pytest.skip(f"these tests run vLLM 0.33's modules, found vLLM {vllm.__version__}", allow_module_level=True)
+vllm = pytest.importorskip("vllm", reason="needs vLLM 0.33 or 0.34 installed (the CI stage 'vllm' of .ci/run)")
+if not vllm.__version__.startswith(vllm_features.VLLM_RELEASES):
+    pytest.skip(f"these tests run vLLM 0.33's or 0.34's code, found vLLM {vllm.__version__}", allow_module_level=True)
 
 import vllm_real  # noqa: E402
 from vllm_features import feature  # noqa: E402
@@ -109,7 +110,7 @@ def _drive(record, embeddings, bounds, ours: bool):
     else:
         state = vllm_real.vllm_rope_state(3, 2, n + 8, n + 64)
     pruner = _pruner(model, state, features, ours)
-    state.init_prefill_positions(0, model, ids, features)
+    state.init_prefill_positions(0, model, vllm_real.prefill_ids(ids), features)
     state.apply_staged_writes()
     video_input = {
         "video_grid_thw": torch.tensor(record["video_grid_thw"]),

@@ -10,6 +10,7 @@ own classes where vLLM is installed.
 
 from __future__ import annotations
 
+import array
 import json
 import os
 
@@ -19,7 +20,24 @@ import torch
 
 from mrope_tracker import MRopeConfig
 
+# the vLLM releases whose own code tests/test_vllm_real*.py run (CI's vLLM stage: both, one after the other)
+VLLM_RELEASES = ("0.33.", "0.34.")
 VECTORS_PATH = os.path.join(os.path.dirname(__file__), "data", "vllm-0.33.0.jsonl")
+
+
+class TokenBuffer(array.array):
+    """Stand-in for vLLM 0.34's `TokenBuffer` (vllm/v1/token_buffer.py), the
+    form its scheduler hands a runner a prompt's ids in: an int32
+    `array.array` whose slices read as lists."""
+
+    __slots__ = ()
+
+    def __new__(cls, tokens=()):
+        return super().__new__(cls, "i", tokens)
+
+    def __getitem__(self, index):
+        item = array.array.__getitem__(self, index)
+        return item.tolist() if isinstance(index, slice) else item
 
 
 @attrs.define(eq=False)

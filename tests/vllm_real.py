@@ -1,7 +1,8 @@
-"""vLLM 0.33's own modules, loaded for tests/test_vllm_real.py on a CPU.
+"""vLLM's own modules (0.33 or 0.34), loaded for tests/test_vllm_real.py on a CPU.
 
-Imported only where vLLM 0.33 is installed (the CI stage "vllm" of .ci/run).
-What makes vLLM's code run without a GPU, and why:
+Imported only where one of `vllm_features.VLLM_RELEASES` is installed (the CI stage "vllm" of
+.ci/run runs 0.33.0, then 0.34.0). What makes vLLM's code run without a GPU,
+and why:
 
 - VLLM_TARGET_DEVICE=cpu: otherwise vLLM's buffers ask for pinned memory.
 - CUDA_VISIBLE_DEVICES="": with a CUDA build of torch and no GPU driver,
@@ -13,6 +14,14 @@ What makes vLLM's code run without a GPU, and why:
 - `vllm.v1.worker.gpu.buffer_utils.is_uva_available` made to return False
   (`no_uva`): vLLM's `RopeState` then keeps its table as a plain tensor,
   vLLM's own fallback for platforms without UVA.
+
+Where the two releases differ in what these tests touch:
+
+- vLLM 0.34 removed the Keye and Keye-VL-1.5 models (`served` is False for
+  them: their tests skip there);
+- its scheduler hands the runner a request's prompt as a `TokenBuffer` (an
+  int32 `array.array`) rather than a list; `prefill_ids` makes what the
+  installed release hands.
 
 Everything else is vLLM's code as released: its `RopeState`, its
 `DefaultModelState`, its pruner and its model classes'
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import os
 import types
 import warnings
@@ -49,6 +59,11 @@ with warnings.catch_warnings():  # vLLM's import-time deprecation notices are no
     from vllm.triton_utils import HAS_TRITON  # noqa: E402
     from vllm.v1.worker.gpu import buffer_utils  # noqa: E402
     from vllm.v1.worker.gpu.mm import rope  # noqa: E402
+
+try:  # vLLM 0.34: the scheduler's prompt ids
+    from vllm.v1.token_buffer import TokenBuffer as _PREFILL_IDS  # noqa: E402
+except ImportError:  # vLLM 0.33: a list
+    _PREFILL_IDS = list
 
 # recorded family name -> (module under vllm.model_executor.models, model class)
 MODEL_CLASSES = {
@@ -87,6 +102,27 @@ def no_uva():
         yield
     finally:
         buffer_utils.is_uva_available = original
+
+
+def served(family: str) -> bool:
+    """Whether the installed vLLM has `family`'s model class (0.34 dropped Keye's two)."""
+    return importlib.util.find_spec(f"vllm.model_executor.models.{MODEL_CLASSES[family][0]}") is not None
+
+
+def require_served(family: str) -> None:
+    if not served(family):
+        pytest.skip(f"vLLM {vllm_version()} has no {MODEL_CLASSES[family][1]} (removed in 0.34)")
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
+
+
+def prefill_ids(token_ids: list[int]):
+    """`token_ids` as the installed vLLM's scheduler hands them to the runner (`prefill_token_ids`)."""
+    return _PREFILL_IDS(token_ids)
 
 
 def model_class(family: str) -> type:

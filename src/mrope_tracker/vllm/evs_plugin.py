@@ -63,7 +63,7 @@ def _params(function) -> tuple[str, ...]:
 
 
 def _fail(what: str) -> RuntimeError:
-    return RuntimeError(f"mrope_tracker.vllm.install: {what}; its EVS hook patches vLLM 0.33")
+    return RuntimeError(f"mrope_tracker.vllm.install: {what}; its EVS hook patches vLLM 0.33 and 0.34")
 
 
 def check_evs_targets() -> tuple[object, list[tuple[object, type, tuple[str, ...]]]]:

@@ -1,6 +1,6 @@
 """The vLLM plugin: Model Runner V2 builds our `RopeState` instead of its own.
 
-MRV2 (vLLM 0.33) makes its M-RoPE state in one place,
+MRV2 (vLLM 0.33 and 0.34) makes its M-RoPE state in one place,
 ``vllm.v1.worker.gpu.mm.rope.get_rope_state(model_config, model,
 max_num_reqs, max_num_tokens, max_model_len, device)``, which
 ``vllm.v1.worker.gpu.model_states.default`` imports by name and calls when
@@ -11,7 +11,7 @@ hands any other M-RoPE model to vLLM's own function. Nothing else in vLLM
 changes: the runner calls the state's methods as it always does.
 
 `install()` checks, before it changes anything, that every target exists
-with vLLM 0.33's signature, and raises RuntimeError naming what differs
+with the signature of vLLM 0.33 (which 0.34 keeps), and raises RuntimeError naming what differs
 otherwise: a vLLM that renamed or moved them is never half patched. It may
 be called more than once (vLLM loads plugins in every process it starts).
 
@@ -23,7 +23,9 @@ The `vllm.general_plugins` entry point (pyproject.toml) calls `register()`,
 which installs unless the environment sets MROPE_TRACKER_VLLM_PLUGIN=0, and
 warns instead of failing when vLLM is not the version it patches.
 tests/data/vllm-0.33.0-rope-api.json records these names as vLLM 0.33.0
-defines them; tests/test_vllm_plugin.py checks `PATCH_TARGETS` against it.
+defines them (0.34.0's sources give the same record but for two imports of
+the Qwen3-VL module); tests/test_vllm_plugin.py checks `PATCH_TARGETS`
+against it, and CI's vLLM stage runs `install()` in both releases.
 """
 
 from __future__ import annotations
@@ -83,19 +85,20 @@ def install(*, semantics: str = "vllm-0.33", evs: bool = True) -> bool:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise RuntimeError(
-                f"mrope_tracker.vllm.install: cannot import {module_name} ({exc}); it patches vLLM 0.33's "
-                "Model Runner V2"
+                f"mrope_tracker.vllm.install: cannot import {module_name} ({exc}); it patches the Model "
+                "Runner V2 of vLLM 0.33 and 0.34"
             ) from exc
         current = getattr(module, name, None)
         if current is None:
             raise RuntimeError(
-                f"mrope_tracker.vllm.install: {module_name} has no {name}; it patches vLLM 0.33's Model Runner V2"
+                f"mrope_tracker.vllm.install: {module_name} has no {name}; it patches the Model Runner V2 of "
+                "vLLM 0.33 and 0.34"
             )
         original = getattr(current, "mrope_tracker_original", current)
         params = tuple(inspect.signature(original).parameters)
         if params != GET_ROPE_STATE_PARAMS:
             raise RuntimeError(
-                f"mrope_tracker.vllm.install: {module_name}.{name} takes {params}, not vLLM 0.33's "
+                f"mrope_tracker.vllm.install: {module_name}.{name} takes {params}, not vLLM 0.33's and 0.34's "
                 f"{GET_ROPE_STATE_PARAMS}"
             )
         found.append((module, name, current, original))
