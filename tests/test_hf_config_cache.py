@@ -152,7 +152,10 @@ def test_random_edits_never_serve_a_stale_parse(edits):
         if value is None or value == "drop":
             target.__dict__.pop(field, None)
         else:
-            setattr(target, field, value)
+            try:
+                setattr(target, field, value)
+            except Exception:  # transformers 5 checks a field's type as it is set (2.5 for an int): no edit
+                continue
         try:
             expected = _fresh(config)
         except (ValueError, TypeError) as exc:
