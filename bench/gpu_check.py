@@ -16,7 +16,7 @@
    copies of the step's n columns, the default), "span" (one copy of
    2 * (max_num_batched_tokens + 1) + n elements), or "both" to compare them;
 3. RopeState, Model Runner V2's state on the device (bench/rope_check.py):
-   its steps equal to the CPU tracker's and to vLLM 0.33's own RopeState
+   its steps equal to the CPU tracker's and to vLLM's own RopeState (0.33 or 0.34)
    (where vLLM imports; else our re-statement of its table design),
    `prepare_positions` time at 256 and 1,024 requests (decode and mixed)
    against the same, device memory at 1,024 x 262,144 with every slot held,

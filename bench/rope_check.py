@@ -5,7 +5,7 @@ tiny version that also runs on a CPU, in triton's interpreter). Four parts:
 
 1. exactness: MRV2-like decode and mixed steps (unsorted `idx_mapping`,
    per-slot int32 counts, as MRV2 passes them) on the device, equal to
-   `PositionTracker` on the CPU and to the baseline: vLLM 0.33's own
+   `PositionTracker` on the CPU and to the baseline: vLLM's own (0.33 or 0.34)
    `RopeState` where vLLM imports (bench/suite_rope.py), else `TableKernel`,
    our Triton re-statement of its table design (a [slots * 3,
    max_model_len] int32 table, a gather while the prefill lasts, index +

@@ -6,7 +6,7 @@ launches one kernel too (its host checks run only in debug mode). Measured at
 prefill chunks among the decodes), on the same inputs (MRV2's dtypes: int64
 `idx_mapping`, int32 counts), the positions checked equal first.
 
-The baseline is vLLM 0.33's own `vllm.v1.worker.gpu.mm.rope.RopeState` where
+The baseline is vLLM's own (0.33 or 0.34) `vllm.v1.worker.gpu.mm.rope.RopeState` where
 vLLM imports (on a CPU its pinned table takes vLLM's no-UVA fallback), else
 `rope_check.TableKernel`, our Triton re-statement of its table design. On a
 CPU both run in triton's interpreter (TRITON_INTERPRET=1, set by the CLI):
@@ -36,23 +36,24 @@ class VllmRope:
     """vLLM's own RopeState, its table filled with the layouts' positions (what its
     `init_prefill_positions` stages from the model's get_mrope_input_positions)."""
 
-    name = "vLLM 0.33 RopeState"
-
     def __init__(self, num_reqs: int, max_model_len: int, device: str) -> None:
         try:
+            import vllm
             from vllm.v1.worker.gpu import buffer_utils
             from vllm.v1.worker.gpu.mm import rope
 
             if device == "cpu":  # vLLM's own fallback without UVA: its table in plain device memory
                 buffer_utils.is_uva_available = lambda: False
             make = rope.RopeState
+            self.name = f"vLLM {vllm.__version__} RopeState"
         except ImportError:  # vLLM's two files alone, where its package cannot be imported (bench/vllm_sources.py)
             from . import vllm_sources
 
             if not os.environ.get(vllm_sources.ENV):
                 raise
-            make = vllm_sources.VllmRopeSources(os.environ[vllm_sources.ENV]).rope_state
-            self.name = "vLLM 0.33 RopeState (its 2 files, no UVA)"
+            sources = vllm_sources.VllmRopeSources(os.environ[vllm_sources.ENV])
+            make = sources.rope_state
+            self.name = f"vLLM {sources.version} RopeState (its 2 files, no UVA)"
         self.state = make(3, num_reqs, MAX_NUM_TOKENS, max_model_len, torch.device(device))
         self.positions = self.state.positions
 

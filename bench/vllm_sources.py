@@ -27,8 +27,9 @@ stood in for:
   int64 "q", float32 "f", as vLLM's) and `register_inplace_h2d_target` (a
   Confidential Computing hook: nothing to do outside it).
 
-The stand-ins are in `sys.modules` only while the two files run and while a
-state is built, so nothing else in the process sees a `vllm` package. Set
+The stand-ins are in `sys.modules` only while the two files run, while a
+state is built and while it applies its staged writes (where 0.34 makes
+its upload buffers), so nothing else in the process sees a `vllm` package. Set
 `MROPE_VLLM_SOURCES` to the folder and `bench/suite_rope.py` uses this when
 `import vllm` fails.
 """
@@ -39,6 +40,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import re
 import sys
 import types
 
@@ -145,6 +147,17 @@ def installed(modules: dict[str, types.ModuleType], also: tuple[str, ...] = ()):
         sys.modules.update(saved)
 
 
+def _release(folder: str) -> str:
+    """The release `folder` holds, from the wheel's generated `_version.py` ("?" where it is not there)."""
+    try:
+        with open(os.path.join(folder, "_version.py"), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return "?"
+    match = re.search(r"^__version__ = version = '([^']+)'", text, re.M)
+    return match[1] if match else "?"
+
+
 class VllmRopeSources:
     """vLLM's two modules, run from `folder`; `rope_state(...)` builds its RopeState
     (its buffers import `vllm.platforms` when they are made, so the stand-ins go back in then)."""
@@ -165,7 +178,16 @@ class VllmRopeSources:
                 self.modules[name] = module
         self.buffer_utils = self.modules["vllm.v1.worker.gpu.buffer_utils"]
         self.rope = self.modules["vllm.v1.worker.gpu.mm.rope"]
+        self.version = _release(folder)
 
     def rope_state(self, *args):
         with installed(self.modules):
-            return self.rope.RopeState(*args)
+            state = self.rope.RopeState(*args)
+        apply = state.apply_staged_writes
+
+        def apply_staged_writes():  # (vLLM 0.34 grows its upload buffers here, importing vllm.platforms)
+            with installed(self.modules):
+                apply()
+
+        state.apply_staged_writes = apply_staged_writes  # (prepare_positions, the step the bench times, stays bare)
+        return state
