@@ -7,7 +7,7 @@ many tokens each gets) into the step's (3, N) positions on the "device"
 - `SeedMainDesign`: vLLM before the seed PR (v0.8.5): the torch reference
   at admission, then per request a slice of its prompt tensor or a fresh
   `torch.arange(...).expand(3, -1)` for decode tokens.
-- `V1Design`: vLLM's V1 runner today (v0.33, `gpu_model_runner.py`): a
+- `V1Design`: vLLM's V1 runner (v0.33, `gpu_model_runner.py`; 0.34 removed it): a
   (3, L) prompt array per request from admission on, a Python loop per step
   copying slices and writing numpy aranges into a CPU buffer, then one
   device copy per row.

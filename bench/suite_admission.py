@@ -14,7 +14,8 @@ per round, reported as its median, min and max.
 
 From vLLM's inputs: a long Qwen3-VL video (a 192 x 40 x 40 grid: 192 frame
 blocks of 400 tokens, each after 8 timestamp tokens; 78,760 tokens), given
-as vLLM's runners get it: the prompt ids as a Python list and one
+as vLLM's runners get it: the prompt ids as a Python list (vLLM 0.34: an
+int32 `TokenBuffer`, only counted here too) and one
 `MultiModalFeatureSpec`-like feature whose `is_embed` tensor marks the
 frames (one run per frame). Timed, against `prompt_positions` writing the
 same prompt's positions from an int64 array (ratios per round):

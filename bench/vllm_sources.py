@@ -147,7 +147,7 @@ def installed(modules: dict[str, types.ModuleType], also: tuple[str, ...] = ()):
         sys.modules.update(saved)
 
 
-def _release(folder: str) -> str:
+def release(folder: str) -> str:
     """The release `folder` holds, from the wheel's generated `_version.py` ("?" where it is not there)."""
     try:
         with open(os.path.join(folder, "_version.py"), encoding="utf-8") as f:
@@ -178,7 +178,7 @@ class VllmRopeSources:
                 self.modules[name] = module
         self.buffer_utils = self.modules["vllm.v1.worker.gpu.buffer_utils"]
         self.rope = self.modules["vllm.v1.worker.gpu.mm.rope"]
-        self.version = _release(folder)
+        self.version = release(folder)
 
     def rope_state(self, *args):
         with installed(self.modules):

@@ -26,7 +26,7 @@ from test_canvas_reference import (
     prompts,
 )
 from triton_support import require_triton
-from vllm_features import TokenBuffer, feature
+from vllm_features import TokenBuffer, canvas_features
 
 from mrope_tracker import MRopeConfig, PositionTracker, PromptLayout, reference
 from mrope_tracker.core.canvas import canvas_layout, canvas_positions
@@ -353,20 +353,8 @@ def test_grid_entry_points_refuse_a_canvas_config():
 
 
 def _features(record, with_mask: bool):
-    """vLLM-like features of a recorded prompt: each item's range from its
-    offset to its last crop's closing marker, its sizes in its size field."""
-    ids = record["token_ids"]
-    features = []
-    for item in record["items"]:
-        crops, end = 0, item["offset"]
-        while crops < len(item["target_sizes"]):
-            crops += ids[end] in (IM_END, SL_END)
-            end += 1
-        field = "tgt_sizes" if item["modality"] == "image" else "video_tgt_sizes"
-        mask = torch.tensor([k != 0 for k in record["mm_token_type_ids"][item["offset"] : end]])
-        offset, sizes = item["offset"], {field: item["target_sizes"]}
-        features.append(feature(item["modality"], offset, end - offset, mask if with_mask else None, **sizes))
-    return features[::-1]  # in any order: read by offset
+    """vLLM-like features of a recorded prompt (tests/vllm_features.py)."""
+    return canvas_features(record, (IM_END, SL_END), with_mask)
 
 
 @pytest.mark.parametrize("ids_form", [list, TokenBuffer])

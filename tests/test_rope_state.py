@@ -527,7 +527,7 @@ def test_gpu_check_smoke_runs_on_a_cpu(tmp_path):
     assert results["checks"] and all(c["equal"] for c in results["checks"])
     assert results["memory"]["rope_state_device_bytes"] <= 8 * 2**20
     baseline = results["checks"][0]["baseline"]  # vLLM's own RopeState where vLLM imports, named by its release
-    vllms = r"vLLM (0\.3[34]\.\d+|\?) RopeState( \(its 2 files, no UVA\))?"
+    vllms = r"vLLM (0\.3[34]\.\S+|\?) RopeState( \(its 2 files, no UVA\))?"
     assert baseline == "table design (re-stated)" or re.fullmatch(vllms, baseline)
     assert {r["contender"] for r in results["steps"]} == {"RopeState (ours)", baseline}
     assert results["long_video"]["equal"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import warnings
 
 import numpy as np
@@ -40,7 +41,7 @@ import vllm_real  # noqa: E402
 
 from mrope_tracker import MRopeConfig  # noqa: E402
 from mrope_tracker.core.config import ConfigDefaultWarning  # noqa: E402
-from mrope_tracker.vllm import RopeState  # noqa: E402
+from mrope_tracker.vllm import RopeState, get_mrope_input_positions  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -238,12 +239,42 @@ def test_same_positions_as_vllms_rope_state(family, data):
     _run_schedule(data, family)
 
 
+# ---------------------------------------------------------------------------------------------- MiniCPM-V 4.7
+CANVAS_PATH = os.path.join(os.path.dirname(__file__), "data", "vllm-0.33.0-minicpmv4_7.jsonl")
+with open(CANVAS_PATH, encoding="utf-8") as _f:
+    CANVAS_RECORDS = [json.loads(line) for line in _f]
+# its published config's marker ids (tests/test_canvas_reference.py), with each record's mode and flag
+CANVAS_IDS = {"image_start_id": 900, "image_end_id": 901, "slice_start_id": 902, "slice_end_id": 903, "newline_id": 904}
+
+
+@pytest.mark.parametrize("index", range(0, len(CANVAS_RECORDS), 4))
+def test_minicpmv4_7_as_vllms_own_model_code(index):
+    """vLLM's own MiniCPM-V 4.7 `get_mrope_input_positions` (0.34 changed how it reads the ids),
+    given the installed release's prompt ids and vLLM's feature objects, gives the recorded
+    positions (so the features are what its processor makes, not a case it falls back on), and so
+    does ours from the same arguments."""
+    record = CANVAS_RECORDS[index]
+    hf_config = {
+        "model_type": "minicpmv4_7",
+        **CANVAS_IDS,
+        "downsample_mode": record["downsample_mode"],
+        "uses_mrope_canvas": record["uses_mrope_canvas"],
+    }
+    features = vllm_real.real_features(vllm_features.canvas_features(record, (901, 903)))
+    ids = vllm_real.prefill_ids(record["token_ids"])
+    theirs, their_delta = vllm_real.canvas_model(vllm_real.namespace(hf_config)).get_mrope_input_positions(
+        ids, features
+    )
+    assert theirs.tolist() == record["positions"] and int(their_delta) == record["delta"]
+    ours, our_delta = get_mrope_input_positions(our_config(hf_config), ids, features)
+    assert torch.equal(ours, theirs.to(torch.int64)) and our_delta == int(their_delta)
+
+
 # ---------------------------------------------------------------------------------------------- the bench's loader
 def test_vllms_two_rope_files_alone_equal_its_installed_modules():
     """bench/vllm_sources.py, for a GPU machine where vLLM's package cannot be imported:
     its RopeState, run from vLLM's two files with the stand-ins, makes the installed module's positions,
     and the stand-ins leave no trace in sys.modules."""
-    import os
     import sys
 
     from mrope_tracker.bench import suite_rope, vllm_sources, workloads

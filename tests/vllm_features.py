@@ -148,3 +148,25 @@ def prompt_features(prompt, order) -> list[FeatureSpec]:
     for k, (offset, length) in enumerate(prompt.audio_ranges.tolist()):
         features.append(feature("audio", offset, length, audio_feature_lengths=int(prompt.audio_feature_lengths[k])))
     return [features[i] for i in order(len(features))]
+
+
+def canvas_features(record: dict, closing_ids, with_mask: bool = True) -> list[FeatureSpec]:
+    """A recorded MiniCPM-V 4.7 prompt's features (tests/data/vllm-0.33.0-minicpmv4_7.jsonl), as
+    vLLM's processor makes them: each item's range from its offset to its last crop's closing
+    marker (`closing_ids`: the image and slice end ids), its crops' (h, w) in its `tgt_sizes`
+    (images) or `video_tgt_sizes` (videos) field as an int64 tensor, and, `with_mask`, its
+    is_embed mask from the record's token types; listed in reverse, as they may come."""
+    ids = record["token_ids"]
+    features = []
+    for item in record["items"]:
+        crops, end = 0, item["offset"]
+        while crops < len(item["target_sizes"]):
+            crops += ids[end] in closing_ids
+            end += 1
+        field = "tgt_sizes" if item["modality"] == "image" else "video_tgt_sizes"
+        mask = torch.tensor([k != 0 for k in record["mm_token_type_ids"][item["offset"] : end]])
+        sizes = {field: torch.tensor(item["target_sizes"], dtype=torch.int64)}
+        features.append(
+            feature(item["modality"], item["offset"], end - item["offset"], mask if with_mask else None, **sizes)
+        )
+    return features[::-1]

@@ -104,6 +104,25 @@ def no_uva():
         buffer_utils.is_uva_available = original
 
 
+# MiniCPM-V 4.7: the one model whose get_mrope_input_positions vLLM 0.34 changed (it reads the ids through
+# numpy); its prompts are recorded apart (tests/data/vllm-0.33.0-minicpmv4_7.jsonl), so it is not a family above
+CANVAS_MODEL = ("minicpmv4_7", "MiniCPMV4_7ForConditionalGeneration")
+
+
+def canvas_model(config) -> torch.nn.Module:
+    """vLLM's MiniCPM-V 4.7 class with no layer and no weight, its canvas settings read from `config`
+    by its own `_init_canvas_mrope` (which takes every marker id from the config when it holds them)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = importlib.import_module(f"vllm.model_executor.models.{CANVAS_MODEL[0]}")
+    cls = getattr(module, CANVAS_MODEL[1])
+    model = cls.__new__(cls)
+    torch.nn.Module.__init__(model)
+    model.config = config
+    model._init_canvas_mrope(None)
+    return model
+
+
 def served(family: str) -> bool:
     """Whether the installed vLLM has `family`'s model class (0.34 dropped Keye's two)."""
     return importlib.util.find_spec(f"vllm.model_executor.models.{MODEL_CLASSES[family][0]}") is not None

@@ -20,6 +20,8 @@ import json
 import os
 import sys
 
+from mrope_tracker.bench.vllm_sources import release
+
 DEFINING = "vllm.v1.worker.gpu.mm.rope"
 PRUNER = ("vllm.v1.worker.gpu.model_states.mm_pruning", "MultiModalPruner")
 PRUNING_MODELS = (
@@ -78,7 +80,7 @@ def record(package_dir: str) -> dict:
     return {
         "how": "written by `python tests/vllm_rope_api.py PATH/TO/vllm` from the vllm package of the release, "
         "read with ast (see that script); do not edit by hand",
-        "vllm_version": "0.33.0",
+        "vllm_version": release(package_dir),
         "defining_module": DEFINING,
         "get_rope_state": functions["get_rope_state"],
         "importers": dict(sorted(importers.items())),

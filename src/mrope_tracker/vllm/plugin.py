@@ -23,7 +23,7 @@ The `vllm.general_plugins` entry point (pyproject.toml) calls `register()`,
 which installs unless the environment sets MROPE_TRACKER_VLLM_PLUGIN=0, and
 warns instead of failing when vLLM is not the version it patches.
 tests/data/vllm-0.33.0-rope-api.json records these names as vLLM 0.33.0
-defines them (0.34.0's sources give the same record but for two imports of
+defines them (0.34.0's sources give the same record but for three imports of
 the Qwen3-VL module); tests/test_vllm_plugin.py checks `PATCH_TARGETS`
 against it, and CI's vLLM stage runs `install()` in both releases.
 """
