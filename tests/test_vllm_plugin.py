@@ -57,11 +57,15 @@ def fake_vllm(monkeypatch):
     namespace: dict = {}
     exec(f"def get_rope_state({', '.join(params)}):\n    return ('vllm', model_config)", namespace)  # noqa: S102
     original = namespace["get_rope_state"]
+    methods = [f"    def {name}(self, {', '.join(args)}):\n        pass" for name, args in RECORD["RopeState"].items()]
+    exec("class RopeState:\n" + "\n".join(methods), namespace)  # noqa: S102 (vLLM's methods, recorded)
     modules = {}
     for name in [RECORD["defining_module"], *RECORD["importers"]]:
         module = types.ModuleType(name)
         if "get_rope_state" in RECORD["importers"].get(name, ["get_rope_state"]):
             module.get_rope_state = original
+        if name == RECORD["defining_module"]:
+            module.RopeState = namespace["RopeState"]
         modules[name] = module
         monkeypatch.setitem(sys.modules, name, module)
     add_evs_fakes(modules, monkeypatch)  # the EVS hook's targets (fake_vllm_evs.py)
@@ -109,11 +113,25 @@ def test_known_models_get_our_state(fake_vllm):
     assert isinstance(state, RopeState) and state.config.semantics == "vllm-0.33"
 
 
-@pytest.mark.parametrize("breakage", ["renamed", "signature", "missing_module"])
+@pytest.mark.parametrize("breakage", ["renamed", "signature", "missing_module", "state_method", "state_signature"])
 def test_a_vllm_that_differs_fails_loudly_and_is_left_alone(fake_vllm, monkeypatch, breakage):
     modules, original = fake_vllm
     importer = "vllm.v1.worker.gpu.model_states.default"
-    if breakage == "renamed":
+    vllm_state = modules[RECORD["defining_module"]].RopeState
+    expected = {
+        "missing_module": "cannot import",
+        "state_method": "remove_slot",
+        "state_signature": "prepare_positions",
+    }
+    if breakage == "state_method":  # a runner that calls a method ours lacks
+        vllm_state.remove_slot = lambda self, req_idx: None
+    elif breakage == "state_signature":  # ... or passes one more argument
+
+        def prepare_positions(self, idx_mapping, query_start_loc, prefill_lens, num_computed_tokens, num_tokens):
+            pass
+
+        vllm_state.prepare_positions = prepare_positions
+    elif breakage == "renamed":
         del modules[importer].get_rope_state
     elif breakage == "signature":
 
@@ -123,7 +141,7 @@ def test_a_vllm_that_differs_fails_loudly_and_is_left_alone(fake_vllm, monkeypat
         modules[importer].get_rope_state = get_rope_state
     else:
         monkeypatch.setitem(sys.modules, importer, None)
-    with pytest.raises(RuntimeError, match=importer if breakage != "missing_module" else "cannot import"):
+    with pytest.raises(RuntimeError, match=expected.get(breakage, importer)):
         vllm_plugin.install()
     assert modules[RECORD["defining_module"]].get_rope_state is original
     with pytest.warns(RuntimeWarning, match="vLLM's own RopeState stays in use"):

@@ -11,7 +11,9 @@ hands any other M-RoPE model to vLLM's own function. Nothing else in vLLM
 changes: the runner calls the state's methods as it always does.
 
 `install()` checks, before it changes anything, that every target exists
-with the signature of vLLM 0.33 (which 0.34 keeps), and raises RuntimeError naming what differs
+with the signature of vLLM 0.33 (which 0.34 keeps), and that our states
+answer every public method of vLLM's `RopeState` class with its
+parameters (`check_state_methods`), and raises RuntimeError naming what differs
 otherwise: a vLLM that renamed or moved them is never half patched. It may
 be called more than once (vLLM loads plugins in every process it starts).
 
@@ -37,10 +39,12 @@ import warnings
 
 from ..core.config import MRopeConfig
 from ..device import factory
+from ..device.evs_rows import PrunedRopeState
+from ..device.rope_state import RopeState
 from ..device.warm import warm_rope_state
 from .evs_plugin import check_evs_targets, install_evs
 
-__all__ = ["PATCH_TARGETS", "GET_ROPE_STATE_PARAMS", "install", "register"]
+__all__ = ["PATCH_TARGETS", "GET_ROPE_STATE_PARAMS", "check_state_methods", "install", "register"]
 
 DEFINING_MODULE = "vllm.v1.worker.gpu.mm.rope"
 # imports RopeState for a type annotation only: nothing to patch there
@@ -50,7 +54,42 @@ PATCH_TARGETS = (
     ("vllm.v1.worker.gpu.model_states.default", "get_rope_state"),  # `from ...mm.rope import get_rope_state`
 )
 GET_ROPE_STATE_PARAMS = ("model_config", "model", "max_num_reqs", "max_num_tokens", "max_model_len", "device")
+# what our get_rope_state may return (device/factory.py): each must answer every call vLLM's runner makes
+OUR_STATES = (RopeState, PrunedRopeState)
 VLLM_ENV_SWITCH = "MROPE_TRACKER_VLLM_PLUGIN"
+
+
+def _parameters(function) -> list[inspect.Parameter]:
+    return [p for name, p in inspect.signature(function).parameters.items() if name != "self"]
+
+
+def check_state_methods(vllm_state: type) -> None:
+    """Every public method of vLLM's `RopeState` class (what its runner may
+    call on the state) must be one of ours too, taking vLLM's parameters by
+    the same names first, any more of ours keyword-only: a vLLM whose
+    runner calls a method ours lacks would otherwise fail mid-request, not
+    at start-up. Its `__init__` is not compared: vLLM builds the state
+    through `get_rope_state`, which ours replaces. RuntimeError naming the
+    first difference."""
+    for name, member in vars(vllm_state).items():
+        if name.startswith("_") or not inspect.isfunction(member):
+            continue
+        theirs = [p.name for p in _parameters(member)]
+        for ours_cls in OUR_STATES:
+            ours = getattr(ours_cls, name, None)
+            if ours is None:
+                raise RuntimeError(
+                    f"mrope_tracker.vllm.install: vLLM's RopeState has a method {name}, which {ours_cls.__name__} "
+                    "lacks; it patches the Model Runner V2 of vLLM 0.33 and 0.34"
+                )
+            params = _parameters(ours)
+            if [p.name for p in params[: len(theirs)]] != theirs or any(
+                p.kind is not inspect.Parameter.KEYWORD_ONLY for p in params[len(theirs) :]
+            ):
+                raise RuntimeError(
+                    f"mrope_tracker.vllm.install: vLLM's RopeState.{name} takes {tuple(theirs)}, "
+                    f"{ours_cls.__name__}.{name} {tuple(p.name for p in params)}"
+                )
 
 
 def _patched_get_rope_state(original, semantics: str):
@@ -102,6 +141,10 @@ def install(*, semantics: str = "vllm-0.33", evs: bool = True) -> bool:
                 f"{GET_ROPE_STATE_PARAMS}"
             )
         found.append((module, name, current, original))
+    vllm_state = getattr(found[0][0], "RopeState", None)
+    if not isinstance(vllm_state, type):
+        raise RuntimeError(f"mrope_tracker.vllm.install: {DEFINING_MODULE} has no RopeState class")
+    check_state_methods(vllm_state)
     if evs:
         check_evs_targets()  # raises before anything changes
     if all(current is not original for _, _, current, original in found):
