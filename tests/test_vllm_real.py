@@ -38,6 +38,9 @@ if not vllm.__version__.startswith(vllm_features.VLLM_RELEASES):
 
 import vllm_families  # noqa: E402
 import vllm_real  # noqa: E402
+from test_canvas_reference import CONFIG as CANVAS_CONFIG  # noqa: E402
+from test_canvas_reference import IM_END, SL_END  # noqa: E402
+from test_canvas_reference import RECORDS as CANVAS_RECORDS  # noqa: E402
 
 from mrope_tracker import MRopeConfig  # noqa: E402
 from mrope_tracker.core.config import ConfigDefaultWarning  # noqa: E402
@@ -240,13 +243,6 @@ def test_same_positions_as_vllms_rope_state(family, data):
 
 
 # ---------------------------------------------------------------------------------------------- MiniCPM-V 4.7
-CANVAS_PATH = os.path.join(os.path.dirname(__file__), "data", "vllm-0.33.0-minicpmv4_7.jsonl")
-with open(CANVAS_PATH, encoding="utf-8") as _f:
-    CANVAS_RECORDS = [json.loads(line) for line in _f]
-# its published config's marker ids (tests/test_canvas_reference.py), with each record's mode and flag
-CANVAS_IDS = {"image_start_id": 900, "image_end_id": 901, "slice_start_id": 902, "slice_end_id": 903, "newline_id": 904}
-
-
 @pytest.mark.parametrize("index", range(0, len(CANVAS_RECORDS), 4))
 def test_minicpmv4_7_as_vllms_own_model_code(index):
     """vLLM's own MiniCPM-V 4.7 `get_mrope_input_positions` (0.34 changed how it reads the ids),
@@ -256,11 +252,11 @@ def test_minicpmv4_7_as_vllms_own_model_code(index):
     record = CANVAS_RECORDS[index]
     hf_config = {
         "model_type": "minicpmv4_7",
-        **CANVAS_IDS,
+        **CANVAS_CONFIG,  # the records' marker ids, with each record's mode and flag
         "downsample_mode": record["downsample_mode"],
         "uses_mrope_canvas": record["uses_mrope_canvas"],
     }
-    features = vllm_real.real_features(vllm_features.canvas_features(record, (901, 903)))
+    features = vllm_real.real_features(vllm_features.canvas_features(record, (IM_END, SL_END)))
     ids = vllm_real.prefill_ids(record["token_ids"])
     theirs, their_delta = vllm_real.canvas_model(vllm_real.namespace(hf_config)).get_mrope_input_positions(
         ids, features

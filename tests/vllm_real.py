@@ -112,13 +112,7 @@ CANVAS_MODEL = ("minicpmv4_7", "MiniCPMV4_7ForConditionalGeneration")
 def canvas_model(config) -> torch.nn.Module:
     """vLLM's MiniCPM-V 4.7 class with no layer and no weight, its canvas settings read from `config`
     by its own `_init_canvas_mrope` (which takes every marker id from the config when it holds them)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        module = importlib.import_module(f"vllm.model_executor.models.{CANVAS_MODEL[0]}")
-    cls = getattr(module, CANVAS_MODEL[1])
-    model = cls.__new__(cls)
-    torch.nn.Module.__init__(model)
-    model.config = config
+    model = _bare(_load(*CANVAS_MODEL), config)
     model._init_canvas_mrope(None)
     return model
 
@@ -144,12 +138,23 @@ def prefill_ids(token_ids: list[int]):
     return _PREFILL_IDS(token_ids)
 
 
-def model_class(family: str) -> type:
-    module_name, class_name = MODEL_CLASSES[family]
+def _load(module_name: str, class_name: str) -> type:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         module = importlib.import_module(f"vllm.model_executor.models.{module_name}")
     return getattr(module, class_name)
+
+
+def _bare(cls: type, config) -> torch.nn.Module:
+    """An instance of vLLM's model class `cls` with no layer and no weight, holding `config`."""
+    model = cls.__new__(cls)
+    torch.nn.Module.__init__(model)
+    model.config = config
+    return model
+
+
+def model_class(family: str) -> type:
+    return _load(*MODEL_CLASSES[family])
 
 
 def namespace(config: dict):
@@ -160,11 +165,7 @@ def namespace(config: dict):
 def model_instance(family: str, config) -> torch.nn.Module:
     """vLLM's model class for `family`, with no layer and no weight: what its
     M-RoPE methods read is `self.config` (and the class's own methods)."""
-    cls = model_class(family)
-    model = cls.__new__(cls)
-    torch.nn.Module.__init__(model)
-    model.config = config
-    return model
+    return _bare(model_class(family), config)
 
 
 def real_features(features) -> list:
